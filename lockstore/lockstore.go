@@ -1,0 +1,150 @@
+// Package lockstore is lockgateway's domain: leases (locks with a time to
+// live) on named keys, the Store contract every backend implements, and the
+// errors callers branch on.
+//
+// Two invariants hold for every Store:
+//
+//   - At most one token holds a key at any instant, as the store sees time.
+//     Extend and Release act only for the token that holds the key, and Extend
+//     never brings back a lease that has already expired.
+//   - Every grant to a new holder carries a fence strictly greater than every
+//     fence handed out before for the same key.
+//
+// # Why fences exist
+//
+// A lease cannot stop a client that was paused (a GC pause, a swapped-out VM,
+// a slow network) from acting after its lease ran out, while a second client
+// already holds the lock. No lock service can prevent that; the resource being
+// protected can, if every write carries the fence it was granted with and the
+// resource refuses writes whose fence is lower than the highest it has seen
+// (Kleppmann, "How to do distributed locking"; Chubby's sequencers).
+//
+// # Fences across restarts
+//
+// Backends seed fences from the store's own clock in microseconds:
+// fence = max(previous+1, now in µs). A store that forgot its counters (a
+// Redis restarted without persistence, a restarted gateway process with the
+// Memory backend) therefore starts above every fence it handed out before, as
+// long as its clock did not step backwards by more than the time it was down.
+package lockstore
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Store hands out leases. Implementations are safe for concurrent use.
+type Store interface {
+	// Acquire takes key for token for ttl. A key already held by the same
+	// token is re-granted with the same fence and a TTL reset to ttl, so a
+	// client may retry an acquire whose response it lost. A key held by
+	// another token fails with a *HeldError.
+	Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error)
+	// Extend resets the TTL of a lease token holds to ttl from now.
+	// It fails with ErrNotHeld when the key is free and ErrTokenMismatch
+	// when another token holds it.
+	Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
+	// Release frees a key token holds, with the same errors as Extend.
+	Release(ctx context.Context, key, token string) error
+	// Inspect reports who holds key, without its token; ErrNotHeld when free.
+	Inspect(ctx context.Context, key string) (Lease, error)
+	// Ping reports whether the backend answers.
+	Ping(ctx context.Context) error
+	// Close releases the store's resources (not the locks it holds).
+	Close() error
+}
+
+// AcquireRequest is what a caller asks for when taking a lease.
+type AcquireRequest struct {
+	Token string        // the caller's secret; see NewToken
+	TTL   time.Duration // lease length, at least MinTTL
+	Owner string        // free-form label shown by Inspect; may be empty
+}
+
+// Lease describes a held lock.
+type Lease struct {
+	Key   string
+	Token string // empty when the lease comes from Inspect
+	Owner string
+	Fence int64
+	// TTL is the lease length granted (Acquire, Extend) or the time left
+	// (Inspect).
+	TTL time.Duration
+	// ExpiresAt is a conservative end of validity: never later than the
+	// moment the store lets the lease go.
+	ExpiresAt time.Time
+	// Renewed is true when Acquire found the key already held by the same
+	// token and reset its TTL rather than granting it anew.
+	Renewed bool
+}
+
+// MinTTL is the shortest lease a Store accepts.
+const MinTTL = 10 * time.Millisecond
+
+var (
+	// ErrHeld means another token holds the key. The error is a *HeldError.
+	ErrHeld = errors.New("lockstore: lock held by another token")
+	// ErrNotHeld means nobody holds the key: never taken, released, or expired.
+	ErrNotHeld = errors.New("lockstore: lock not held")
+	// ErrTokenMismatch means the key is held, but by another token.
+	ErrTokenMismatch = errors.New("lockstore: token does not hold the lock")
+	// ErrUnavailable means the backend could not answer in time. The
+	// outcome of the operation is unknown; retrying with the same token is
+	// safe.
+	ErrUnavailable = errors.New("lockstore: backend unavailable")
+	// ErrInvalid means the request breaks a rule the store enforces
+	// (an empty key or token, a TTL below MinTTL).
+	ErrInvalid = errors.New("lockstore: invalid request")
+)
+
+// HeldError is returned by Acquire when another token holds the key.
+type HeldError struct {
+	// Remaining is how long the current lease has left, as the store saw it.
+	Remaining time.Duration
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("%v (%v left)", ErrHeld, e.Remaining)
+}
+
+// Is makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// NewToken returns a fresh random token: 128 bits from crypto/rand, encoded
+// as 22 characters of URL-safe base64.
+func NewToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func checkAcquire(key string, req AcquireRequest) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	case req.Token == "":
+		return fmt.Errorf("%w: empty token", ErrInvalid)
+	case req.TTL < MinTTL:
+		return fmt.Errorf("%w: ttl %v below %v", ErrInvalid, req.TTL, MinTTL)
+	}
+	return nil
+}
+
+func checkToken(key, token string, ttl time.Duration) error {
+	return checkAcquire(key, AcquireRequest{Token: token, TTL: ttl})
+}
+
+// nextFence is the fence rule shared by every backend: strictly above the
+// previous fence and never below the clock in microseconds.
+func nextFence(prev, nowMicros int64) int64 {
+	return max(prev+1, nowMicros)
+}
+
+// tokenDigest is what stores keep instead of a token, so a memory dump, an
+// RDB file or Redis MONITOR never shows a token that could release a lock.
+func tokenDigest(token string) [32]byte { return sha256.Sum256([]byte(token)) }

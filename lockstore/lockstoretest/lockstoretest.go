@@ -1,0 +1,282 @@
+// Package lockstoretest is the conformance suite every lockstore.Store runs,
+// so that the backends cannot drift apart.
+package lockstoretest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// Run runs the suite against the store newStore returns. newStore may
+// return the same store every time; the suite uses a fresh key per test.
+func Run(t *testing.T, newStore func(t *testing.T) lockstore.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s lockstore.Store, key string)
+	}{
+		{"AcquireGrantsLease", testAcquire},
+		{"AcquireHeldByAnother", testConflict},
+		{"AcquireSameTokenRenews", testSameToken},
+		{"Extend", testExtend},
+		{"ExtendAfterExpiryFails", testExtendAfterExpiry},
+		{"ExtendByStrangerFails", testExtendByStranger},
+		{"Release", testRelease},
+		{"ReleaseByStrangerFails", testReleaseByStranger},
+		{"ReleaseNotHeld", testReleaseNotHeld},
+		{"Inspect", testInspect},
+		{"FencesIncrease", testFences},
+		{"TTLExpiry", testExpiry},
+		{"KeysAreIndependent", testIndependentKeys},
+		{"ConcurrentAcquireOneWinner", testConcurrentAcquire},
+		{"InvalidRequests", testInvalid},
+		{"CancelledContext", testCancelled},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newStore(t), key(t))
+		})
+	}
+}
+
+var keySeq atomic.Int64
+
+// key makes a key no other test (or earlier run against the same Redis) uses.
+func key(t *testing.T) string {
+	return fmt.Sprintf("conformance/%s/%d-%d", t.Name(), time.Now().UnixNano(), keySeq.Add(1))
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func acquire(t *testing.T, s lockstore.Store, key string, ttl time.Duration) lockstore.Lease {
+	t.Helper()
+	l, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: ttl})
+	require.NoError(t, err)
+	return l
+}
+
+func testAcquire(t *testing.T, s lockstore.Store, key string) {
+	token := lockstore.NewToken()
+	before := time.Now()
+	l, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second, Owner: "worker-7"})
+	after := time.Now()
+	require.NoError(t, err)
+
+	assert.Equal(t, key, l.Key)
+	assert.Equal(t, token, l.Token)
+	assert.Equal(t, "worker-7", l.Owner)
+	assert.Positive(t, l.Fence)
+	assert.Equal(t, 10*time.Second, l.TTL)
+	assert.False(t, l.Renewed)
+	// Conservative expiry: after the request started, never after the
+	// latest moment the store could have applied the TTL.
+	assert.False(t, l.ExpiresAt.After(after.Add(10*time.Second)), "expires_at %v later than possible", l.ExpiresAt)
+	assert.True(t, l.ExpiresAt.After(before.Add(9*time.Second)), "expires_at %v too early", l.ExpiresAt)
+}
+
+func testConflict(t *testing.T, s lockstore.Store, key string) {
+	acquire(t, s, key, 10*time.Second)
+
+	_, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.ErrorIs(t, err, lockstore.ErrHeld)
+	var held *lockstore.HeldError
+	require.ErrorAs(t, err, &held)
+	assert.Greater(t, held.Remaining, 9*time.Second)
+	assert.LessOrEqual(t, held.Remaining, 10*time.Second)
+}
+
+func testSameToken(t *testing.T, s lockstore.Store, key string) {
+	token := lockstore.NewToken()
+	first, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: token, TTL: 300 * time.Millisecond, Owner: "a"})
+	require.NoError(t, err)
+	time.Sleep(150 * time.Millisecond)
+
+	again, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second, Owner: "a"})
+	require.NoError(t, err)
+	assert.True(t, again.Renewed)
+	assert.Equal(t, first.Fence, again.Fence, "a retried acquire keeps its fence")
+
+	// The TTL was reset to the new value: still held well after the first TTL.
+	time.Sleep(300 * time.Millisecond)
+	l, err := s.Inspect(ctx(t), key)
+	require.NoError(t, err)
+	assert.Equal(t, first.Fence, l.Fence)
+	assert.Greater(t, l.TTL, 9*time.Second)
+}
+
+func testExtend(t *testing.T, s lockstore.Store, key string) {
+	l := acquire(t, s, key, 200*time.Millisecond)
+	ext, err := s.Extend(ctx(t), key, l.Token, 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence, ext.Fence)
+	assert.Equal(t, 10*time.Second, ext.TTL)
+
+	time.Sleep(300 * time.Millisecond) // past the original TTL
+	got, err := s.Inspect(ctx(t), key)
+	require.NoError(t, err, "an extended lock outlives its first TTL")
+	assert.Equal(t, l.Fence, got.Fence)
+	assert.Greater(t, got.TTL, 9*time.Second)
+}
+
+func testExtendAfterExpiry(t *testing.T, s lockstore.Store, key string) {
+	l := acquire(t, s, key, 50*time.Millisecond)
+	time.Sleep(120 * time.Millisecond)
+
+	_, err := s.Extend(ctx(t), key, l.Token, 10*time.Second)
+	require.ErrorIs(t, err, lockstore.ErrNotHeld)
+	_, err = s.Inspect(ctx(t), key)
+	require.ErrorIs(t, err, lockstore.ErrNotHeld, "a failed extend must not bring the lock back")
+}
+
+func testExtendByStranger(t *testing.T, s lockstore.Store, key string) {
+	l := acquire(t, s, key, 10*time.Second)
+	_, err := s.Extend(ctx(t), key, lockstore.NewToken(), time.Minute)
+	require.ErrorIs(t, err, lockstore.ErrTokenMismatch)
+
+	got, err := s.Inspect(ctx(t), key)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence, got.Fence)
+	assert.LessOrEqual(t, got.TTL, 10*time.Second, "a stranger's extend must not change the TTL")
+}
+
+func testRelease(t *testing.T, s lockstore.Store, key string) {
+	l := acquire(t, s, key, 10*time.Second)
+	require.NoError(t, s.Release(ctx(t), key, l.Token))
+
+	_, err := s.Inspect(ctx(t), key)
+	require.ErrorIs(t, err, lockstore.ErrNotHeld)
+	next := acquire(t, s, key, time.Second) // free for the next holder at once
+	assert.Greater(t, next.Fence, l.Fence)
+}
+
+func testReleaseByStranger(t *testing.T, s lockstore.Store, key string) {
+	l := acquire(t, s, key, 10*time.Second)
+	require.ErrorIs(t, s.Release(ctx(t), key, lockstore.NewToken()), lockstore.ErrTokenMismatch)
+
+	got, err := s.Inspect(ctx(t), key)
+	require.NoError(t, err, "the lock stays held")
+	assert.Equal(t, l.Fence, got.Fence)
+}
+
+func testReleaseNotHeld(t *testing.T, s lockstore.Store, key string) {
+	require.ErrorIs(t, s.Release(ctx(t), key, lockstore.NewToken()), lockstore.ErrNotHeld)
+
+	l := acquire(t, s, key, 10*time.Second)
+	require.NoError(t, s.Release(ctx(t), key, l.Token))
+	require.ErrorIs(t, s.Release(ctx(t), key, l.Token), lockstore.ErrNotHeld, "a second release finds nothing")
+}
+
+func testInspect(t *testing.T, s lockstore.Store, key string) {
+	_, err := s.Inspect(ctx(t), key)
+	require.ErrorIs(t, err, lockstore.ErrNotHeld)
+
+	granted, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second, Owner: "checkout-3"})
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	got, err := s.Inspect(ctx(t), key)
+	require.NoError(t, err)
+	assert.Equal(t, key, got.Key)
+	assert.Empty(t, got.Token, "inspect never reveals the token")
+	assert.Equal(t, "checkout-3", got.Owner)
+	assert.Equal(t, granted.Fence, got.Fence)
+	assert.Less(t, got.TTL, 10*time.Second-40*time.Millisecond, "ttl is the time left")
+	assert.Greater(t, got.TTL, 8*time.Second)
+	assert.False(t, got.ExpiresAt.After(granted.ExpiresAt.Add(5*time.Millisecond)))
+}
+
+func testFences(t *testing.T, s lockstore.Store, key string) {
+	var fences []int64
+	// New holders after a release, after an expiry, and after both.
+	l := acquire(t, s, key, 10*time.Second)
+	fences = append(fences, l.Fence)
+	require.NoError(t, s.Release(ctx(t), key, l.Token))
+
+	l = acquire(t, s, key, 30*time.Millisecond)
+	fences = append(fences, l.Fence)
+	time.Sleep(80 * time.Millisecond)
+
+	for range 5 {
+		l = acquire(t, s, key, 10*time.Second)
+		fences = append(fences, l.Fence)
+		require.NoError(t, s.Release(ctx(t), key, l.Token))
+	}
+	for i := 1; i < len(fences); i++ {
+		assert.Greater(t, fences[i], fences[i-1], "fence %d after %d", fences[i], fences[i-1])
+	}
+}
+
+func testExpiry(t *testing.T, s lockstore.Store, key string) {
+	acquire(t, s, key, 200*time.Millisecond)
+
+	time.Sleep(120 * time.Millisecond)
+	_, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.ErrorIs(t, err, lockstore.ErrHeld, "still held before its TTL")
+
+	time.Sleep(130 * time.Millisecond)
+	_, err = s.Inspect(ctx(t), key)
+	require.ErrorIs(t, err, lockstore.ErrNotHeld, "free after its TTL")
+	acquire(t, s, key, time.Second)
+}
+
+func testIndependentKeys(t *testing.T, s lockstore.Store, key string) {
+	a := acquire(t, s, key+"/a", 10*time.Second)
+	b := acquire(t, s, key+"/b", 10*time.Second)
+	require.ErrorIs(t, s.Release(ctx(t), key+"/a", b.Token), lockstore.ErrTokenMismatch)
+	require.NoError(t, s.Release(ctx(t), key+"/a", a.Token))
+	_, err := s.Inspect(ctx(t), key+"/b")
+	require.NoError(t, err)
+}
+
+func testConcurrentAcquire(t *testing.T, s lockstore.Store, key string) {
+	const n = 20
+	var wg sync.WaitGroup
+	var won, held atomic.Int64
+	for range n {
+		wg.Go(func() {
+			_, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
+			switch {
+			case err == nil:
+				won.Add(1)
+			case assert.ErrorIs(t, err, lockstore.ErrHeld):
+				held.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(1), won.Load())
+	assert.Equal(t, int64(n-1), held.Load())
+}
+
+func testInvalid(t *testing.T, s lockstore.Store, key string) {
+	_, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{TTL: time.Second})
+	require.ErrorIs(t, err, lockstore.ErrInvalid, "empty token")
+	_, err = s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Millisecond})
+	require.ErrorIs(t, err, lockstore.ErrInvalid, "ttl below the minimum")
+	_, err = s.Acquire(ctx(t), "", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.ErrorIs(t, err, lockstore.ErrInvalid, "empty key")
+	_, err = s.Extend(ctx(t), key, "", time.Second)
+	require.ErrorIs(t, err, lockstore.ErrInvalid, "extend without a token")
+	require.ErrorIs(t, s.Release(ctx(t), key, ""), lockstore.ErrInvalid, "release without a token")
+}
+
+func testCancelled(t *testing.T, s lockstore.Store, key string) {
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Acquire(c, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = s.Inspect(ctx(t), key)
+	require.ErrorIs(t, err, lockstore.ErrNotHeld, "a cancelled acquire takes nothing")
+}

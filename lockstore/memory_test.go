@@ -1,0 +1,39 @@
+package lockstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/lockstoretest"
+)
+
+func TestMemoryConformance(t *testing.T) {
+	lockstoretest.Run(t, func(t *testing.T) lockstore.Store { return lockstore.NewMemory() })
+}
+
+func TestMemoryReclaimsExpiredLocks(t *testing.T) {
+	m := lockstore.NewMemory()
+	ctx := context.Background()
+	for i := range 1000 {
+		_, err := m.Acquire(ctx, "k"+string(rune('a'+i%26))+string(rune(i)), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 20 * time.Millisecond})
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1000, m.Len())
+	time.Sleep(40 * time.Millisecond)
+	assert.Equal(t, 0, m.Len(), "expired locks are dropped, not kept until touched")
+}
+
+func TestMemoryFencesSurviveRestart(t *testing.T) {
+	ctx := context.Background()
+	l1, err := lockstore.NewMemory().Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.NoError(t, err)
+	// A new process starts with an empty store: its fences start above.
+	l2, err := lockstore.NewMemory().Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.NoError(t, err)
+	assert.Greater(t, l2.Fence, l1.Fence)
+}

@@ -1,0 +1,298 @@
+package lockstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// FenceRetention is how long a key's fence counter outlives the key's last
+// grant in Redis. Fences are also seeded from Redis TIME, so a counter that
+// is gone (expired, or lost in a restart) still restarts above every fence
+// it handed out; keeping it a day only guards against the clock stepping
+// back while the key is in use.
+const FenceRetention = 24 * time.Hour
+
+var (
+	//go:embed lua/acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+
+	//go:embed lua/extend.lua
+	extendLua    string
+	extendScript = redis.NewScript(extendLua)
+
+	//go:embed lua/release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed lua/inspect.lua
+	inspectLua    string
+	inspectScript = redis.NewScript(inspectLua)
+)
+
+// Redis is a Store on one Redis deployment: a single node, or anything a
+// redis.UniversalClient reaches (Sentinel, Cluster). Every operation is one
+// Lua script, so no read-then-write can interleave with another client's.
+// Redis keeps only a SHA-256 digest of each token.
+type Redis struct {
+	client redis.UniversalClient
+}
+
+var _ Store = (*Redis)(nil)
+
+// NewRedis returns a Store over client. Close closes the client.
+//
+// Give the client short dial, read and write timeouts and
+// ContextTimeoutEnabled, so that a dead Redis costs a request a bounded
+// wait, and MaxRetries -1: a retried release whose first attempt succeeded
+// would report "not held".
+func NewRedis(client redis.UniversalClient) *Redis {
+	return &Redis{client: client}
+}
+
+// Acquire implements Store.
+func (s *Redis) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
+	if err := checkAcquire(key, req); err != nil {
+		return Lease{}, err
+	}
+	start := time.Now()
+	r, err := nodeAcquire(ctx, s.client, key, digestHex(req.Token), req.TTL, req.Owner)
+	if err != nil {
+		return Lease{}, err
+	}
+	if r.code == acquireHeld {
+		return Lease{}, &HeldError{Remaining: r.remaining}
+	}
+	return r.lease(key, req.Token, req.TTL, start), nil
+}
+
+// Extend implements Store.
+func (s *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
+	if err := checkToken(key, token, ttl); err != nil {
+		return Lease{}, err
+	}
+	start := time.Now()
+	v, err := nodeExtend(ctx, s.client, key, digestHex(token), ttl)
+	if err != nil {
+		return Lease{}, err
+	}
+	return v.lease(key, token, ttl, start), nil
+}
+
+// Release implements Store.
+func (s *Redis) Release(ctx context.Context, key, token string) error {
+	if err := checkToken(key, token, MinTTL); err != nil {
+		return err
+	}
+	return nodeRelease(ctx, s.client, key, digestHex(token))
+}
+
+// Inspect implements Store.
+func (s *Redis) Inspect(ctx context.Context, key string) (Lease, error) {
+	start := time.Now()
+	v, remaining, err := nodeInspect(ctx, s.client, key)
+	if err != nil {
+		return Lease{}, err
+	}
+	return v.lease(key, "", remaining, start), nil
+}
+
+// Ping implements Store.
+func (s *Redis) Ping(ctx context.Context) error {
+	return redisErr(s.client.Ping(ctx).Err())
+}
+
+// Close implements Store.
+func (s *Redis) Close() error { return s.client.Close() }
+
+// The node* functions run one script on one Redis node and translate its
+// reply into the domain's terms. Redis uses them on its only node; Redlock
+// uses them on each of its nodes.
+
+type acquireCode int64
+
+const (
+	acquireHeld    acquireCode = 0
+	acquireNew     acquireCode = 1
+	acquireRenewed acquireCode = 2
+)
+
+type acquireResult struct {
+	code      acquireCode
+	value     lockValue     // when granted or renewed
+	remaining time.Duration // when held by another
+}
+
+func (r acquireResult) lease(key, token string, ttl time.Duration, start time.Time) Lease {
+	l := r.value.lease(key, token, ttl, start)
+	l.Renewed = r.code == acquireRenewed
+	return l
+}
+
+func nodeAcquire(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, owner string) (acquireResult, error) {
+	reply, err := acquireScript.Run(ctx, c,
+		[]string{lockKey(key), fenceKey(key)},
+		digest, ttl.Milliseconds(), owner, (ttl + FenceRetention).Milliseconds(),
+	).Slice()
+	if err != nil {
+		return acquireResult{}, redisErr(err)
+	}
+	if len(reply) != 2 {
+		return acquireResult{}, fmt.Errorf("lockstore: acquire script replied %v", reply)
+	}
+	code, _ := reply[0].(int64)
+	switch acquireCode(code) {
+	case acquireHeld:
+		pttl, _ := reply[1].(int64)
+		return acquireResult{code: acquireHeld, remaining: pttlDuration(pttl)}, nil
+	case acquireNew, acquireRenewed:
+		v, err := parseLockValue(reply[1])
+		return acquireResult{code: acquireCode(code), value: v}, err
+	}
+	return acquireResult{}, fmt.Errorf("lockstore: acquire script replied %v", reply)
+}
+
+func nodeExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration) (lockValue, error) {
+	reply, err := extendScript.Run(ctx, c, []string{lockKey(key)}, digest, ttl.Milliseconds()).Slice()
+	if err != nil {
+		return lockValue{}, redisErr(err)
+	}
+	if len(reply) == 0 {
+		return lockValue{}, errors.New("lockstore: extend script replied nothing")
+	}
+	code, _ := reply[0].(int64)
+	switch {
+	case code == 0:
+		return lockValue{}, ErrNotHeld
+	case code == -1:
+		return lockValue{}, ErrTokenMismatch
+	case code == 1 && len(reply) == 2:
+		return parseLockValue(reply[1])
+	}
+	return lockValue{}, fmt.Errorf("lockstore: extend script replied %v", reply)
+}
+
+func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string) error {
+	code, err := releaseScript.Run(ctx, c, []string{lockKey(key)}, digest).Int64()
+	if err != nil {
+		return redisErr(err)
+	}
+	switch code {
+	case 1:
+		return nil
+	case 0:
+		return ErrNotHeld
+	case -1:
+		return ErrTokenMismatch
+	}
+	return fmt.Errorf("lockstore: release script replied %d", code)
+}
+
+func nodeInspect(ctx context.Context, c redis.Scripter, key string) (lockValue, time.Duration, error) {
+	reply, err := inspectScript.Run(ctx, c, []string{lockKey(key)}).Slice()
+	if err != nil {
+		return lockValue{}, 0, redisErr(err)
+	}
+	if len(reply) == 0 {
+		return lockValue{}, 0, ErrNotHeld
+	}
+	if len(reply) != 2 {
+		return lockValue{}, 0, fmt.Errorf("lockstore: inspect script replied %v", reply)
+	}
+	v, err := parseLockValue(reply[0])
+	pttl, _ := reply[1].(int64)
+	return v, pttlDuration(pttl), err
+}
+
+// lockKey and fenceKey name a lock's Redis keys. The hash tag {key} puts a
+// lock and its fence counter in one Redis Cluster slot, so one script can
+// touch both. Lock keys cannot contain braces, so the tag is always the key.
+func lockKey(key string) string  { return "lockgw:{" + key + "}:lock" }
+func fenceKey(key string) string { return "lockgw:{" + key + "}:fence" }
+
+func digestHex(token string) string {
+	d := tokenDigest(token)
+	return hex.EncodeToString(d[:])
+}
+
+// lockValue is a lock's stored value, "<digest>:<fence>:<owner>", parsed.
+type lockValue struct {
+	digest string
+	fence  int64
+	owner  string
+}
+
+func parseLockValue(reply any) (lockValue, error) {
+	s, ok := reply.(string)
+	if !ok {
+		return lockValue{}, fmt.Errorf("lockstore: lock value is %T, not a string", reply)
+	}
+	digest, rest, ok1 := strings.Cut(s, ":")
+	fence, owner, ok2 := strings.Cut(rest, ":")
+	f, err := strconv.ParseInt(fence, 10, 64)
+	if !ok1 || !ok2 || err != nil || len(digest) != 64 {
+		return lockValue{}, fmt.Errorf("lockstore: malformed lock value %q", redactDigest(s))
+	}
+	return lockValue{digest: digest, fence: f, owner: owner}, nil
+}
+
+func (v lockValue) lease(key, token string, ttl time.Duration, start time.Time) Lease {
+	return Lease{
+		Key:   key,
+		Token: token,
+		Owner: v.owner,
+		Fence: v.fence,
+		TTL:   ttl,
+		// start was read before the script ran, so start+ttl is never later
+		// than the expiry Redis applies.
+		ExpiresAt: start.Add(ttl),
+	}
+}
+
+// pttlDuration turns a PTTL reply into a duration. PTTL answers -1 for a key
+// without expiry and -2 for a missing key; neither happens to a lock the
+// same script just read, so both count as "no time left".
+func pttlDuration(ms int64) time.Duration {
+	return time.Duration(max(ms, 0)) * time.Millisecond
+}
+
+func redactDigest(s string) string {
+	if len(s) > 8 {
+		return s[:8] + "…"
+	}
+	return s
+}
+
+// redisErr translates a go-redis error into the domain's errors: a Redis
+// that cannot answer is ErrUnavailable (the caller's own cancellation stays
+// visible through errors.Is); an error reply from a script is a bug, returned
+// for the caller to log. redis.Nil cannot occur: every script replies.
+func redisErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !transientRedisError(rerr.Error()) {
+		return fmt.Errorf("lockstore: redis: %w", err)
+	}
+	// Timeouts, refused or broken connections, a closed client, a Redis
+	// still loading or failing over: Redis did not answer.
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+func transientRedisError(msg string) bool {
+	for _, prefix := range []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "TIMEOUT"} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
+}
