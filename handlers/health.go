@@ -1,0 +1,97 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// Healthz serves GET /healthz: the process serves HTTP. It never asks the
+// backend, so a Redis outage does not get healthy gateways restarted.
+func Healthz() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		encode(w, http.StatusOK, "application/json", map[string]string{"status": "ok"})
+	})
+}
+
+// Node is how one node of a multi-node backend (Redlock) is doing.
+type Node struct {
+	Addr             string
+	Up               bool
+	QuarantinedUntil time.Time // zero unless its votes are ignored after a restart
+}
+
+// Readyz serves GET /readyz: the backend answers within timeout. A load
+// balancer should stop sending lock traffic to a gateway that answers 503.
+// nodes, when not nil, lists a multi-node backend's nodes in the body.
+func Readyz(store lockstore.Store, backend string, nodes func() []Node, timeout time.Duration, log zerolog.Logger) http.Handler {
+	type node struct {
+		Addr             string `json:"addr"`
+		Up               bool   `json:"up"`
+		QuarantinedUntil string `json:"quarantined_until,omitempty"`
+	}
+	type response struct {
+		Status  string `json:"status"`
+		Backend string `json:"backend"`
+		Nodes   []node `json:"nodes,omitempty"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		if err := store.Ping(ctx); err != nil {
+			log.Warn().Err(err).Msg("readiness check failed")
+			WriteProblem(w, r, &Error{Kind: KindUnavailable, Detail: "the " + backend + " backend does not answer", RetryAfter: time.Second})
+			return
+		}
+		resp := response{Status: "ok", Backend: backend}
+		if nodes != nil {
+			for _, n := range nodes() {
+				out := node{Addr: n.Addr, Up: n.Up}
+				if !n.QuarantinedUntil.IsZero() {
+					out.QuarantinedUntil = timestamp(n.QuarantinedUntil)
+				}
+				resp.Nodes = append(resp.Nodes, out)
+			}
+		}
+		encode(w, http.StatusOK, "application/json", resp)
+	})
+}
+
+// OpenAPI serves GET /openapi.yaml: the spec the service was built with.
+func OpenAPI(spec []byte) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Header().Set("Content-Length", strconv.Itoa(len(spec)))
+		_, _ = w.Write(spec)
+	})
+}
+
+// NotFound answers paths the API does not have.
+func NotFound() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		WriteProblem(w, r, newError(KindNotFound, "no such resource; see /openapi.yaml for the API"))
+	})
+}
+
+// MethodNotAllowed answers a known path asked with a method it lacks;
+// allowed lists the methods the path has, for the Allow header.
+func MethodNotAllowed(allowed func(r *http.Request) []string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		allow := strings.Join(allowed(r), ", ")
+		w.Header().Set("Allow", allow)
+		WriteProblem(w, r, newError(KindMethodNotAllowed, r.Method+" is not allowed here; allowed: "+allow))
+	})
+}
+
+// InternalError answers a request whose handler failed unexpectedly.
+func InternalError() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		WriteProblem(w, r, newError(KindInternal, "the server could not handle the request; quote the request_id when reporting it"))
+	})
+}

@@ -1,0 +1,122 @@
+package handlers
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// MaxKeyBytes is the longest lock key.
+const MaxKeyBytes = 256
+
+// LocksPrefix is where lock keys start in a URL path.
+const LocksPrefix = "/locks/"
+
+// KeyFromPath returns the lock key of a /locks/{key} request: the rest of the
+// path, percent-decoded, so /locks/jobs%2Fnightly and /locks/jobs/nightly are
+// the same key. It reads the escaped path itself rather than the router's
+// wildcard, which is escaped or not depending on how the client wrote it.
+func KeyFromPath(r *http.Request) (string, error) {
+	raw, ok := strings.CutPrefix(r.URL.EscapedPath(), LocksPrefix)
+	if !ok {
+		return "", newError(KindMalformed, "the lock key is missing: use /locks/{key}")
+	}
+	key, err := url.PathUnescape(raw)
+	if err != nil {
+		return "", newError(KindMalformed, "the lock key has a malformed percent-escape")
+	}
+	if err := CheckKey(key); err != nil {
+		return "", newError(KindMalformed, err.Error())
+	}
+	return key, nil
+}
+
+// CheckKey enforces the key rules: 1–256 bytes of A–Z a–z 0–9 . _ - : @ and
+// "/" as a separator between non-empty segments that are not "." or "..".
+// Braces are never allowed: they would break the Redis hash tag.
+func CheckKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("the lock key is empty")
+	}
+	if len(key) > MaxKeyBytes {
+		return fmt.Errorf("the lock key is %d bytes; the limit is %d", len(key), MaxKeyBytes)
+	}
+	for i := 0; i < len(key); i++ {
+		if !keyByte(key[i]) {
+			return fmt.Errorf("the lock key may hold only A-Z a-z 0-9 . _ - : @ and /, not %q", rune(key[i]))
+		}
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		switch seg {
+		case "":
+			return fmt.Errorf("the lock key has an empty segment (a leading, trailing or doubled /)")
+		case ".", "..":
+			return fmt.Errorf("the lock key has a %q segment", seg)
+		}
+	}
+	return nil
+}
+
+func keyByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("._-:@/", c) >= 0
+}
+
+// Token length bounds: 22 characters is 128 bits of base64.
+const (
+	MinTokenLen = 22
+	MaxTokenLen = 128
+)
+
+// CheckToken enforces the token rules: 22–128 of A–Z a–z 0–9 _ -.
+// The error never repeats the token.
+func CheckToken(token string) error {
+	if len(token) < MinTokenLen || len(token) > MaxTokenLen {
+		return fmt.Errorf("a lock token is %d to %d characters, not %d", MinTokenLen, MaxTokenLen, len(token))
+	}
+	for i := 0; i < len(token); i++ {
+		c := token[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("a lock token may hold only A-Z a-z 0-9 _ and -")
+		}
+	}
+	return nil
+}
+
+// tokenFromHeaders reads the caller's token from Lock-Token or If-Match
+// ("<token>", the ETag an acquire returned). It returns "" when neither is
+// present; a malformed value, or two that disagree, is a 400.
+func tokenFromHeaders(r *http.Request, allowIfMatch bool) (string, error) {
+	token := r.Header.Get("Lock-Token")
+	if token != "" || len(r.Header.Values("Lock-Token")) > 0 {
+		if len(r.Header.Values("Lock-Token")) > 1 {
+			return "", newError(KindMalformed, "send one Lock-Token header")
+		}
+		if err := CheckToken(token); err != nil {
+			return "", newError(KindMalformed, "Lock-Token: "+err.Error())
+		}
+	}
+	if !allowIfMatch {
+		return token, nil
+	}
+	ifMatch := strings.TrimSpace(strings.Join(r.Header.Values("If-Match"), ","))
+	if ifMatch == "" {
+		return token, nil
+	}
+	etag, ok := strings.CutPrefix(ifMatch, `"`)
+	etag, ok2 := strings.CutSuffix(etag, `"`)
+	if !ok || !ok2 || strings.ContainsAny(etag, `",`) {
+		return "", newError(KindMalformed, `If-Match must be one strong entity tag, "<token>", as the acquire's ETag`)
+	}
+	if err := CheckToken(etag); err != nil {
+		return "", newError(KindMalformed, "If-Match: "+err.Error())
+	}
+	if token != "" && token != etag {
+		return "", newError(KindMalformed, "Lock-Token and If-Match name different tokens")
+	}
+	return etag, nil
+}

@@ -1,0 +1,320 @@
+// Package handlers turns HTTP requests into lockstore calls and their results
+// into responses: one maker per endpoint, strict decoding and validation, and
+// the one table (problem.go) that maps errors to problem+json.
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-playground/validator/v10"
+	"github.com/rs/zerolog"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// Limits are the service's bounds on requests.
+type Limits struct {
+	DefaultTTL     time.Duration // lease length when a request names none
+	MaxTTL         time.Duration // longest lease
+	MaxWait        time.Duration // longest wait_ms
+	MaxBodyBytes   int64         // request body limit
+	BackendTimeout time.Duration // deadline for one store call
+}
+
+// Locks serves /locks/{key}. Build it with NewLocks.
+type Locks struct {
+	store    lockstore.Store
+	limits   Limits
+	log      zerolog.Logger
+	validate *validator.Validate
+	stopping <-chan struct{}
+}
+
+// NewLocks returns the lock endpoints over store. When stopping closes
+// (the server is shutting down) waiting acquires give up at once.
+func NewLocks(store lockstore.Store, limits Limits, log zerolog.Logger, stopping <-chan struct{}) *Locks {
+	return &Locks{store: store, limits: limits, log: log, validate: newValidator(limits), stopping: stopping}
+}
+
+// leaseBody is the body of a grant or an extension.
+type leaseBody struct {
+	Key       string `json:"key"`
+	Token     string `json:"token"`
+	Fence     int64  `json:"fence"`
+	Owner     string `json:"owner,omitempty"`
+	TTLms     int64  `json:"ttl_ms"`
+	ExpiresAt string `json:"expires_at"`
+}
+
+func newLeaseBody(l lockstore.Lease) leaseBody {
+	return leaseBody{Key: l.Key, Token: l.Token, Fence: l.Fence, Owner: l.Owner, TTLms: l.TTL.Milliseconds(), ExpiresAt: timestamp(l.ExpiresAt)}
+}
+
+// timestamp renders t in RFC 3339, UTC, with milliseconds, rounded down so
+// the rendered expiry is never later than the real one.
+func timestamp(t time.Time) string {
+	return t.UTC().Truncate(time.Millisecond).Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// Acquire serves PUT /locks/{key}: take a lease, waiting up to wait_ms.
+func (h *Locks) Acquire() http.Handler {
+	type request struct {
+		TTLms  *int64  `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
+		WaitMs *int64  `json:"wait_ms" validate:"omitnil,gte=0,maxwait"`
+		Owner  *string `json:"owner" validate:"omitnil,max=128,printable"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, token, err := h.keyAndToken(r, false)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		var req request
+		if err := h.decodeValid(w, r, &req); err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		if token == "" {
+			token = lockstore.NewToken()
+		}
+		ar := lockstore.AcquireRequest{Token: token, TTL: h.limits.DefaultTTL}
+		if req.TTLms != nil {
+			ar.TTL = time.Duration(*req.TTLms) * time.Millisecond
+		}
+		if req.Owner != nil {
+			ar.Owner = *req.Owner
+		}
+		var wait time.Duration
+		if req.WaitMs != nil {
+			wait = time.Duration(*req.WaitMs) * time.Millisecond
+		}
+
+		lease, err := h.acquire(r.Context(), key, ar, wait)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		if !lease.Renewed && r.Context().Err() != nil {
+			// The client left while we took the lock: it will never learn
+			// the token, so nobody could release it before it expires.
+			h.releaseAbandoned(key, token)
+			return
+		}
+		w.Header().Set("ETag", `"`+token+`"`)
+		status := http.StatusOK
+		if !lease.Renewed {
+			status = http.StatusCreated
+			w.Header().Set("Location", LocksPrefix+escapeKey(key))
+		}
+		encode(w, status, "application/json", newLeaseBody(lease))
+	})
+}
+
+// acquire tries once, then, while the key is held and wait allows, again
+// after a backoff with jitter (never past the holder's remaining TTL, so a
+// lease that expires is taken promptly).
+func (h *Locks) acquire(ctx context.Context, key string, req lockstore.AcquireRequest, wait time.Duration) (lockstore.Lease, error) {
+	deadline := time.Now().Add(wait)
+	backoff := 10 * time.Millisecond
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, h.limits.BackendTimeout)
+		lease, err := h.store.Acquire(callCtx, key, req)
+		cancel()
+		held, ok := errors.AsType[*lockstore.HeldError](err)
+		left := time.Until(deadline)
+		if !ok || left <= 0 {
+			return lease, err
+		}
+		// Half fixed, half random: waiters spread out but never spin.
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		sleep = max(min(sleep, held.Remaining, left), time.Millisecond)
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return lockstore.Lease{}, ctx.Err()
+		case <-h.stopping:
+			t.Stop()
+			return lockstore.Lease{}, errShuttingDown
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}
+
+func (h *Locks) releaseAbandoned(key, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.limits.BackendTimeout)
+	defer cancel()
+	if err := h.store.Release(ctx, key, token); err != nil && !errors.Is(err, lockstore.ErrNotHeld) {
+		h.log.Warn().Err(err).Msg("could not release a lock its client abandoned; it will expire")
+	}
+}
+
+// Extend serves PATCH /locks/{key}: reset the TTL of a lease the caller holds.
+func (h *Locks) Extend() http.Handler {
+	type request struct {
+		TTLms *int64 `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, token, err := h.keyAndToken(r, true)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		var req request
+		if err := h.decodeValid(w, r, &req); err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		ttl := h.limits.DefaultTTL
+		if req.TTLms != nil {
+			ttl = time.Duration(*req.TTLms) * time.Millisecond
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
+		defer cancel()
+		lease, err := h.store.Extend(ctx, key, token, ttl)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		w.Header().Set("ETag", `"`+token+`"`)
+		encode(w, http.StatusOK, "application/json", newLeaseBody(lease))
+	})
+}
+
+// Release serves DELETE /locks/{key}: free a lease the caller holds.
+func (h *Locks) Release() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, token, err := h.keyAndToken(r, true)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
+		defer cancel()
+		if err := h.store.Release(ctx, key, token); err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// Inspect serves GET /locks/{key}: who holds a lock, never with its token.
+func (h *Locks) Inspect() http.Handler {
+	type response struct {
+		Key       string `json:"key"`
+		Owner     string `json:"owner,omitempty"`
+		Fence     int64  `json:"fence"`
+		TTLms     int64  `json:"ttl_ms"`
+		ExpiresAt string `json:"expires_at"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := KeyFromPath(r)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
+		defer cancel()
+		l, err := h.store.Inspect(ctx, key)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		encode(w, http.StatusOK, "application/json", response{
+			Key: l.Key, Owner: l.Owner, Fence: l.Fence, TTLms: l.TTL.Milliseconds(), ExpiresAt: timestamp(l.ExpiresAt),
+		})
+	})
+}
+
+// keyAndToken reads the key and the caller's token. For extend and release
+// (requireToken) the token is mandatory: 428 without one.
+func (h *Locks) keyAndToken(r *http.Request, requireToken bool) (key, token string, err error) {
+	if key, err = KeyFromPath(r); err != nil {
+		return "", "", err
+	}
+	if token, err = tokenFromHeaders(r, requireToken); err != nil {
+		return "", "", err
+	}
+	if requireToken && token == "" {
+		return "", "", newError(KindTokenRequired, `send the lock's token as Lock-Token: <token> or If-Match: "<token>"`)
+	}
+	return key, token, nil
+}
+
+func (h *Locks) decodeValid(w http.ResponseWriter, r *http.Request, dst any) error {
+	if err := decode(w, r, h.limits.MaxBodyBytes, dst); err != nil {
+		return err
+	}
+	err := h.validate.Struct(dst)
+	verrs, ok := errors.AsType[validator.ValidationErrors](err)
+	if !ok {
+		return err
+	}
+	e := newError(KindValidation, "the request has values out of range; see errors")
+	for _, fe := range verrs {
+		e.Fields = append(e.Fields, FieldError{Field: fe.Field(), Message: h.fieldMessage(fe)})
+	}
+	return e
+}
+
+func (h *Locks) fieldMessage(fe validator.FieldError) string {
+	switch fe.Tag() {
+	case "gte":
+		return "must be at least " + fe.Param()
+	case "maxttl":
+		return fmt.Sprintf("must be at most %d (the server's maximum TTL)", h.limits.MaxTTL.Milliseconds())
+	case "maxwait":
+		return fmt.Sprintf("must be at most %d (the server's maximum wait)", h.limits.MaxWait.Milliseconds())
+	case "max":
+		return "must be at most " + fe.Param() + " characters"
+	case "printable":
+		return "must hold only printable characters"
+	}
+	return "is not valid (" + fe.Tag() + ")"
+}
+
+// newValidator knows the configured bounds and names fields as JSON does.
+func newValidator(limits Limits) *validator.Validate {
+	v := validator.New(validator.WithRequiredStructEnabled())
+	v.RegisterTagNameFunc(func(f reflect.StructField) string {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		return name
+	})
+	must := func(err error) {
+		if err != nil {
+			panic(err) // a tag registered twice: a programming error
+		}
+	}
+	must(v.RegisterValidation("maxttl", func(fl validator.FieldLevel) bool {
+		return fl.Field().Int() <= limits.MaxTTL.Milliseconds()
+	}))
+	must(v.RegisterValidation("maxwait", func(fl validator.FieldLevel) bool {
+		return fl.Field().Int() <= limits.MaxWait.Milliseconds()
+	}))
+	must(v.RegisterValidation("printable", func(fl validator.FieldLevel) bool {
+		s := fl.Field().String()
+		return utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0
+	}))
+	return v
+}
+
+// escapeKey escapes each segment of key for a URL path, keeping the "/"s.
+func escapeKey(key string) string {
+	segs := strings.Split(key, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return strings.Join(segs, "/")
+}

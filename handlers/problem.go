@@ -1,0 +1,167 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/middleware"
+)
+
+// ProblemBase prefixes every problem type URI; openapi.yaml lists them all.
+const ProblemBase = "https://lockgateway.dev/problems/"
+
+// Kind is one kind of problem: a stable type URI, its status and title.
+type Kind struct {
+	Slug   string
+	Status int
+	Title  string
+}
+
+// Type is the kind's stable type URI.
+func (k Kind) Type() string { return ProblemBase + k.Slug }
+
+// The catalogue of problem kinds. Their slugs are part of the API: clients
+// branch on them. openapi.yaml and the README list the same table.
+var (
+	KindMalformed        = Kind{"malformed-request", http.StatusBadRequest, "Malformed request"}
+	KindUnauthorized     = Kind{"unauthorized", http.StatusUnauthorized, "Unauthorized"}
+	KindForbidden        = Kind{"forbidden", http.StatusForbidden, "Forbidden"}
+	KindNotFound         = Kind{"not-found", http.StatusNotFound, "Not found"}
+	KindLockNotFound     = Kind{"lock-not-found", http.StatusNotFound, "Lock not found"}
+	KindMethodNotAllowed = Kind{"method-not-allowed", http.StatusMethodNotAllowed, "Method not allowed"}
+	KindLockHeld         = Kind{"lock-held", http.StatusConflict, "Lock held"}
+	KindTokenMismatch    = Kind{"token-mismatch", http.StatusPreconditionFailed, "Lock token mismatch"}
+	KindBodyTooLarge     = Kind{"body-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
+	KindUnsupportedMedia = Kind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type"}
+	KindValidation       = Kind{"validation", http.StatusUnprocessableEntity, "Validation failed"}
+	KindTokenRequired    = Kind{"token-required", http.StatusPreconditionRequired, "Lock token required"}
+	KindRateLimited      = Kind{"rate-limited", http.StatusTooManyRequests, "Rate limited"}
+	KindInternal         = Kind{"internal", http.StatusInternalServerError, "Internal error"}
+	KindUnavailable      = Kind{"backend-unavailable", http.StatusServiceUnavailable, "Backend unavailable"}
+)
+
+// Problem is an RFC 9457 problem details body.
+type Problem struct {
+	Type      string       `json:"type"`
+	Title     string       `json:"title"`
+	Status    int          `json:"status"`
+	Detail    string       `json:"detail"`
+	Instance  string       `json:"instance"`
+	RequestID string       `json:"request_id,omitempty"`
+	Errors    []FieldError `json:"errors,omitempty"`
+}
+
+// FieldError names one field that failed validation and why.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// Error is a problem a handler or middleware decided on: it carries its kind
+// and a detail written for the client.
+type Error struct {
+	Kind       Kind
+	Detail     string
+	Fields     []FieldError
+	RetryAfter time.Duration // sent as Retry-After when positive
+}
+
+func (e *Error) Error() string { return e.Kind.Slug + ": " + e.Detail }
+
+func newError(k Kind, detail string) *Error { return &Error{Kind: k, Detail: detail} }
+
+// errShuttingDown ends a waiting acquire when the server stops.
+var errShuttingDown = &Error{Kind: KindUnavailable, Detail: "the server is shutting down; retry, another instance will answer", RetryAfter: time.Second}
+
+// domainErrors is the one table from the store's errors to problems.
+// Anything not here (and not an *Error) is unexpected: logged once, and
+// answered as a 500 that says nothing of its cause.
+var domainErrors = []struct {
+	err    error
+	kind   Kind
+	detail string
+}{
+	{lockstore.ErrHeld, KindLockHeld, "the lock is held by another token"},
+	{lockstore.ErrNotHeld, KindLockNotFound, "the lock is not held: it was never taken, was released, or expired"},
+	{lockstore.ErrTokenMismatch, KindTokenMismatch, "the lock is held by another token"},
+	{lockstore.ErrUnavailable, KindUnavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
+	// A client that went away, or a deadline we set, ends the request
+	// before the backend answered.
+	{context.Canceled, KindUnavailable, "the request was cancelled before the backend answered; retry with the same Lock-Token"},
+	{context.DeadlineExceeded, KindUnavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
+}
+
+// WriteError answers err as a problem. It is the only place errors become
+// HTTP responses.
+func WriteError(w http.ResponseWriter, r *http.Request, log zerolog.Logger, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = fromDomain(err)
+		if e == nil {
+			log.Error().Err(err).
+				Str("request_id", middleware.GetRequestID(r.Context())).
+				Str("method", r.Method).
+				Msg("unexpected error")
+			e = newError(KindInternal, "the server could not handle the request; quote the request_id when reporting it")
+		}
+	}
+	WriteProblem(w, r, e)
+}
+
+func fromDomain(err error) *Error {
+	for _, d := range domainErrors {
+		if !errors.Is(err, d.err) {
+			continue
+		}
+		e := newError(d.kind, d.detail)
+		switch d.kind.Status {
+		case http.StatusConflict:
+			var held *lockstore.HeldError
+			if errors.As(err, &held) {
+				e.RetryAfter = held.Remaining
+			}
+		case http.StatusServiceUnavailable:
+			// Redlock says why a majority was impossible; that text names
+			// node counts only, never addresses or internals.
+			var q interface{ QuorumDetail() string }
+			if errors.As(err, &q) {
+				e.Detail = q.QuorumDetail()
+			}
+			e.RetryAfter = time.Second
+		}
+		return e
+	}
+	return nil
+}
+
+// WriteProblem writes e as application/problem+json.
+func WriteProblem(w http.ResponseWriter, r *http.Request, e *Error) {
+	h := w.Header()
+	if e.RetryAfter > 0 || e.Kind.Status == http.StatusConflict || e.Kind.Status == http.StatusServiceUnavailable || e.Kind.Status == http.StatusTooManyRequests {
+		h.Set("Retry-After", strconv.Itoa(RetryAfterSeconds(e.RetryAfter)))
+	}
+	h.Del("ETag")
+	h.Del("Location")
+	encode(w, e.Kind.Status, "application/problem+json", Problem{
+		Type:      e.Kind.Type(),
+		Title:     e.Kind.Title,
+		Status:    e.Kind.Status,
+		Detail:    e.Detail,
+		Instance:  r.URL.EscapedPath(),
+		RequestID: middleware.GetRequestID(r.Context()),
+		Errors:    e.Fields,
+	})
+}
+
+// RetryAfterSeconds rounds d up to whole seconds, at least 1: a client told
+// "0" would retry at once, before the lease it waits for can have gone.
+func RetryAfterSeconds(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
+}

@@ -1,0 +1,192 @@
+package server
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Config is the gateway's configuration. Every field comes from a flag or
+// from the LOCKGW_* variable of the same name; a flag wins over the variable.
+type Config struct {
+	Addr            string
+	Backend         string
+	RedisURL        string
+	RedlockURLs     []string
+	RedlockTimeout  time.Duration
+	RateLimitWindow time.Duration
+	LogLevel        zerolog.Level
+	LogFormat       string
+	DefaultTTL      time.Duration
+	MaxTTL          time.Duration
+	MaxWait         time.Duration
+	MaxBodyBytes    int64
+	BackendTimeout  time.Duration
+	ShutdownTimeout time.Duration
+}
+
+// Backends the gateway can run on.
+const (
+	BackendMemory  = "memory"
+	BackendRedis   = "redis"
+	BackendRedlock = "redlock"
+)
+
+// parseConfig reads flags from args and, for each flag not given, the
+// LOCKGW_* variable from getenv. Nonsense is an error that says what is
+// wrong and what would be right.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("lockgateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		addr            = fs.String("addr", ":8080", "listen address (LOCKGW_ADDR)")
+		backend         = fs.String("backend", BackendMemory, "lock backend: memory, redis or redlock (LOCKGW_BACKEND)")
+		redisURL        = fs.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the redis backend (LOCKGW_REDIS_URL)")
+		redlockURLs     = fs.String("redlock-urls", "", "comma-separated redis:// URLs of ≥ 3 independent masters (LOCKGW_REDLOCK_URLS)")
+		redlockTimeout  = fs.String("redlock-node-timeout", "50ms", "deadline for one Redlock node in every operation (LOCKGW_REDLOCK_NODE_TIMEOUT)")
+		rateLimitWindow = fs.String("rate-limit-window", "0", "per-user window, one request each; 0 turns rate limiting off (LOCKGW_RATE_LIMIT_WINDOW)")
+		logLevel        = fs.String("log-level", "info", "debug, info, warn or error (LOCKGW_LOG_LEVEL)")
+		logFormat       = fs.String("log-format", "json", "json or console (LOCKGW_LOG_FORMAT)")
+		defaultTTL      = fs.String("default-ttl", "30s", "lease length when a request names none (LOCKGW_DEFAULT_TTL)")
+		maxTTL          = fs.String("max-ttl", "24h", "longest lease a request may ask for (LOCKGW_MAX_TTL)")
+		maxWait         = fs.String("max-wait", "60s", "longest wait_ms a request may ask for (LOCKGW_MAX_WAIT)")
+		maxBody         = fs.String("max-body-bytes", "65536", "request body limit in bytes (LOCKGW_MAX_BODY_BYTES)")
+		backendTimeout  = fs.String("backend-timeout", "1s", "deadline for one backend call (LOCKGW_BACKEND_TIMEOUT)")
+		shutdownTimeout = fs.String("shutdown-timeout", "15s", "how long a SIGTERM waits for in-flight requests (LOCKGW_SHUTDOWN_TIMEOUT)")
+	)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q; every setting is a --flag", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	// value is the flag when given, else its LOCKGW_ variable, else the default.
+	value := func(name string, p *string) (string, string) {
+		env := "LOCKGW_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		if !given[name] {
+			if v := getenv(env); v != "" {
+				return v, env
+			}
+		}
+		return *p, "--" + name
+	}
+
+	var c Config
+	var errs []error
+	duration := func(name string, p *string, min time.Duration) time.Duration {
+		v, src := value(name, p)
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration (examples: 500ms, 30s, 24h)", src, v))
+		case d < min:
+			errs = append(errs, fmt.Errorf("%s: %v is below the minimum %v", src, d, min))
+		}
+		return d
+	}
+
+	c.Addr, _ = value("addr", addr)
+	var src string
+	c.Backend, src = value("backend", backend)
+	switch c.Backend {
+	case BackendMemory, BackendRedis, BackendRedlock:
+	default:
+		errs = append(errs, fmt.Errorf("%s: unknown backend %q (want memory, redis or redlock)", src, c.Backend))
+	}
+
+	c.RedisURL, src = value("redis-url", redisURL)
+	if c.Backend == BackendRedis {
+		if err := checkRedisURL(c.RedisURL); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", src, err))
+		}
+	}
+	urls, src := value("redlock-urls", redlockURLs)
+	if c.Backend == BackendRedlock {
+		c.RedlockURLs, errs = redlockList(urls, src, errs)
+	}
+	c.RedlockTimeout = duration("redlock-node-timeout", redlockTimeout, time.Millisecond)
+	c.RateLimitWindow = duration("rate-limit-window", rateLimitWindow, 0)
+
+	level, src := value("log-level", logLevel)
+	var err error
+	if c.LogLevel, err = zerolog.ParseLevel(level); err != nil || level == "" {
+		errs = append(errs, fmt.Errorf("%s: unknown log level %q (want debug, info, warn or error)", src, level))
+	}
+	c.LogFormat, src = value("log-format", logFormat)
+	if c.LogFormat != "json" && c.LogFormat != "console" {
+		errs = append(errs, fmt.Errorf("%s: unknown log format %q (want json or console)", src, c.LogFormat))
+	}
+
+	c.DefaultTTL = duration("default-ttl", defaultTTL, 10*time.Millisecond)
+	c.MaxTTL = duration("max-ttl", maxTTL, 10*time.Millisecond)
+	if c.DefaultTTL > c.MaxTTL {
+		errs = append(errs, fmt.Errorf("the default TTL %v is above the maximum TTL %v", c.DefaultTTL, c.MaxTTL))
+	}
+	c.MaxWait = duration("max-wait", maxWait, 0)
+	c.BackendTimeout = duration("backend-timeout", backendTimeout, time.Millisecond)
+	c.ShutdownTimeout = duration("shutdown-timeout", shutdownTimeout, 0)
+
+	body, src := value("max-body-bytes", maxBody)
+	if c.MaxBodyBytes, err = strconv.ParseInt(body, 10, 64); err != nil || c.MaxBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("%s: %q is not a byte count of at least 1024", src, body))
+	}
+	return c, errors.Join(errs...)
+}
+
+func checkRedisURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		return fmt.Errorf("%q is not a redis:// or rediss:// URL (example: redis://127.0.0.1:6379/0)", redactURL(raw))
+	}
+	return nil
+}
+
+func redlockList(raw, src string, errs []error) ([]string, []error) {
+	var urls []string
+	seen := map[string]bool{}
+	for u := range strings.SplitSeq(raw, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		if err := checkRedisURL(u); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", src, err))
+			continue
+		}
+		host := u
+		if pu, err := url.Parse(u); err == nil {
+			host = pu.Host
+		}
+		if seen[host] {
+			errs = append(errs, fmt.Errorf("%s: %s is listed twice; Redlock needs independent masters", src, host))
+		}
+		seen[host] = true
+		urls = append(urls, u)
+	}
+	if len(urls) < 3 {
+		errs = append(errs, fmt.Errorf("%s: Redlock needs at least 3 independent Redis masters, got %d", src, len(urls)))
+	}
+	return urls, errs
+}
+
+// redactURL hides a password in a Redis URL before it reaches an error or
+// a log line.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		if err != nil {
+			return "(unparseable URL)"
+		}
+		return raw
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,43 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/lockgateway/lockgateway/handlers"
+	"github.com/lockgateway/lockgateway/middleware"
+)
+
+// addRoutes is the whole HTTP surface, in one place; openapi.yaml describes
+// the same routes.
+func addRoutes(r chi.Router, d deps) {
+	locks := handlers.NewLocks(d.store, d.limits, d.log, d.stopping)
+
+	r.Get("/healthz", handlers.Healthz().ServeHTTP)
+	r.Get("/readyz", handlers.Readyz(d.store, d.backend, d.nodes, d.limits.BackendTimeout, d.log).ServeHTTP)
+	r.Get("/openapi.yaml", handlers.OpenAPI(d.spec).ServeHTTP)
+
+	r.Route("/locks", func(r chi.Router) {
+		r.Use(middleware.NoStore)
+		r.Put("/*", locks.Acquire().ServeHTTP)
+		r.Patch("/*", locks.Extend().ServeHTTP)
+		r.Delete("/*", locks.Release().ServeHTTP)
+		r.Get("/*", locks.Inspect().ServeHTTP)
+	})
+}
+
+// allowedMethods lists the methods router serves for r's path, for the
+// Allow header of a 405.
+func allowedMethods(router chi.Routes) func(r *http.Request) []string {
+	methods := []string{http.MethodGet, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodPost, http.MethodHead}
+	return func(r *http.Request) []string {
+		var allowed []string
+		for _, m := range methods {
+			if router.Match(chi.NewRouteContext(), m, r.URL.EscapedPath()) {
+				allowed = append(allowed, m)
+			}
+		}
+		return allowed
+	}
+}

@@ -1,0 +1,177 @@
+// Package server wires lockgateway together: configuration from flags and
+// LOCKGW_* variables, the backend, the middleware and routes, and an
+// http.Server that drains in-flight requests when its context ends.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/lockgateway/lockgateway"
+	"github.com/lockgateway/lockgateway/handlers"
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/middleware"
+)
+
+// deps is everything the routes need.
+type deps struct {
+	store    lockstore.Store
+	backend  string
+	nodes    func() []handlers.Node // nil unless the backend has several nodes
+	limits   handlers.Limits
+	log      zerolog.Logger
+	spec     []byte
+	stopping <-chan struct{}
+}
+
+// New returns the gateway's HTTP handler.
+func New(d deps) http.Handler {
+	r := chi.NewRouter()
+	r.Use(
+		middleware.RequestID,
+		middleware.AccessLog(d.log),
+		middleware.Recoverer(d.log, handlers.InternalError()),
+	)
+	r.NotFound(handlers.NotFound().ServeHTTP)
+	r.MethodNotAllowed(handlers.MethodNotAllowed(allowedMethods(r)).ServeHTTP)
+	addRoutes(r, d)
+	return r
+}
+
+// Run runs the gateway until ctx ends, then drains in-flight requests for
+// up to the shutdown timeout and returns nil. args are the command-line
+// arguments without the program name; getenv reads LOCKGW_* variables.
+// Logs go to stdout; flag usage to stderr.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, stdout)
+
+	store, nodes, err := openStore(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+
+	stopping := make(chan struct{})
+	srv := &http.Server{
+		Handler: New(deps{
+			store:   store,
+			backend: cfg.Backend,
+			nodes:   nodes,
+			limits: handlers.Limits{
+				DefaultTTL:     cfg.DefaultTTL,
+				MaxTTL:         cfg.MaxTTL,
+				MaxWait:        cfg.MaxWait,
+				MaxBodyBytes:   cfg.MaxBodyBytes,
+				BackendTimeout: cfg.BackendTimeout,
+			},
+			log:      logger,
+			spec:     lockgateway.OpenAPI,
+			stopping: stopping,
+		}),
+		// A slow client holds a connection, not the service: headers must
+		// arrive in 5 s and a body in 10 s.
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		// A waiting acquire may take MaxWait plus one backend call; the
+		// write deadline leaves room for both so a wait ends in a 409, not
+		// a cut connection.
+		WriteTimeout:   cfg.MaxWait + cfg.BackendTimeout + 10*time.Second,
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: 32 << 10,
+		ErrorLog:       log.New(logWriter{logger}, "", 0),
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	logger.Info().
+		Str("addr", ln.Addr().String()).
+		Str("backend", cfg.Backend).
+		Str("version", lockgateway.Version).
+		Msg("lockgateway listening")
+	if cfg.Backend != BackendMemory {
+		pingCtx, cancel := context.WithTimeout(ctx, cfg.BackendTimeout)
+		if err := store.Ping(pingCtx); err != nil {
+			logger.Warn().Err(err).Msg("backend does not answer yet; /readyz reports 503 until it does")
+		}
+		cancel()
+	}
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	logger.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down: draining in-flight requests")
+	close(stopping) // waiting acquires answer 503 at once instead of holding the drain
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: requests still running after %v: %w", cfg.ShutdownTimeout, err)
+	}
+	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Info().Msg("stopped")
+	return nil
+}
+
+func newLogger(cfg Config, stdout io.Writer) zerolog.Logger {
+	out := stdout
+	if cfg.LogFormat == "console" {
+		out = zerolog.ConsoleWriter{Out: stdout, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(out).Level(cfg.LogLevel).With().Timestamp().Logger()
+}
+
+// openStore builds the configured backend. Redis clients fail fast: dial,
+// read and write timeouts are the backend timeout, and retries are off (a
+// retried release whose first attempt worked would answer "not held"); the
+// client reconnects by itself when Redis comes back.
+func openStore(cfg Config, logger zerolog.Logger) (lockstore.Store, func() []handlers.Node, error) {
+	switch cfg.Backend {
+	case BackendRedis:
+		opts, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--redis-url: %s: %w", redactURL(cfg.RedisURL), err)
+		}
+		opts.DialTimeout = cfg.BackendTimeout
+		opts.ReadTimeout = cfg.BackendTimeout
+		opts.WriteTimeout = cfg.BackendTimeout
+		opts.ContextTimeoutEnabled = true
+		opts.MaxRetries = -1
+		return lockstore.NewRedis(redis.NewClient(opts)), nil, nil
+	case BackendRedlock:
+		return nil, nil, errors.New("the redlock backend is not available in this build")
+	}
+	return lockstore.NewMemory(), nil, nil
+}
+
+// logWriter sends net/http's own error lines (TLS handshakes, bad
+// requests it answers itself) to zerolog.
+type logWriter struct{ log zerolog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Warn().Str("source", "net/http").Msg(string(p))
+	return len(p), nil
+}
