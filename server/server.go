@@ -58,6 +58,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	logger := newLogger(cfg, stdout)
+	// go-redis has one logger per process, not per client: the last Run's
+	// logger wins, which is only ever a concern in tests.
+	redis.SetLogger(redisLogger{logger})
 
 	store, nodes, err := openStore(cfg, logger)
 	if err != nil {
@@ -160,6 +163,7 @@ func openStore(cfg Config, logger zerolog.Logger) (lockstore.Store, func() []han
 		opts.WriteTimeout = cfg.BackendTimeout
 		opts.ContextTimeoutEnabled = true
 		opts.MaxRetries = -1
+		opts.DialerRetries = 1 // the caller retries; five dials would outlast its deadline
 		return lockstore.NewRedis(redis.NewClient(opts)), nil, nil
 	case BackendRedlock:
 		return nil, nil, errors.New("the redlock backend is not available in this build")
@@ -174,4 +178,12 @@ type logWriter struct{ log zerolog.Logger }
 func (w logWriter) Write(p []byte) (int, error) {
 	w.log.Warn().Str("source", "net/http").Msg(string(p))
 	return len(p), nil
+}
+
+// redisLogger sends go-redis's own messages (failed dials, pool trouble)
+// to zerolog instead of stderr.
+type redisLogger struct{ log zerolog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn().Str("source", "go-redis").Msgf(format, v...)
 }

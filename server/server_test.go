@@ -1,0 +1,372 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway"
+	"github.com/lockgateway/lockgateway/internal/apitest"
+	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/server"
+)
+
+// backends runs fn against a gateway on each backend that keeps state
+// outside the test: memory, and Redis on a redis-server the test starts.
+func backends(t *testing.T, fn func(t *testing.T, g *apitest.Gateway)) {
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		fn(t, apitest.Start(t, nil))
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		fn(t, apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL()}))
+	})
+}
+
+func lockPath(key string) string { return "/locks/" + key }
+
+// TestWalkthrough is the README's curl walkthrough, as HTTP calls.
+func TestWalkthrough(t *testing.T) {
+	backends(t, func(t *testing.T, g *apitest.Gateway) {
+		c := apitest.NewClient(g.URL)
+		key := apitest.Key(t)
+		path := lockPath(key)
+
+		// Acquire.
+		r := c.Do(t, "PUT", path, []byte(`{"ttl_ms":30000,"owner":"worker-7"}`), apitest.JSON...)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		lease := r.JSON(t)
+		token := lease["token"].(string)
+		fence := lease["fence"].(float64)
+		assert.Equal(t, key, lease["key"])
+		assert.Equal(t, "worker-7", lease["owner"])
+		assert.Equal(t, float64(30000), lease["ttl_ms"])
+		assert.Len(t, token, 22)
+		assert.Equal(t, `"`+token+`"`, r.Header.Get("ETag"))
+		assert.Equal(t, path, r.Header.Get("Location"))
+		assert.Equal(t, "no-store", r.Header.Get("Cache-Control"))
+		expires, err := time.Parse(time.RFC3339Nano, lease["expires_at"].(string))
+		require.NoError(t, err)
+		assert.WithinDuration(t, time.Now().Add(30*time.Second), expires, 2*time.Second)
+
+		// Someone else: conflict, told when to retry.
+		r = c.Do(t, "PUT", path, nil)
+		require.Equal(t, http.StatusConflict, r.Status)
+		assert.Equal(t, "lock-held", r.ProblemType(t))
+		retry, err := strconv.Atoi(r.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		assert.InDelta(t, 30, retry, 1)
+
+		// Inspect: no token anywhere.
+		r = c.Do(t, "GET", path, nil)
+		require.Equal(t, http.StatusOK, r.Status)
+		info := r.JSON(t)
+		assert.Equal(t, fence, info["fence"])
+		assert.Equal(t, "worker-7", info["owner"])
+		assert.NotContains(t, string(r.Body), token)
+		assert.Empty(t, r.Header.Get("ETag"))
+
+		// Extend, with Lock-Token and with If-Match.
+		r = c.Do(t, "PATCH", path, []byte(`{"ttl_ms":60000}`), "Content-Type", "application/json", "Lock-Token", token)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		assert.Equal(t, fence, r.JSON(t)["fence"])
+		assert.Equal(t, float64(60000), r.JSON(t)["ttl_ms"])
+		r = c.Do(t, "PATCH", path, nil, "If-Match", `"`+token+`"`)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		assert.Equal(t, float64(30000), r.JSON(t)["ttl_ms"], "no body: the default TTL")
+
+		// A stranger can neither extend nor release it.
+		stranger := "stranger-token-0123456789"
+		r = c.Do(t, "PATCH", path, nil, "Lock-Token", stranger)
+		require.Equal(t, http.StatusPreconditionFailed, r.Status)
+		assert.Equal(t, "token-mismatch", r.ProblemType(t))
+		r = c.Do(t, "DELETE", path, nil, "Lock-Token", stranger)
+		require.Equal(t, http.StatusPreconditionFailed, r.Status)
+		require.Equal(t, http.StatusOK, c.Do(t, "GET", path, nil).Status, "still held")
+
+		// No token at all: 428.
+		r = c.Do(t, "DELETE", path, nil)
+		require.Equal(t, http.StatusPreconditionRequired, r.Status)
+		assert.Equal(t, "token-required", r.ProblemType(t))
+
+		// Release; a second release and an extend find nothing.
+		r = c.Do(t, "DELETE", path, nil, "Lock-Token", token)
+		require.Equal(t, http.StatusNoContent, r.Status)
+		assert.Empty(t, r.Body)
+		r = c.Do(t, "DELETE", path, nil, "Lock-Token", token)
+		require.Equal(t, http.StatusNotFound, r.Status)
+		assert.Equal(t, "lock-not-found", r.ProblemType(t))
+		r = c.Do(t, "PATCH", path, nil, "Lock-Token", token)
+		require.Equal(t, http.StatusNotFound, r.Status)
+		r = c.Do(t, "GET", path, nil)
+		require.Equal(t, http.StatusNotFound, r.Status)
+		assert.Equal(t, "lock-not-found", r.ProblemType(t))
+
+		// Expiry: a short lease goes by itself, and cannot be extended back.
+		r = c.Do(t, "PUT", path, []byte(`{"ttl_ms":100}`), apitest.JSON...)
+		require.Equal(t, http.StatusCreated, r.Status)
+		short := r.JSON(t)
+		assert.Greater(t, short["fence"].(float64), fence, "a new holder gets a higher fence")
+		time.Sleep(200 * time.Millisecond)
+		require.Equal(t, http.StatusNotFound, c.Do(t, "GET", path, nil).Status)
+		require.Equal(t, http.StatusNotFound, c.Do(t, "PATCH", path, nil, "Lock-Token", short["token"].(string)).Status)
+		require.Equal(t, http.StatusNotFound, c.Do(t, "GET", path, nil).Status, "a failed extend revives nothing")
+
+		// A retried acquire with a chosen token: 201, then 200 with the same fence.
+		mine := "my-own-token-for-retries-01"
+		r = c.Do(t, "PUT", path, []byte(`{"ttl_ms":5000}`), "Content-Type", "application/json", "Lock-Token", mine)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		first := r.JSON(t)
+		assert.Equal(t, mine, first["token"])
+		r = c.Do(t, "PUT", path, []byte(`{"ttl_ms":5000}`), "Content-Type", "application/json", "Lock-Token", mine)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		assert.Equal(t, first["fence"], r.JSON(t)["fence"])
+		assert.Equal(t, `"`+mine+`"`, r.Header.Get("ETag"))
+
+		// Waiting: a second client waits for the first to release.
+		go func() {
+			time.Sleep(200 * time.Millisecond)
+			c.Do(t, "DELETE", path, nil, "Lock-Token", mine)
+		}()
+		start := time.Now()
+		r = c.Do(t, "PUT", path, []byte(`{"ttl_ms":5000,"wait_ms":3000}`), apitest.JSON...)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		t.Logf("waited %v for a release after 200ms", time.Since(start))
+		assert.Less(t, time.Since(start), 3*time.Second)
+
+		// A wait that runs out: 409 after about wait_ms.
+		start = time.Now()
+		r = c.Do(t, "PUT", path, []byte(`{"wait_ms":300}`), apitest.JSON...)
+		require.Equal(t, http.StatusConflict, r.Status)
+		assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+		t.Logf("a 300ms wait ended after %v", time.Since(start))
+	})
+}
+
+// TestContention: 50 clients hammer one key over HTTP. Each holds the lock
+// briefly between a 201 and its release; no two may ever hold it at once,
+// and fences must increase in grant order.
+func TestContention(t *testing.T) {
+	backends(t, func(t *testing.T, g *apitest.Gateway) {
+		c := apitest.NewClient(g.URL)
+		c.HTTP.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
+		path := lockPath(apitest.Key(t))
+
+		var (
+			holders    atomic.Int32
+			overlaps   atomic.Int32
+			mu         sync.Mutex
+			fences     []int64
+			conflicts  atomic.Int32
+			unexpected atomic.Int32
+		)
+		stop := time.Now().Add(2 * time.Second)
+		var wg sync.WaitGroup
+		for range 50 {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					r := c.Do(t, "PUT", path, []byte(`{"ttl_ms":5000}`), apitest.JSON...)
+					switch r.Status {
+					case http.StatusConflict:
+						conflicts.Add(1)
+						continue
+					case http.StatusCreated:
+					default:
+						unexpected.Add(1)
+						t.Errorf("acquire: %d %s", r.Status, r.Body)
+						return
+					}
+					lease := r.JSON(t)
+					if holders.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					mu.Lock() // only the holder gets here, so this is grant order
+					fences = append(fences, int64(lease["fence"].(float64)))
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					holders.Add(-1)
+					r = c.Do(t, "DELETE", path, nil, "Lock-Token", lease["token"].(string))
+					if r.Status != http.StatusNoContent {
+						t.Errorf("release: %d %s", r.Status, r.Body)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("%d grants, %d conflicts in 2s", len(fences), conflicts.Load())
+		assert.Zero(t, overlaps.Load(), "two holders at once")
+		assert.Zero(t, unexpected.Load())
+		require.Greater(t, len(fences), 20, "the test made too few grants to prove anything")
+		assert.Positive(t, conflicts.Load(), "the clients really contended")
+		for i := 1; i < len(fences); i++ {
+			require.Greater(t, fences[i], fences[i-1], "grant %d", i)
+		}
+	})
+}
+
+// TestBackendLoss: with Redis gone, requests answer 503 quickly, never hang;
+// when it is back, the same gateway serves again.
+func TestBackendLoss(t *testing.T) {
+	srv := redistest.Start(t)
+	g := apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL()})
+	c := apitest.NewClient(g.URL)
+	path := lockPath(apitest.Key(t))
+
+	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", path, nil).Status)
+	require.Equal(t, http.StatusOK, c.Do(t, "GET", "/readyz", nil).Status)
+
+	srv.Kill()
+	for _, req := range []struct{ method, path string }{
+		{"PUT", path}, {"GET", path}, {"PATCH", path}, {"DELETE", path}, {"GET", "/readyz"},
+	} {
+		start := time.Now()
+		var headers []string
+		if req.method == "PATCH" || req.method == "DELETE" {
+			headers = []string{"Lock-Token", "some-token-0123456789abcdef"}
+		}
+		r := c.Do(t, req.method, req.path, nil, headers...)
+		took := time.Since(start)
+		require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s %s: %s", req.method, req.path, r.Body)
+		assert.Equal(t, "backend-unavailable", r.ProblemType(t))
+		assert.Equal(t, "1", r.Header.Get("Retry-After"))
+		assert.NotContains(t, string(r.Body), "127.0.0.1", "no internals in a 5xx body")
+		assert.NotContains(t, string(r.Body), "dial")
+		assert.Less(t, took, 2*time.Second, "%s %s took %v", req.method, req.path, took)
+		t.Logf("%s %s → 503 in %v", req.method, req.path, took)
+	}
+	// Pause the node instead: a Redis that accepts but never answers.
+	srv.Restart()
+	require.Eventually(t, func() bool { return c.Do(t, "GET", "/readyz", nil).Status == http.StatusOK },
+		5*time.Second, 50*time.Millisecond, "the gateway reconnects by itself")
+	srv.Pause()
+	start := time.Now()
+	r := c.Do(t, "PUT", path, nil)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	t.Logf("PUT against a paused Redis → 503 in %v", time.Since(start))
+	srv.Resume()
+
+	require.Eventually(t, func() bool { return c.Do(t, "PUT", path, nil).Status == http.StatusCreated },
+		5*time.Second, 50*time.Millisecond)
+}
+
+func TestOpenAPIServedByteForByte(t *testing.T) {
+	g := apitest.Start(t, nil)
+	r := apitest.NewClient(g.URL).Do(t, "GET", "/openapi.yaml", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Equal(t, "application/yaml", r.Header.Get("Content-Type"))
+	onDisk, err := os.ReadFile("../openapi.yaml")
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(onDisk, r.Body))
+	assert.True(t, bytes.Equal(lockgateway.OpenAPI, r.Body))
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	g := apitest.Start(t, nil)
+	c := apitest.NewClient(g.URL)
+	r := c.Do(t, "GET", "/healthz", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Equal(t, "ok", r.JSON(t)["status"])
+	r = c.Do(t, "GET", "/readyz", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Equal(t, "memory", r.JSON(t)["backend"])
+}
+
+// TestLogsNeverHoldTokens drives every endpoint and then searches the log.
+func TestLogsNeverHoldTokens(t *testing.T) {
+	g := apitest.Start(t, map[string]string{"LOCKGW_LOG_LEVEL": "debug"})
+	c := apitest.NewClient(g.URL)
+	path := lockPath(apitest.Key(t))
+	token := "secret-token-never-logged-42"
+	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", path, nil, "Lock-Token", token).Status)
+	c.Do(t, "PATCH", path, nil, "Lock-Token", token, "Authorization", "Bearer api-key-never-logged")
+	c.Do(t, "PATCH", path, nil, "If-Match", `"`+token+`"`)
+	c.Do(t, "GET", path, nil)
+	c.Do(t, "DELETE", path, nil, "Lock-Token", "x-"+token)
+	c.Do(t, "DELETE", path, nil, "Lock-Token", token)
+	require.NoError(t, g.Stop())
+
+	logs := g.Logs.String()
+	assert.NotContains(t, logs, token)
+	assert.NotContains(t, logs, "api-key-never-logged")
+	assert.Contains(t, logs, `"route":"/locks/*"`)
+	assert.Contains(t, logs, `"request_id":`)
+	// Six requests, plus the /healthz that apitest.Start waited on.
+	assert.Equal(t, 7, strings.Count(logs, `"message":"request"`), "one access line per request:\n%s", logs)
+}
+
+// TestShutdownEndsWaits: a SIGTERM does not wait out a 30 s lock wait; the
+// waiter hears 503 at once and Run returns nil.
+func TestShutdownEndsWaits(t *testing.T) {
+	g := apitest.Start(t, nil)
+	c := apitest.NewClient(g.URL)
+	path := lockPath(apitest.Key(t))
+	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", path, nil).Status)
+
+	got := make(chan *apitest.Response, 1)
+	go func() {
+		r, err := c.Try(t, "PUT", path, []byte(`{"wait_ms":30000}`), apitest.JSON...)
+		assert.NoError(t, err)
+		got <- r
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, g.Stop())
+	r := <-got
+	require.NotNil(t, r)
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status)
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"unknown backend", nil, map[string]string{"LOCKGW_BACKEND": "etcd"}, `LOCKGW_BACKEND: unknown backend "etcd"`},
+		{"bad redis url", []string{"--backend", "redis", "--redis-url", "http://x"}, nil, "--redis-url"},
+		{"bad duration", nil, map[string]string{"LOCKGW_DEFAULT_TTL": "5 minutes"}, `LOCKGW_DEFAULT_TTL: "5 minutes" is not a duration`},
+		{"default above max", []string{"--default-ttl", "2h", "--max-ttl", "1h"}, nil, "above the maximum TTL"},
+		{"too few redlock nodes", []string{"--backend", "redlock", "--redlock-urls", "redis://a:1,redis://b:1"}, nil, "at least 3"},
+		{"duplicate redlock nodes", []string{"--backend", "redlock", "--redlock-urls", "redis://a:1,redis://a:1,redis://b:1"}, nil, "listed twice"},
+		{"bad log level", nil, map[string]string{"LOCKGW_LOG_LEVEL": "loud"}, "unknown log level"},
+		{"bad log format", []string{"--log-format", "xml"}, nil, "unknown log format"},
+		{"unknown flag", []string{"--nope"}, nil, "flag provided but not defined"},
+		{"stray argument", []string{"serve"}, nil, "unexpected argument"},
+		{"flag beats env", []string{"--backend", "nosql"}, map[string]string{"LOCKGW_BACKEND": "memory"}, `--backend: unknown backend "nosql"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := server.Run(ctx, tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestRedisPasswordNeverInErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := server.Run(ctx, []string{"--backend", "redis", "--redis-url", "redis://:hunter2@/0"},
+		func(string) string { return "" }, io.Discard, io.Discard)
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "hunter2")
+}
