@@ -18,13 +18,12 @@ func addRoutes(r chi.Router, d deps) {
 	r.Get("/readyz", handlers.Readyz(d.store, d.backend, d.nodes, d.limits.BackendTimeout, d.log).ServeHTTP)
 	r.Get("/openapi.yaml", handlers.OpenAPI(d.spec).ServeHTTP)
 
-	r.Route("/locks", func(r chi.Router) {
-		r.Use(middleware.NoStore)
-		r.Put("/*", locks.Acquire().ServeHTTP)
-		r.Patch("/*", locks.Extend().ServeHTTP)
-		r.Delete("/*", locks.Release().ServeHTTP)
-		r.Get("/*", locks.Inspect().ServeHTTP)
-	})
+	// A key may hold "/", so the lock routes take the rest of the path.
+	lock := r.With(middleware.NoStore)
+	lock.Put("/locks/*", locks.Acquire().ServeHTTP)
+	lock.Patch("/locks/*", locks.Extend().ServeHTTP)
+	lock.Delete("/locks/*", locks.Release().ServeHTTP)
+	lock.Get("/locks/*", locks.Inspect().ServeHTTP)
 }
 
 // allowedMethods lists the methods router serves for r's path, for the

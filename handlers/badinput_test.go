@@ -1,0 +1,148 @@
+package handlers_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/apitest"
+)
+
+// TestBadInput sends malformed requests: each must get its documented 4xx
+// problem, valid against openapi.yaml, and never a 5xx.
+func TestBadInput(t *testing.T) {
+	g := apitest.Start(t, nil)
+	c := apitest.NewClient(g.URL)
+
+	// A lock held by someone, for the token cases.
+	held := "/locks/bad-input/held"
+	r := c.Do(t, "PUT", held, nil)
+	require.Equal(t, http.StatusCreated, r.Status)
+
+	token := "valid-token-but-not-the-holder"
+	json := apitest.JSON
+	tests := []struct {
+		name    string
+		method  string
+		path    string
+		body    string
+		headers []string
+		status  int
+		problem string
+	}{
+		// Keys.
+		{"nul byte in key", "PUT", "/locks/a%00b", "", nil, 400, "malformed-request"},
+		{"dot-dot segment", "PUT", "/locks/a/../b", "", nil, 400, "malformed-request"},
+		{"dot segment", "PUT", "/locks/a/./b", "", nil, 400, "malformed-request"},
+		{"key of 300 bytes", "PUT", "/locks/" + strings.Repeat("k", 300), "", nil, 400, "malformed-request"},
+		{"key of 257 bytes", "GET", "/locks/" + strings.Repeat("k", 257), "", nil, 400, "malformed-request"},
+		{"empty key", "PUT", "/locks/", "", nil, 400, "malformed-request"},
+		{"trailing slash", "PUT", "/locks/jobs/", "", nil, 400, "malformed-request"},
+		{"empty segment", "PUT", "/locks/jobs//nightly", "", nil, 400, "malformed-request"},
+		{"escaped leading slash", "PUT", "/locks/%2Fjobs", "", nil, 400, "malformed-request"},
+		{"space in key", "PUT", "/locks/a%20b", "", nil, 400, "malformed-request"},
+		{"brace in key", "PUT", "/locks/a%7Bb%7D", "", nil, 400, "malformed-request"},
+		{"non-ASCII key", "GET", "/locks/caf%C3%A9", "", nil, 400, "malformed-request"},
+		// JSON.
+		{"not JSON", "PUT", "/locks/k", "ttl=5", json, 400, "malformed-request"},
+		{"truncated JSON", "PUT", "/locks/k", `{"ttl_ms":`, json, 400, "malformed-request"},
+		{"array body", "PUT", "/locks/k", `[1,2]`, json, 400, "malformed-request"},
+		{"null body", "PUT", "/locks/k", `null`, json, 400, "malformed-request"},
+		{"string body", "PUT", "/locks/k", `"x"`, json, 400, "malformed-request"},
+		{"unknown field", "PUT", "/locks/k", `{"ttl":5000}`, json, 400, "malformed-request"},
+		{"duplicate field", "PUT", "/locks/k", `{"ttl_ms":5000,"ttl_ms":6000}`, json, 400, "malformed-request"},
+		{"null field", "PUT", "/locks/k", `{"ttl_ms":null}`, json, 400, "malformed-request"},
+		{"string ttl", "PUT", "/locks/k", `{"ttl_ms":"5000"}`, json, 400, "malformed-request"},
+		{"fractional ttl", "PUT", "/locks/k", `{"ttl_ms":1.5}`, json, 400, "malformed-request"},
+		{"numeric owner", "PUT", "/locks/k", `{"owner":7}`, json, 400, "malformed-request"},
+		{"trailing data", "PUT", "/locks/k", `{"ttl_ms":5000} {}`, json, 400, "malformed-request"},
+		{"trailing garbage", "PUT", "/locks/k", `{"ttl_ms":5000}x`, json, 400, "malformed-request"},
+		{"wait_ms on extend", "PATCH", held, `{"wait_ms":5}`, append([]string{"Lock-Token", token}, json...), 400, "malformed-request"},
+		// Values out of range.
+		{"ttl zero", "PUT", "/locks/k", `{"ttl_ms":0}`, json, 422, "validation"},
+		{"ttl negative", "PUT", "/locks/k", `{"ttl_ms":-5}`, json, 422, "validation"},
+		{"ttl below 10", "PUT", "/locks/k", `{"ttl_ms":9}`, json, 422, "validation"},
+		{"ttl above max", "PUT", "/locks/k", `{"ttl_ms":86400001}`, json, 422, "validation"},
+		{"wait above max", "PUT", "/locks/k", `{"wait_ms":60001}`, json, 422, "validation"},
+		{"negative wait", "PUT", "/locks/k", `{"wait_ms":-1}`, json, 422, "validation"},
+		{"owner too long", "PUT", "/locks/k", `{"owner":"` + strings.Repeat("o", 129) + `"}`, json, 422, "validation"},
+		{"owner not printable", "PUT", "/locks/k", `{"owner":"a\u0007b"}`, json, 422, "validation"},
+		{"extend ttl zero", "PATCH", held, `{"ttl_ms":0}`, append([]string{"Lock-Token", token}, json...), 422, "validation"},
+		// Size and type.
+		{"huge body", "PUT", "/locks/k", `{"owner":"` + strings.Repeat("o", 70_000) + `"}`, json, 413, "body-too-large"},
+		{"form content type", "PUT", "/locks/k", `ttl_ms=5000`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "unsupported-media-type"},
+		{"text content type", "PUT", "/locks/k", `{"ttl_ms":5000}`, []string{"Content-Type", "text/plain"}, 415, "unsupported-media-type"},
+		// Tokens.
+		{"short chosen token", "PUT", "/locks/k", "", []string{"Lock-Token", "short"}, 400, "malformed-request"},
+		{"chosen token with bad chars", "PUT", "/locks/k", "", []string{"Lock-Token", strings.Repeat("a", 22) + "!"}, 400, "malformed-request"},
+		{"token too long", "DELETE", held, "", []string{"Lock-Token", strings.Repeat("a", 129)}, 400, "malformed-request"},
+		{"weak If-Match", "PATCH", held, "", []string{"If-Match", `W/"` + token + `"`}, 400, "malformed-request"},
+		{"unquoted If-Match", "DELETE", held, "", []string{"If-Match", token}, 400, "malformed-request"},
+		{"If-Match star", "DELETE", held, "", []string{"If-Match", "*"}, 400, "malformed-request"},
+		{"two If-Match tags", "DELETE", held, "", []string{"If-Match", `"` + token + `", "` + token + `x"`}, 400, "malformed-request"},
+		{"headers disagree", "DELETE", held, "", []string{"Lock-Token", token, "If-Match", `"` + token + `-other"`}, 400, "malformed-request"},
+		{"two Lock-Token headers", "DELETE", held, "", []string{"Lock-Token", token, "Lock-Token", token + "x"}, 400, "malformed-request"},
+		{"missing token on extend", "PATCH", held, "", nil, 428, "token-required"},
+		{"missing token on release", "DELETE", held, "", nil, 428, "token-required"},
+		{"wrong token on release", "DELETE", held, "", []string{"Lock-Token", token}, 412, "token-mismatch"},
+		// Routing.
+		{"unknown path", "GET", "/lock/k", "", nil, 404, "not-found"},
+		{"locks without key", "GET", "/locks", "", nil, 404, "not-found"},
+		{"POST a lock", "POST", "/locks/k", "", nil, 405, "method-not-allowed"},
+		{"DELETE healthz", "DELETE", "/healthz", "", nil, 405, "method-not-allowed"},
+	}
+	require.GreaterOrEqual(t, len(tests), 25)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var body []byte
+			if tc.body != "" {
+				body = []byte(tc.body)
+			}
+			r := c.Do(t, tc.method, tc.path, body, tc.headers...)
+			require.Less(t, r.Status, 500, "never a 5xx: %s", r.Body)
+			require.Equal(t, tc.status, r.Status, "%s", r.Body)
+			assert.Equal(t, tc.problem, r.ProblemType(t))
+			if tc.status == http.StatusMethodNotAllowed {
+				assert.NotEmpty(t, r.Header.Get("Allow"))
+			}
+			if tc.status == http.StatusUnprocessableEntity {
+				errs, _ := r.Problem(t)["errors"].([]any)
+				assert.NotEmpty(t, errs, "a validation problem names the fields")
+			}
+			assert.NotContains(t, string(r.Body), token, "a token is never echoed")
+		})
+	}
+
+	// None of it touched the held lock.
+	r = c.Do(t, "GET", held, nil)
+	require.Equal(t, http.StatusOK, r.Status)
+}
+
+// TestValidationNamesEveryField: one 422 lists each bad field once.
+func TestValidationNamesEveryField(t *testing.T) {
+	g := apitest.Start(t, nil)
+	r := apitest.NewClient(g.URL).Do(t, "PUT", "/locks/k", []byte(`{"ttl_ms":1,"wait_ms":999999999,"owner":"`+strings.Repeat("x", 200)+`"}`), apitest.JSON...)
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status)
+	var fields []string
+	for _, e := range r.Problem(t)["errors"].([]any) {
+		fields = append(fields, e.(map[string]any)["field"].(string))
+	}
+	assert.ElementsMatch(t, []string{"ttl_ms", "wait_ms", "owner"}, fields)
+}
+
+// TestKeysWithSlashes: a key's "/" may be sent plain or escaped.
+func TestKeysWithSlashes(t *testing.T) {
+	g := apitest.Start(t, nil)
+	c := apitest.NewClient(g.URL)
+	r := c.Do(t, "PUT", "/locks/jobs%2Fnightly", nil)
+	require.Equal(t, http.StatusCreated, r.Status)
+	assert.Equal(t, "jobs/nightly", r.JSON(t)["key"])
+	assert.Equal(t, "/locks/jobs/nightly", r.Header.Get("Location"))
+	r = c.Do(t, "GET", "/locks/jobs/nightly", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	r = c.Do(t, "PUT", "/locks/user@example.com:cart/sku-1.2_3", nil)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+}

@@ -1,0 +1,44 @@
+package middleware_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/lockgateway/lockgateway/middleware"
+)
+
+func TestRequestID(t *testing.T) {
+	var seen string
+	h := middleware.RequestID(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = middleware.GetRequestID(r.Context())
+	}))
+	tests := []struct {
+		name, in string
+		kept     bool
+	}{
+		{"none", "", false},
+		{"plain id kept", "trace-1.2_3", true},
+		{"injection replaced", "x\"}\n{\"level\":\"error", false},
+		{"too long replaced", string(make([]byte, 65)), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest("GET", "/", nil)
+			if tc.in != "" {
+				req.Header.Set("X-Request-Id", tc.in)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			assert.Equal(t, seen, rec.Header().Get("X-Request-Id"))
+			if tc.kept {
+				assert.Equal(t, tc.in, seen)
+			} else {
+				assert.NotEqual(t, tc.in, seen)
+				assert.Len(t, seen, 16)
+			}
+		})
+	}
+}
