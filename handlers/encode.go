@@ -15,11 +15,13 @@ import (
 // encode writes v as JSON with status. Headers must be set before: after
 // WriteHeader they are gone.
 func encode(w http.ResponseWriter, status int, contentType string, v any) {
-	body, err := json.Marshal(v)
-	if err != nil { // our own response types always marshal
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // details quote "<token>"; this is not HTML
+	if err := enc.Encode(v); err != nil { // our own response types always marshal
 		panic(fmt.Sprintf("handlers: encode %T: %v", v, err))
 	}
-	body = append(body, '\n')
+	body := buf.Bytes()
 	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
