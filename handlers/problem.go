@@ -144,8 +144,12 @@ func fromDomain(err error) *Error {
 // WriteProblem writes e as application/problem+json.
 func WriteProblem(w http.ResponseWriter, r *http.Request, e *Error) {
 	h := w.Header()
-	if e.RetryAfter > 0 || e.Kind.Status == http.StatusConflict || e.Kind.Status == http.StatusServiceUnavailable || e.Kind.Status == http.StatusTooManyRequests {
+	switch {
+	case e.RetryAfter > 0:
 		h.Set("Retry-After", strconv.Itoa(RetryAfterSeconds(e.RetryAfter)))
+	case h.Get("Retry-After") != "": // set by a middleware (the rate limiter)
+	case e.Kind.Status == http.StatusConflict, e.Kind.Status == http.StatusServiceUnavailable, e.Kind.Status == http.StatusTooManyRequests:
+		h.Set("Retry-After", "1")
 	}
 	h.Del("ETag")
 	h.Del("Location")
@@ -164,4 +168,12 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *Error) {
 // "0" would retry at once, before the lease it waits for can have gone.
 func RetryAfterSeconds(d time.Duration) int {
 	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// Refuse answers every request with one problem: for middleware that
+// refuses requests (401, 403, 429) in the gateway's own format.
+func Refuse(k Kind, detail string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		WriteProblem(w, r, newError(k, detail))
+	})
 }

@@ -5,31 +5,41 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/lockgateway/lockgateway/ratelimit"
 )
 
 // Config is the gateway's configuration. Every field comes from a flag or
 // from the LOCKGW_* variable of the same name; a flag wins over the variable.
 type Config struct {
-	Addr            string
-	Backend         string
-	RedisURL        string
-	RedlockURLs     []string
-	RedlockTimeout  time.Duration
-	RateLimitWindow time.Duration
-	LogLevel        zerolog.Level
-	LogFormat       string
-	DefaultTTL      time.Duration
-	MaxTTL          time.Duration
-	MaxWait         time.Duration
-	MaxBodyBytes    int64
-	BackendTimeout  time.Duration
-	ShutdownTimeout time.Duration
+	Addr             string
+	Backend          string
+	RedisURL         string
+	RedlockURLs      []string
+	RedlockTimeout   time.Duration
+	RateLimitWindow  time.Duration
+	RateLimitRoutes  string
+	RateLimitFail    string // open or closed
+	RateLimitShadow  bool
+	RateLimitTimeout time.Duration
+	UserHeader       string
+	TrustedProxies   []netip.Prefix
+	APIKeysFile      string
+	LogLevel         zerolog.Level
+	LogFormat        string
+	DefaultTTL       time.Duration
+	MaxTTL           time.Duration
+	MaxWait          time.Duration
+	MaxBodyBytes     int64
+	BackendTimeout   time.Duration
+	ShutdownTimeout  time.Duration
 }
 
 // Backends the gateway can run on.
@@ -46,20 +56,27 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs := flag.NewFlagSet("lockgateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		addr            = fs.String("addr", ":8080", "listen address (LOCKGW_ADDR)")
-		backend         = fs.String("backend", BackendMemory, "lock backend: memory, redis or redlock (LOCKGW_BACKEND)")
-		redisURL        = fs.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the redis backend (LOCKGW_REDIS_URL)")
-		redlockURLs     = fs.String("redlock-urls", "", "comma-separated redis:// URLs of ≥ 3 independent masters (LOCKGW_REDLOCK_URLS)")
-		redlockTimeout  = fs.String("redlock-node-timeout", "50ms", "deadline for one Redlock node in every operation (LOCKGW_REDLOCK_NODE_TIMEOUT)")
-		rateLimitWindow = fs.String("rate-limit-window", "0", "per-user window, one request each; 0 turns rate limiting off (LOCKGW_RATE_LIMIT_WINDOW)")
-		logLevel        = fs.String("log-level", "info", "debug, info, warn or error (LOCKGW_LOG_LEVEL)")
-		logFormat       = fs.String("log-format", "json", "json or console (LOCKGW_LOG_FORMAT)")
-		defaultTTL      = fs.String("default-ttl", "30s", "lease length when a request names none (LOCKGW_DEFAULT_TTL)")
-		maxTTL          = fs.String("max-ttl", "24h", "longest lease a request may ask for (LOCKGW_MAX_TTL)")
-		maxWait         = fs.String("max-wait", "60s", "longest wait_ms a request may ask for (LOCKGW_MAX_WAIT)")
-		maxBody         = fs.String("max-body-bytes", "65536", "request body limit in bytes (LOCKGW_MAX_BODY_BYTES)")
-		backendTimeout  = fs.String("backend-timeout", "1s", "deadline for one backend call (LOCKGW_BACKEND_TIMEOUT)")
-		shutdownTimeout = fs.String("shutdown-timeout", "15s", "how long a SIGTERM waits for in-flight requests (LOCKGW_SHUTDOWN_TIMEOUT)")
+		addr             = fs.String("addr", ":8080", "listen address (LOCKGW_ADDR)")
+		backend          = fs.String("backend", BackendMemory, "lock backend: memory, redis or redlock (LOCKGW_BACKEND)")
+		redisURL         = fs.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the redis backend (LOCKGW_REDIS_URL)")
+		redlockURLs      = fs.String("redlock-urls", "", "comma-separated redis:// URLs of ≥ 3 independent masters (LOCKGW_REDLOCK_URLS)")
+		redlockTimeout   = fs.String("redlock-node-timeout", "50ms", "deadline for one Redlock node in every operation (LOCKGW_REDLOCK_NODE_TIMEOUT)")
+		rateLimitWindow  = fs.String("rate-limit-window", "0", "per-user window, one request each; 0 turns rate limiting off (LOCKGW_RATE_LIMIT_WINDOW)")
+		rateLimitRoutes  = fs.String("rate-limit-routes", "PUT /locks/*", "comma-separated \"METHOD /locks/...\" routes the limit covers (LOCKGW_RATE_LIMIT_ROUTES)")
+		rateLimitFail    = fs.String("rate-limit-fail", "open", "when the store does not answer: open (admit) or closed (503) (LOCKGW_RATE_LIMIT_FAIL)")
+		rateLimitShadow  = fs.String("rate-limit-shadow", "false", "log and send headers but never refuse (LOCKGW_RATE_LIMIT_SHADOW)")
+		rateLimitTimeout = fs.String("rate-limit-timeout", "100ms", "deadline for one rate-limit store call (LOCKGW_RATE_LIMIT_TIMEOUT)")
+		userHeader       = fs.String("user-header", "", "header naming the user, honoured only from trusted proxies (LOCKGW_USER_HEADER)")
+		trustedProxies   = fs.String("trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For and user header are believed (LOCKGW_TRUSTED_PROXIES)")
+		apiKeysFile      = fs.String("api-keys-file", "", "JSON file of users and key digests; set, every /locks request needs a key (LOCKGW_API_KEYS_FILE)")
+		logLevel         = fs.String("log-level", "info", "debug, info, warn or error (LOCKGW_LOG_LEVEL)")
+		logFormat        = fs.String("log-format", "json", "json or console (LOCKGW_LOG_FORMAT)")
+		defaultTTL       = fs.String("default-ttl", "30s", "lease length when a request names none (LOCKGW_DEFAULT_TTL)")
+		maxTTL           = fs.String("max-ttl", "24h", "longest lease a request may ask for (LOCKGW_MAX_TTL)")
+		maxWait          = fs.String("max-wait", "60s", "longest wait_ms a request may ask for (LOCKGW_MAX_WAIT)")
+		maxBody          = fs.String("max-body-bytes", "65536", "request body limit in bytes (LOCKGW_MAX_BODY_BYTES)")
+		backendTimeout   = fs.String("backend-timeout", "1s", "deadline for one backend call (LOCKGW_BACKEND_TIMEOUT)")
+		shutdownTimeout  = fs.String("shutdown-timeout", "15s", "how long a SIGTERM waits for in-flight requests (LOCKGW_SHUTDOWN_TIMEOUT)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -82,6 +99,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 
 	var c Config
 	var errs []error
+	var err error
 	duration := func(name string, p *string, min time.Duration) time.Duration {
 		v, src := value(name, p)
 		d, err := time.ParseDuration(v)
@@ -115,9 +133,46 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	c.RedlockTimeout = duration("redlock-node-timeout", redlockTimeout, time.Millisecond)
 	c.RateLimitWindow = duration("rate-limit-window", rateLimitWindow, 0)
+	if c.RateLimitWindow > 0 && c.RateLimitWindow < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("rate limit window %v: use 0 (off) or at least 10ms", c.RateLimitWindow))
+	}
+	c.RateLimitRoutes, src = value("rate-limit-routes", rateLimitRoutes)
+	if _, err := ratelimit.Routes(c.RateLimitRoutes); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", src, err))
+	}
+	for r := range strings.SplitSeq(c.RateLimitRoutes, ",") {
+		if _, path, _ := strings.Cut(strings.TrimSpace(r), " "); path != "" && !strings.HasPrefix(path, "/locks/") {
+			errs = append(errs, fmt.Errorf("%s: %q: only /locks/ routes can be limited (the check endpoint always is)", src, r))
+		}
+	}
+	c.RateLimitFail, src = value("rate-limit-fail", rateLimitFail)
+	if c.RateLimitFail != "open" && c.RateLimitFail != "closed" {
+		errs = append(errs, fmt.Errorf("%s: %q: want open or closed", src, c.RateLimitFail))
+	}
+	shadow, src := value("rate-limit-shadow", rateLimitShadow)
+	if c.RateLimitShadow, err = strconv.ParseBool(shadow); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %q: want true or false", src, shadow))
+	}
+	c.RateLimitTimeout = duration("rate-limit-timeout", rateLimitTimeout, time.Millisecond)
+	c.UserHeader, _ = value("user-header", userHeader)
+	proxies, src := value("trusted-proxies", trustedProxies)
+	for p := range strings.SplitSeq(proxies, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not a CIDR prefix (example: 10.0.0.0/8, 127.0.0.1/32)", src, p))
+			continue
+		}
+		c.TrustedProxies = append(c.TrustedProxies, prefix.Masked())
+	}
+	if c.UserHeader != "" && len(c.TrustedProxies) == 0 {
+		errs = append(errs, fmt.Errorf("a user header (%s) needs trusted proxies: anyone could set it", c.UserHeader))
+	}
+	c.APIKeysFile, _ = value("api-keys-file", apiKeysFile)
 
 	level, src := value("log-level", logLevel)
-	var err error
 	if c.LogLevel, err = zerolog.ParseLevel(level); err != nil || level == "" {
 		errs = append(errs, fmt.Errorf("%s: unknown log level %q (want debug, info, warn or error)", src, level))
 	}

@@ -19,11 +19,23 @@ func addRoutes(r chi.Router, d deps) {
 	r.Get("/openapi.yaml", handlers.OpenAPI(d.spec).ServeHTTP)
 
 	// A key may hold "/", so the lock routes take the rest of the path.
+	// API keys (when configured) come before the rate limit, which counts
+	// per authenticated user.
 	lock := r.With(middleware.NoStore)
+	if d.auth != nil {
+		lock = lock.With(d.auth)
+	}
+	if d.limit != nil {
+		lock = lock.With(d.limit)
+	}
 	lock.Put("/locks/*", locks.Acquire().ServeHTTP)
 	lock.Patch("/locks/*", locks.Extend().ServeHTTP)
 	lock.Delete("/locks/*", locks.Release().ServeHTTP)
 	lock.Get("/locks/*", locks.Inspect().ServeHTTP)
+
+	if d.check != nil { // rate limiting is on
+		r.With(middleware.NoStore, d.check).Get("/ratelimit/check", handlers.Admitted().ServeHTTP)
+	}
 }
 
 // allowedMethods lists the methods router serves for r's path, for the

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	chimw "github.com/go-chi/chi/v5/middleware"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -32,6 +33,10 @@ type deps struct {
 	log      zerolog.Logger
 	spec     []byte
 	stopping <-chan struct{}
+	clientIP func(http.Handler) http.Handler
+	auth     func(http.Handler) http.Handler // nil without API keys
+	limit    func(http.Handler) http.Handler // nil with rate limiting off
+	check    func(http.Handler) http.Handler // the limiter for /ratelimit/check
 }
 
 // New returns the gateway's HTTP handler.
@@ -39,6 +44,7 @@ func New(d deps) http.Handler {
 	r := chi.NewRouter()
 	r.Use(
 		middleware.RequestID,
+		d.clientIP,
 		middleware.AccessLog(d.log),
 		middleware.Recoverer(d.log, handlers.InternalError()),
 	)
@@ -68,28 +74,37 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer store.Close()
 
+	d := deps{
+		store:   store,
+		backend: cfg.Backend,
+		nodes:   nodes,
+		limits: handlers.Limits{
+			DefaultTTL:     cfg.DefaultTTL,
+			MaxTTL:         cfg.MaxTTL,
+			MaxWait:        cfg.MaxWait,
+			MaxBodyBytes:   cfg.MaxBodyBytes,
+			BackendTimeout: cfg.BackendTimeout,
+		},
+		log:      logger,
+		spec:     lockgateway.OpenAPI,
+		clientIP: chimw.ClientIPFromRemoteAddr,
+	}
+	if len(cfg.TrustedProxies) > 0 {
+		d.clientIP = chimw.ClientIPFromXFF(prefixStrings(cfg.TrustedProxies)...)
+	}
+	if err := addAccessControl(&d, cfg, store); err != nil {
+		return err
+	}
+
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 
 	stopping := make(chan struct{})
+	d.stopping = stopping
 	srv := &http.Server{
-		Handler: New(deps{
-			store:   store,
-			backend: cfg.Backend,
-			nodes:   nodes,
-			limits: handlers.Limits{
-				DefaultTTL:     cfg.DefaultTTL,
-				MaxTTL:         cfg.MaxTTL,
-				MaxWait:        cfg.MaxWait,
-				MaxBodyBytes:   cfg.MaxBodyBytes,
-				BackendTimeout: cfg.BackendTimeout,
-			},
-			log:      logger,
-			spec:     lockgateway.OpenAPI,
-			stopping: stopping,
-		}),
+		Handler: New(d),
 		// A slow client holds a connection, not the service: headers must
 		// arrive in 5 s and a body in 10 s.
 		ReadHeaderTimeout: 5 * time.Second,

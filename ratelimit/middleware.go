@@ -1,0 +1,148 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Config is what Middleware needs besides the Limiter.
+type Config struct {
+	Key KeyFunc
+	// Applies says which requests are limited; nil means all.
+	Applies func(r *http.Request) bool
+	// FailClosed refuses requests (503) when the store does not answer;
+	// otherwise they are admitted.
+	FailClosed bool
+	// Shadow computes decisions, logs refusals and sends the headers, but
+	// never refuses: for trying a limit on real traffic.
+	Shadow bool
+	Log    zerolog.Logger
+	// Refused writes the body of a refusal (429), Unavailable of a store
+	// failure with FailClosed (503), Unidentified of a request without an
+	// identity (400). Status line and headers are theirs to write; the
+	// RateLimit and Retry-After headers are already set. Nil ones write a
+	// plain problem+json.
+	Refused, Unavailable, Unidentified http.Handler
+}
+
+// Middleware limits requests with l. It sets the IETF draft headers
+// (draft-ietf-httpapi-ratelimit-headers-10) on every limited response:
+//
+//	RateLimit-Policy: "1-per-<w>";q=1;w=<w>
+//	RateLimit: "1-per-<w>";r=0;t=<seconds until the user may be admitted>
+//
+// and Retry-After on refusals. Building it with a nil Key is an error.
+func Middleware(l *Limiter, c Config) (func(http.Handler) http.Handler, error) {
+	if l == nil || c.Key == nil {
+		return nil, errors.New("ratelimit: Middleware needs a Limiter and a Key func")
+	}
+	if c.Refused == nil {
+		c.Refused = plainProblem(http.StatusTooManyRequests, "rate-limited", "Rate limited", "one request per window; retry after Retry-After seconds")
+	}
+	if c.Unavailable == nil {
+		c.Unavailable = plainProblem(http.StatusServiceUnavailable, "backend-unavailable", "Backend unavailable", "the rate limit could not be checked")
+	}
+	if c.Unidentified == nil {
+		c.Unidentified = plainProblem(http.StatusBadRequest, "malformed-request", "Malformed request", "the client could not be identified")
+	}
+	w := windowSeconds(l.Window())
+	name := fmt.Sprintf(`"1-per-%d"`, w)
+	policy := fmt.Sprintf(`%s;q=1;w=%d`, name, w)
+
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			if c.Applies != nil && !c.Applies(r) {
+				next.ServeHTTP(rw, r)
+				return
+			}
+			user, ok := c.Key(r)
+			if !ok {
+				c.Unidentified.ServeHTTP(rw, r)
+				return
+			}
+			d, err := l.Allow(r.Context(), user)
+			if err != nil {
+				c.Log.Warn().Err(err).Bool("fail_closed", c.FailClosed).Msg("rate limit store did not answer")
+				if c.FailClosed && !c.Shadow {
+					rw.Header().Set("Retry-After", "1")
+					c.Unavailable.ServeHTTP(rw, r)
+					return
+				}
+				next.ServeHTTP(rw, r)
+				return
+			}
+			h := rw.Header()
+			h.Set("RateLimit-Policy", policy)
+			h.Set("RateLimit", fmt.Sprintf("%s;r=0;t=%d", name, seconds(d.Reset)))
+			if d.Allowed {
+				next.ServeHTTP(rw, r)
+				return
+			}
+			if c.Shadow {
+				c.Log.Info().Bool("shadow", true).Dur("reset", d.Reset).Msg("rate limit would refuse")
+				next.ServeHTTP(rw, r)
+				return
+			}
+			h.Set("Retry-After", strconv.Itoa(seconds(d.Reset)))
+			c.Refused.ServeHTTP(rw, r)
+		})
+	}, nil
+}
+
+// seconds rounds d up to whole seconds, at least 1.
+func seconds(d time.Duration) int { return max(1, int(math.Ceil(d.Seconds()))) }
+
+// windowSeconds is the window as the headers' w parameter: whole seconds,
+// rounded up.
+func windowSeconds(d time.Duration) int { return seconds(d) }
+
+func plainProblem(status int, slug, title, detail string) http.Handler {
+	body := fmt.Sprintf(`{"type":"https://lockgateway.dev/problems/%s","title":%q,"status":%d,"detail":%q}`+"\n", slug, title, status, detail)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	})
+}
+
+// Routes parses a route list such as "PUT /locks/*, GET /ratelimit/check"
+// into a matcher: each entry is a method and a path, a trailing "*"
+// matching any rest of the path.
+func Routes(spec string) (func(r *http.Request) bool, error) {
+	type route struct{ method, path string }
+	var routes []route
+	for entry := range strings.SplitSeq(spec, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		method, path, ok := strings.Cut(entry, " ")
+		path = strings.TrimSpace(path)
+		if !ok || method != strings.ToUpper(method) || !strings.HasPrefix(path, "/") {
+			return nil, fmt.Errorf("ratelimit: route %q is not \"METHOD /path\" (e.g. \"PUT /locks/*\")", entry)
+		}
+		routes = append(routes, route{method, path})
+	}
+	if len(routes) == 0 {
+		return nil, errors.New("ratelimit: no routes")
+	}
+	return func(r *http.Request) bool {
+		p := r.URL.Path
+		for _, rt := range routes {
+			if rt.method != r.Method {
+				continue
+			}
+			if prefix, ok := strings.CutSuffix(rt.path, "*"); ok && strings.HasPrefix(p, prefix) || rt.path == p {
+				return true
+			}
+		}
+		return false
+	}, nil
+}

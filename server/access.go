@@ -1,0 +1,77 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+
+	"github.com/lockgateway/lockgateway/handlers"
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/middleware"
+	"github.com/lockgateway/lockgateway/ratelimit"
+)
+
+// addAccessControl builds the API-key check and the rate limiter the
+// configuration asks for.
+func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
+	if cfg.APIKeysFile != "" {
+		keys, err := middleware.LoadAPIKeys(cfg.APIKeysFile)
+		if err != nil {
+			return fmt.Errorf("--api-keys-file: %w", err)
+		}
+		d.auth, err = middleware.APIKeys(keys, middleware.APIKeysConfig{
+			LockKey:      handlers.KeyFromPath,
+			Unauthorized: handlers.Refuse(handlers.KindUnauthorized, `send a valid API key as "Authorization: Bearer <key>"`),
+			Forbidden:    handlers.Refuse(handlers.KindForbidden, "your API key may not lock this key"),
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if cfg.RateLimitWindow <= 0 {
+		return nil
+	}
+
+	windows, ok := store.(lockstore.Windows)
+	if !ok {
+		windows = lockstore.LockWindows(store)
+	}
+	limiter, err := ratelimit.New(windows, cfg.RateLimitWindow, ratelimit.Options{Timeout: cfg.RateLimitTimeout})
+	if err != nil {
+		return err
+	}
+	applies, err := ratelimit.Routes(cfg.RateLimitRoutes)
+	if err != nil {
+		return err
+	}
+	identity := ratelimit.Identity{
+		Principal:      func(r *http.Request) string { return middleware.GetPrincipal(r.Context()) },
+		UserHeader:     cfg.UserHeader,
+		TrustedProxies: cfg.TrustedProxies,
+	}
+	rc := ratelimit.Config{
+		Key:          identity.Key,
+		Applies:      applies,
+		FailClosed:   cfg.RateLimitFail == "closed",
+		Shadow:       cfg.RateLimitShadow,
+		Log:          d.log,
+		Refused:      handlers.Refuse(handlers.KindRateLimited, "one request per window for each user; retry after Retry-After seconds"),
+		Unavailable:  handlers.Refuse(handlers.KindUnavailable, "the rate limit could not be checked; retry shortly"),
+		Unidentified: handlers.Refuse(handlers.KindMalformed, "the client could not be identified (a malformed X-Forwarded-For from a trusted proxy?)"),
+	}
+	if d.limit, err = ratelimit.Middleware(limiter, rc); err != nil {
+		return err
+	}
+	rc.Applies = nil // the check endpoint is always limited
+	rc.Refused = handlers.CheckRefused("one request per window for each user; retry after Retry-After seconds")
+	d.check, err = ratelimit.Middleware(limiter, rc)
+	return err
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
+}
