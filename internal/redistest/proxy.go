@@ -1,0 +1,133 @@
+package redistest
+
+import (
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Proxy is a TCP proxy on a free loopback port that delays every byte by a
+// fixed latency in each direction, like a distant network. It delays, it
+// does not throttle: data read at t is written at t+delay, however much is
+// in flight.
+type Proxy struct {
+	target string
+	delay  time.Duration
+	ln     net.Listener
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// NewProxy starts a proxy to target (host:port) adding delay each way, and
+// stops it when the test ends.
+func NewProxy(t testing.TB, target string, delay time.Duration) *Proxy {
+	t.Helper()
+	var ln net.Listener
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("redistest: proxy listen: %v", err)
+		}
+		if l.Addr().(*net.TCPAddr).Port != 6379 {
+			ln = l
+			break
+		}
+		_ = l.Close()
+	}
+	if ln == nil {
+		t.Fatal("redistest: proxy: no free port")
+	}
+	p := &Proxy{target: target, delay: delay, ln: ln, conns: make(map[net.Conn]struct{})}
+	p.wg.Go(p.serve)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// URL is the proxy's redis:// URL.
+func (p *Proxy) URL() string { return "redis://" + p.Addr() + "/0" }
+
+// Close stops accepting, cuts every proxied connection and waits for the
+// proxy's goroutines. Safe to call twice.
+func (p *Proxy) Close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil // closed: track refuses anything accepted from now on
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) serve() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		if !p.track(client) || !p.track(server) {
+			_ = client.Close()
+			_ = server.Close()
+			continue
+		}
+		p.wg.Go(func() { p.pipe(server, client) })
+		p.wg.Go(func() { p.pipe(client, server) })
+	}
+}
+
+type chunk struct {
+	data []byte
+	due  time.Time
+}
+
+// pipe copies src to dst, each chunk delay after it was read; when either
+// side ends, both connections are closed.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer func() { _ = dst.Close(); _ = src.Close() }()
+	queue := make(chan chunk, 1024)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(queue)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				queue <- chunk{buf[:n], time.Now().Add(p.delay)}
+			}
+			if err != nil { // EOF, a reset, or closed by Close
+				return
+			}
+		}
+	})
+	for c := range queue {
+		time.Sleep(time.Until(c.due))
+		if _, err := dst.Write(c.data); err != nil {
+			_ = src.Close() // unblock the reader
+			for range queue {
+			}
+			break
+		}
+	}
+	wg.Wait()
+}

@@ -1,0 +1,771 @@
+package lockstore_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/lockstoretest"
+)
+
+func startNodes(t testing.TB, n int) []*redistest.Server {
+	t.Helper()
+	srvs := make([]*redistest.Server, n)
+	for i := range srvs {
+		srvs[i] = redistest.Start(t)
+	}
+	return srvs
+}
+
+func urlsOf(srvs []*redistest.Server) []string {
+	urls := make([]string, len(srvs))
+	for i, s := range srvs {
+		urls[i] = s.URL()
+	}
+	return urls
+}
+
+func openRedlock(t testing.TB, urls []string, opts lockstore.RedlockOptions) *lockstore.Redlock {
+	t.Helper()
+	s, err := lockstore.OpenRedlock(urls, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// The suite checks semantics, not speed: NodeTimeout is generous here so
+// that a loaded machine (the race detector, parallel tests, 20 connections
+// opening at once) does not turn a slow node into a failed one. The default
+// timeout is exercised by the failure tests below.
+func TestRedlockConformance(t *testing.T) {
+	t.Parallel()
+	s := openRedlock(t, urlsOf(startNodes(t, 5)), lockstore.RedlockOptions{NodeTimeout: 500 * time.Millisecond})
+	lockstoretest.Run(t, func(t *testing.T) lockstore.Store { return s })
+}
+
+func TestRedlockConfig(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	urls := urlsOf(srvs)
+	for _, tc := range []struct {
+		name string
+		urls []string
+		want string
+	}{
+		{"two nodes", urls[:2], "at least 3 nodes"},
+		{"duplicate", []string{urls[0], urls[1], urls[0]}, "listed twice"},
+		{"not a URL", []string{urls[0], urls[1], "http://x"}, "URL 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := lockstore.OpenRedlock(tc.urls, lockstore.RedlockOptions{})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+
+	s := openRedlock(t, urls, lockstore.RedlockOptions{})
+	for _, n := range s.Nodes() {
+		assert.False(t, n.Up, "unknown before the first call")
+	}
+	require.NoError(t, s.Ping(testCtx(t)))
+	for i, n := range s.Nodes() {
+		assert.Equal(t, srvs[i].Addr(), n.Addr)
+		assert.True(t, n.Up)
+		assert.Zero(t, n.QuarantinedUntil)
+	}
+}
+
+// The fan-out is concurrent: with every node a round trip of rtt away, a
+// one-round operation takes about one rtt, not one per node, and Acquire
+// (a round, plus the fence write-back round) about two.
+func TestRedlockFanOutIsConcurrent(t *testing.T) {
+	const oneWay = 15 * time.Millisecond
+	const rtt = 2 * oneWay
+	srvs := startNodes(t, 5)
+	urls := make([]string, len(srvs))
+	for i, srv := range srvs {
+		urls[i] = redistest.NewProxy(t, srv.Addr(), oneWay).URL()
+	}
+	s := openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: 20 * rtt})
+	ctx := testCtx(t)
+
+	// Warm up: connections, OnConnect, script loading. The fence write-back
+	// only runs on nodes whose fence differs from the grant's, so load its
+	// script everywhere rather than hope every node needed it once.
+	raise, err := os.ReadFile("lua/raise_fence.lua")
+	require.NoError(t, err)
+	for _, srv := range srvs {
+		require.NoError(t, srv.Client().ScriptLoad(ctx, string(raise)).Err())
+	}
+	warm, err := s.Acquire(ctx, "warm", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+	_, err = s.Extend(ctx, "warm", warm.Token, time.Minute)
+	require.NoError(t, err)
+	_, err = s.Inspect(ctx, "warm")
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, "warm", warm.Token))
+
+	timed := func(name string, rounds int, op func() error) {
+		t.Helper()
+		start := time.Now()
+		require.NoError(t, op(), name)
+		took := time.Since(start)
+		t.Logf("%s: %v with %v per round trip (sequential would be ≥ %v)", name, took, rtt, time.Duration(rounds*len(urls))*rtt)
+		assert.Less(t, took, time.Duration(2*rounds)*rtt+20*time.Millisecond, "%s took %v", name, took)
+	}
+	var l lockstore.Lease
+	timed("acquire", 2, func() (err error) {
+		l, err = s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		return err
+	})
+	timed("extend", 1, func() error { _, err := s.Extend(ctx, "k", l.Token, time.Minute); return err })
+	timed("inspect", 1, func() error { _, err := s.Inspect(ctx, "k"); return err })
+	timed("release", 1, func() error { return s.Release(ctx, "k", l.Token) })
+}
+
+// A node slower than NodeTimeout costs a request NodeTimeout, no more.
+func TestRedlockSlowNodeCostsNodeTimeout(t *testing.T) {
+	const nodeTimeout = 50 * time.Millisecond
+	srvs := startNodes(t, 5)
+	urls := urlsOf(srvs)
+	urls[0] = redistest.NewProxy(t, srvs[0].Addr(), 30*time.Millisecond).URL() // 60 ms round trip
+	s := openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: nodeTimeout})
+	ctx := testCtx(t)
+
+	var worst time.Duration
+	for i := range 5 {
+		start := time.Now()
+		l, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, s.Release(ctx, "k", l.Token))
+		if i > 0 { // the first pays for loading scripts on the fast nodes
+			worst = max(worst, time.Since(start))
+		}
+	}
+	t.Logf("acquire+release with one node %v away: worst %v (NodeTimeout %v per call)", 60*time.Millisecond, worst, nodeTimeout)
+	assert.Less(t, worst, 2*nodeTimeout+40*time.Millisecond)
+	assert.False(t, s.Nodes()[0].Up)
+}
+
+func TestRedlockTwoOfFiveDown(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{})
+	srvs[1].Kill()
+	srvs[3].Kill()
+	ctx := testCtx(t)
+
+	const n = 200
+	var rec recorder
+	ok := 0
+	for range n {
+		l, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		if err != nil {
+			t.Logf("acquire: %v", err)
+			continue
+		}
+		ok++
+		now := time.Now()
+		rec.addUntil(l, now, now)
+		require.NoError(t, s.Release(ctx, "k", l.Token))
+	}
+	t.Logf("%d of %d acquires succeeded with 2 of 5 nodes down", ok, n)
+	assert.GreaterOrEqual(t, ok, n*99/100)
+	assert.Empty(t, rec.violations())
+	up := 0
+	for _, st := range s.Nodes() {
+		if st.Up {
+			up++
+		}
+	}
+	assert.Equal(t, 3, up)
+}
+
+func TestRedlockThreeOfFiveDown(t *testing.T) {
+	const nodeTimeout = 50 * time.Millisecond
+	const margin = 60 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		down func(*redistest.Server)
+	}{
+		{"killed", (*redistest.Server).Kill},
+		{"paused", (*redistest.Server).Pause},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srvs := startNodes(t, 5)
+			s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: nodeTimeout})
+			ctx := testCtx(t)
+			require.NoError(t, s.Ping(ctx))
+			for _, srv := range srvs[:3] {
+				tc.down(srv)
+				t.Cleanup(srv.Resume) // let Kill in the cleanup reap it
+			}
+
+			start := time.Now()
+			_, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+			took := time.Since(start)
+			require.ErrorIs(t, err, lockstore.ErrUnavailable)
+			var qe *lockstore.QuorumError
+			require.ErrorAs(t, err, &qe)
+			assert.Equal(t, lockstore.QuorumError{Nodes: 5, Quorum: 3, Failed: 3}, *qe)
+			assert.Equal(t, "3 of 5 Redlock nodes did not answer; a majority of 3 is impossible", qe.QuorumDetail())
+			t.Logf("acquire with 3 of 5 nodes %s: %v (NodeTimeout %v)", tc.name, took, nodeTimeout)
+			assert.Less(t, took, nodeTimeout+margin)
+
+			for name, op := range map[string]func() error{
+				"extend":  func() error { _, err := s.Extend(ctx, "k", lockstore.NewToken(), time.Minute); return err },
+				"release": func() error { return s.Release(ctx, "k", lockstore.NewToken()) },
+				"inspect": func() error { _, err := s.Inspect(ctx, "k"); return err },
+				"ping":    func() error { return s.Ping(ctx) },
+			} {
+				start := time.Now()
+				require.ErrorIs(t, op(), lockstore.ErrUnavailable, name)
+				assert.Less(t, time.Since(start), nodeTimeout+margin, name)
+			}
+		})
+	}
+}
+
+// One node stopped (SIGSTOP) for three TTLs while 8 clients contend: no two
+// clients ever believe they hold the lock at once.
+func TestRedlockPausedNodeNoOverlap(t *testing.T) {
+	t.Parallel()
+	const ttl = 200 * time.Millisecond
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{})
+
+	var rec recorder
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stats := contend(ctx, t, s, "k", ttl, 8, &rec)
+	time.Sleep(200 * time.Millisecond)
+	paused := time.Now()
+	srvs[2].Pause()
+	time.Sleep(3 * ttl)
+	require.Eventually(t, func() bool { return rec.count(paused, time.Now()) >= 3 }, 10*time.Second, 10*time.Millisecond,
+		"grants while the node is stopped")
+	srvs[2].Resume()
+	resumed := time.Now()
+	require.Eventually(t, func() bool { return rec.count(resumed, time.Now()) >= 10 }, 10*time.Second, 10*time.Millisecond,
+		"grants after the node resumed")
+	cancel()
+	stats.wait()
+
+	t.Logf("paused node: %v; %d grants while paused", stats, rec.count(paused, resumed))
+	assert.Empty(t, rec.violations())
+}
+
+// A node killed and restarted empty (twice, different nodes) while clients
+// contend: with the restart guard, no overlapping holders.
+func TestRedlockRestartWhileContending(t *testing.T) {
+	t.Parallel()
+	const ttl = 200 * time.Millisecond
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{MaxTTL: time.Hour})
+	require.NoError(t, s.Ping(testCtx(t)))
+
+	var rec recorder
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stats := contend(ctx, t, s, "k", ttl, 8, &rec)
+	time.Sleep(250 * time.Millisecond)
+	first := time.Now()
+	srvs[0].Restart()
+	time.Sleep(300 * time.Millisecond)
+	srvs[1].Restart()
+	second := time.Now()
+	require.Eventually(t, func() bool { return rec.count(second, time.Now()) >= 10 }, 10*time.Second, 10*time.Millisecond,
+		"grants after the second restart")
+	cancel()
+	stats.wait()
+
+	t.Logf("restarts: %v; %d grants between the restarts", stats, rec.count(first, second))
+	assert.Empty(t, rec.violations())
+	// A node that refused many dials is probed by go-redis once a second;
+	// the restart is seen at the first connection after that.
+	require.Eventually(t, func() bool {
+		_ = s.Ping(context.Background())
+		nodes := s.Nodes()
+		return !nodes[0].QuarantinedUntil.IsZero() && !nodes[1].QuarantinedUntil.IsZero()
+	}, 5*time.Second, 20*time.Millisecond, "both restarts detected")
+}
+
+// The double grant a restart without persistence allows, built step by step:
+// a lease held on A, B and C only (D and E down); D and E come back; A and B
+// restart empty. Without the guard a second client wins A, B, D and E while
+// the first lease is valid, and the overlap checker must say so; with the
+// guard A and B do not vote and the second client is refused.
+func TestRedlockRestartGuard(t *testing.T) {
+	t.Parallel()
+	for _, guard := range []bool{true, false} {
+		t.Run(fmt.Sprintf("guard=%v", guard), func(t *testing.T) {
+			t.Parallel()
+			srvs := startNodes(t, 5)
+			a, b, d, e := srvs[0], srvs[1], srvs[3], srvs[4]
+			d.Kill() // before the store ever reaches them
+			e.Kill()
+			var logs syncBuffer
+			s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{
+				MaxTTL:              time.Hour,
+				DisableRestartGuard: !guard,
+				Logger:              zerolog.New(&logs),
+			})
+			ctx := testCtx(t)
+
+			var rec recorder
+			first, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
+			require.NoError(t, err, "A, B and C are a majority")
+			rec.add(first, time.Now())
+
+			d.Restart()
+			e.Restart()
+			a.Restart()
+			b.Restart()
+			detected := time.Now()
+
+			second, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
+			if err == nil {
+				rec.add(second, time.Now())
+			}
+			violations := rec.violations()
+
+			if !guard {
+				require.NoError(t, err, "without the guard A, B, D and E grant")
+				assert.NotEmpty(t, violations, "the checker must catch the double grant")
+				t.Logf("guard off, checker reports: %v", violations)
+				return
+			}
+			require.ErrorIs(t, err, lockstore.ErrHeld)
+			assert.Empty(t, violations)
+			_, err = s.Inspect(ctx, "k")
+			require.ErrorIs(t, err, lockstore.ErrUnavailable, "C alone holds it; A and B do not count")
+
+			require.NoError(t, s.Ping(ctx)) // C, D, E
+			nodes := s.Nodes()
+			quarantine := time.Hour + time.Hour/100 + 2*time.Millisecond
+			for i, n := range nodes {
+				if i > 1 {
+					assert.Zero(t, n.QuarantinedUntil, "node %d", i)
+					continue
+				}
+				assert.True(t, n.Up)
+				assert.WithinRange(t, n.QuarantinedUntil, detected.Add(quarantine).Add(-time.Second), time.Now().Add(quarantine))
+			}
+			warnings := strings.Count(logs.String(), `"level":"warn"`)
+			assert.Equal(t, 2, warnings, "one warning per restart: %s", logs.String())
+			assert.Contains(t, logs.String(), a.Addr())
+			assert.Contains(t, logs.String(), b.Addr())
+		})
+	}
+}
+
+// A quarantined node's votes count in neither direction.
+func TestRedlockQuarantinedVotesDoNotCount(t *testing.T) {
+	t.Parallel()
+	for _, guard := range []bool{true, false} {
+		t.Run(fmt.Sprintf("guard=%v", guard), func(t *testing.T) {
+			t.Parallel()
+			srvs := startNodes(t, 3)
+			s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{MaxTTL: time.Hour, DisableRestartGuard: !guard})
+			ctx := testCtx(t)
+			require.NoError(t, s.Ping(ctx))
+
+			srvs[0].Restart()
+			require.Eventually(t, func() bool { return s.Ping(ctx) == nil && s.Nodes()[0].Up }, 5*time.Second, 10*time.Millisecond)
+			assert.Equal(t, guard, !s.Nodes()[0].QuarantinedUntil.IsZero())
+
+			// Against: a lease on the restarted node and one other is no
+			// majority when the restarted node does not count.
+			ghost := lockstore.NewToken()
+			plant(t, srvs[0], "j", ghost, time.Minute)
+			plant(t, srvs[1], "j", ghost, time.Minute)
+			_, err := s.Inspect(ctx, "j")
+			if guard {
+				require.ErrorIs(t, err, lockstore.ErrUnavailable, "held on B only; A does not count")
+			} else {
+				require.NoError(t, err, "held on A and B")
+			}
+
+			// For: the restarted node and C are no majority either.
+			srvs[1].Kill()
+			l, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+			if !guard {
+				require.NoError(t, err, "the restarted node and C are a majority")
+				require.NoError(t, s.Release(ctx, "k", l.Token))
+				return
+			}
+			var qe *lockstore.QuorumError
+			require.ErrorAs(t, err, &qe, "the restarted node granted, but does not count")
+			assert.Equal(t, lockstore.QuorumError{Nodes: 3, Quorum: 2, Failed: 1, Quarantined: 1}, *qe)
+			require.ErrorIs(t, s.Ping(ctx), lockstore.ErrUnavailable)
+		})
+	}
+}
+
+// The grant's fence is written back to the granting majority: after the node
+// that produced the highest fence is gone, the others still go higher.
+func TestRedlockFenceWriteBack(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{})
+	ctx := testCtx(t)
+
+	// Node 0's counter is far ahead, as a node whose clock runs an hour
+	// fast would make it.
+	ahead := time.Now().Add(time.Hour).UnixMicro()
+	require.NoError(t, srvs[0].Client().Set(ctx, "lockgw:{k}:fence", ahead, 0).Err())
+
+	first, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute, Owner: "a:b"})
+	require.NoError(t, err)
+	assert.Equal(t, ahead+1, first.Fence)
+	for i, srv := range srvs {
+		v, err := srv.Client().Get(ctx, "lockgw:{k}:lock").Result()
+		require.NoError(t, err)
+		assert.True(t, strings.HasSuffix(v, ":"+strconv.FormatInt(first.Fence, 10)+":a:b"), "node %d: %s", i, v)
+		c, err := srv.Client().Get(ctx, "lockgw:{k}:fence").Int64()
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, c, first.Fence, "node %d", i)
+		ttl, err := srv.Client().PTTL(ctx, "lockgw:{k}:lock").Result()
+		require.NoError(t, err)
+		assert.Greater(t, ttl, 50*time.Second, "node %d: the rewrite keeps the TTL", i)
+	}
+	got, err := s.Inspect(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, first.Fence, got.Fence)
+	require.NoError(t, s.Release(ctx, "k", first.Token))
+
+	srvs[0].Kill()
+	second, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+	assert.Greater(t, second.Fence, first.Fence)
+}
+
+// A split vote (nobody has a majority) is retried a few times, briefly.
+func TestRedlockSplitVote(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{})
+	ctx := testCtx(t)
+	x, y := lockstore.NewToken(), lockstore.NewToken()
+	plant(t, srvs[0], "k", x, 10*time.Second)
+	plant(t, srvs[1], "k", x, 10*time.Second)
+	plant(t, srvs[2], "k", y, 10*time.Second)
+	plant(t, srvs[3], "k", y, 10*time.Second)
+
+	start := time.Now()
+	_, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	took := time.Since(start)
+	require.ErrorIs(t, err, lockstore.ErrHeld)
+	calls, err := srvs[4].CommandCalls(ctx)
+	require.NoError(t, err)
+	scripts := calls["evalsha"] + calls["eval"]
+	t.Logf("split vote: %v, %d script calls on the free node", took, scripts)
+	assert.GreaterOrEqual(t, scripts, int64(12), "6 attempts, each an acquire and a release")
+	assert.Less(t, took, 500*time.Millisecond)
+
+	// A deadline ends the retries.
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	_, err = s.Acquire(short, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.Error(t, err)
+	assert.Less(t, time.Since(start), 100*time.Millisecond)
+
+	// When y's lease ends, a retry wins.
+	plant(t, srvs[2], "k", y, 15*time.Millisecond)
+	plant(t, srvs[3], "k", y, 15*time.Millisecond)
+	require.Eventually(t, func() bool {
+		_, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		return err == nil
+	}, time.Second, time.Millisecond)
+}
+
+// What Extend, Release and Inspect answer when the nodes disagree.
+func TestRedlockMixedOutcomes(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{})
+	ctx := testCtx(t)
+	mine, other, third := lockstore.NewToken(), lockstore.NewToken(), lockstore.NewToken()
+
+	type layout []string // per node: "mine", "other", "third" or "" (free)
+	setup := func(t *testing.T, key string, l layout) {
+		for i, who := range l {
+			tok := map[string]string{"mine": mine, "other": other, "third": third}[who]
+			if tok != "" {
+				plant(t, srvs[i], key, tok, time.Duration(10+i)*time.Second)
+			}
+		}
+	}
+	leftovers := func(t *testing.T, key string) int {
+		n := 0
+		for _, srv := range srvs {
+			v, _ := srv.Client().Get(ctx, "lockgw:{"+key+"}:lock").Result()
+			if strings.HasPrefix(v, digest(mine)) {
+				n++
+			}
+		}
+		return n
+	}
+
+	for i, tc := range []struct {
+		name   string
+		layout layout
+		op     string
+		want   error // nil: success
+	}{
+		{"release on a majority", layout{"mine", "mine", "mine", "other", ""}, "release", nil},
+		{"release, another holds a majority", layout{"mine", "mine", "other", "other", "other"}, "release", lockstore.ErrTokenMismatch},
+		{"release, mine on a minority", layout{"mine", "mine", "", "", ""}, "release", lockstore.ErrNotHeld},
+		{"release, other tokens on a majority", layout{"mine", "other", "other", "third", ""}, "release", lockstore.ErrTokenMismatch},
+		{"release, nobody has a majority", layout{"mine", "other", "third", "", ""}, "release", lockstore.ErrNotHeld},
+		{"extend on a majority", layout{"mine", "mine", "mine", "", "other"}, "extend", nil},
+		{"extend, mine on a minority", layout{"mine", "mine", "", "", ""}, "extend", lockstore.ErrNotHeld},
+		{"extend, another holds a majority", layout{"mine", "other", "other", "other", ""}, "extend", lockstore.ErrTokenMismatch},
+		{"inspect, held on a majority", layout{"other", "other", "other", "third", "third"}, "inspect", nil},
+		{"inspect, no majority", layout{"other", "other", "third", "third", ""}, "inspect", lockstore.ErrNotHeld},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := fmt.Sprintf("mixed-%d", i)
+			setup(t, key, tc.layout)
+			var err error
+			switch tc.op {
+			case "release":
+				err = s.Release(ctx, key, mine)
+				assert.Zero(t, leftovers(t, key), "release clears every node")
+			case "extend":
+				var l lockstore.Lease
+				l, err = s.Extend(ctx, key, mine, time.Minute)
+				if err == nil {
+					assert.Equal(t, int64(1), l.Fence)
+				} else {
+					assert.Zero(t, leftovers(t, key), "a failed extend leaves no minority behind")
+				}
+			case "inspect":
+				var l lockstore.Lease
+				l, err = s.Inspect(ctx, key)
+				if err == nil {
+					assert.Equal(t, "other", l.Owner)
+					assert.LessOrEqual(t, l.TTL, 10*time.Second-10*time.Second/100, "the smallest TTL, less drift")
+					assert.Greater(t, l.TTL, 9*time.Second)
+				}
+			}
+			if tc.want == nil {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, tc.want)
+			}
+		})
+	}
+
+	t.Run("unknown nodes could hold a majority", func(t *testing.T) {
+		srvs := startNodes(t, 5)
+		s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{})
+		plant(t, srvs[0], "k", mine, time.Minute)
+		plant(t, srvs[1], "k", mine, time.Minute)
+		srvs[3].Kill()
+		srvs[4].Kill()
+		require.ErrorIs(t, s.Release(ctx, "k", mine), lockstore.ErrUnavailable)
+		plant(t, srvs[0], "k", mine, time.Minute)
+		plant(t, srvs[1], "k", mine, time.Minute)
+		_, err := s.Extend(ctx, "k", mine, time.Minute)
+		require.ErrorIs(t, err, lockstore.ErrUnavailable)
+		_, err = s.Inspect(ctx, "k")
+		require.ErrorIs(t, err, lockstore.ErrUnavailable)
+	})
+}
+
+// --- helpers ---
+
+func digest(token string) string {
+	d := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(d[:])
+}
+
+// value is a lock's stored value, as acquire.lua writes it.
+func value(token string, fence int64, owner string) string {
+	return digest(token) + ":" + strconv.FormatInt(fence, 10) + ":" + owner
+}
+
+// plant writes a lease straight into one node, with fence 1 and the token's
+// role as owner.
+func plant(t testing.TB, srv *redistest.Server, key, token string, ttl time.Duration) {
+	t.Helper()
+	require.NoError(t, srv.Client().Set(context.Background(), "lockgw:{"+key+"}:lock", value(token, 1, "other"), ttl).Err())
+}
+
+// recorder collects grants and checks them for overlap.
+//
+// A grant is the interval during which its client believes it holds the
+// lock: from the moment Acquire returned to the earlier of the moment it
+// called Release and the lease's ExpiresAt. (The start of the Acquire call
+// is not used: a call can begin while the previous holder still holds the
+// lock and win a later round after the release, which is no overlap.)
+type recorder struct {
+	mu     sync.Mutex
+	grants []grantRecord
+}
+
+type grantRecord struct {
+	fence       int64
+	from, until time.Time
+}
+
+func (r *recorder) add(l lockstore.Lease, granted time.Time) {
+	r.addUntil(l, granted, l.ExpiresAt)
+}
+
+func (r *recorder) addUntil(l lockstore.Lease, granted, released time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	until := l.ExpiresAt
+	if released.Before(until) {
+		until = released
+	}
+	r.grants = append(r.grants, grantRecord{fence: l.Fence, from: granted, until: until})
+}
+
+// count is how many grants were made in [from, to).
+func (r *recorder) count(from, to time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, g := range r.grants {
+		if !g.from.Before(from) && g.from.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// violations lists overlapping holders (intervals sorted by fence must be
+// disjoint and in time order) and fences that do not increase in grant
+// order.
+func (r *recorder) violations() []string {
+	r.mu.Lock()
+	gs := slices.Clone(r.grants)
+	r.mu.Unlock()
+	var out []string
+
+	slices.SortFunc(gs, func(a, b grantRecord) int { return a.from.Compare(b.from) })
+	for i := 1; i < len(gs); i++ {
+		if gs[i].fence <= gs[i-1].fence {
+			out = append(out, fmt.Sprintf("fence %d granted after fence %d", gs[i].fence, gs[i-1].fence))
+		}
+	}
+
+	slices.SortFunc(gs, func(a, b grantRecord) int { return cmp.Compare(a.fence, b.fence) })
+	for i := 1; i < len(gs); i++ {
+		prev := gs[i-1]
+		for _, p := range gs[:i] {
+			if p.until.After(prev.until) {
+				prev = p
+			}
+		}
+		if gs[i].from.Before(prev.until) {
+			out = append(out, fmt.Sprintf("fence %d held from %v, while fence %d held until %v",
+				gs[i].fence, gs[i].from.Format("15:04:05.000000"), prev.fence, prev.until.Format("15:04:05.000000")))
+		}
+	}
+	return out
+}
+
+type contention struct {
+	wg                                 sync.WaitGroup
+	granted, held, unavailable, others atomic.Int64
+	abandoned                          atomic.Int64
+}
+
+func (c *contention) wait() { c.wg.Wait() }
+
+func (c *contention) String() string {
+	return fmt.Sprintf("%d grants (%d left to expire), %d held, %d unavailable, %d other errors",
+		c.granted.Load(), c.abandoned.Load(), c.held.Load(), c.unavailable.Load(), c.others.Load())
+}
+
+// contend runs clients goroutines until ctx ends, each acquiring key with a
+// fresh token, holding it for up to 3 ms and releasing it; one grant in ten
+// is abandoned, to expire on its own.
+func contend(ctx context.Context, t *testing.T, s lockstore.Store, key string, ttl time.Duration, clients int, rec *recorder) *contention {
+	c := &contention{}
+	for range clients {
+		c.wg.Go(func() {
+			for ctx.Err() == nil {
+				actx, cancel := context.WithTimeout(context.Background(), time.Second)
+				l, err := s.Acquire(actx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: ttl})
+				granted := time.Now()
+				cancel()
+				switch {
+				case err == nil:
+					c.granted.Add(1)
+				case errors.Is(err, lockstore.ErrHeld):
+					c.held.Add(1)
+					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+					continue
+				case errors.Is(err, lockstore.ErrUnavailable):
+					c.unavailable.Add(1)
+					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+					continue
+				default:
+					c.others.Add(1)
+					t.Errorf("acquire: %v", err)
+					continue
+				}
+				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+				if rand.IntN(10) == 0 {
+					c.abandoned.Add(1)
+					rec.add(l, granted)
+					continue
+				}
+				rec.addUntil(l, granted, time.Now())
+				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = s.Release(rctx, key, l.Token) // may fail when the lease ran out
+				cancel()
+			}
+		})
+	}
+	return c
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
