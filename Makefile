@@ -35,7 +35,8 @@ build:
 
 # The Redis tests start their own redis-server processes on free loopback
 # ports and never touch port 6379, so a Redis service that apt may have
-# started alongside the package neither helps nor disturbs them.
+# started alongside the package neither helps nor disturbs them. The same
+# goes for nginx: examples/nginx runs its own on free ports, never port 80.
 test: deps
 	$(COMPOSE) -f docker-compose.yml config -q
 	CGO_ENABLED=1 $(GO) test -race ./...
@@ -45,6 +46,9 @@ test: deps
 #    it in /usr/bin). REDIS_SERVER=/path/to/redis-server skips the install.
 #  - a C compiler: -race needs cgo, and Go turns cgo off without one.
 #  - docker-compose: to check docker-compose.yml.
+#  - nginx (with auth_request, as Debian's has): examples/nginx runs a real
+#    one. Debian puts it in /usr/sbin, which a user's PATH may lack.
+#    NGINX=/path/to/nginx skips the install.
 # --no-install-recommends keeps docker-compose from pulling in the whole
 # Docker engine; only the compose file parser is needed here.
 deps:
@@ -52,12 +56,13 @@ deps:
 	if [[ -z "$${REDIS_SERVER:-}" ]] && ! command -v redis-server >/dev/null; then missing+=(redis-server); fi; \
 	if ! command -v "$$($(GO) env CC)" >/dev/null; then missing+=(gcc libc6-dev); fi; \
 	if [[ "$(COMPOSE)" == docker-compose ]] && ! command -v docker-compose >/dev/null; then missing+=(docker-compose); fi; \
+	if [[ -z "$${NGINX:-}" ]] && ! command -v nginx >/dev/null && ! test -x /usr/sbin/nginx; then missing+=(nginx); fi; \
 	if (( $${#missing[@]} == 0 )); then exit 0; fi; \
 	if [[ "$$(id -u)" != 0 ]]; then \
 		echo "make test needs: $${missing[*]}" >&2; \
 		echo "Install them (Debian/Ubuntu): sudo apt-get install -y $${missing[*]}" >&2; \
 		echo "or run make test as root, which installs them itself." >&2; \
-		echo "(Or point REDIS_SERVER at a redis-server binary, or set COMPOSE to another compose command.)" >&2; \
+		echo "(Or point REDIS_SERVER at a redis-server binary, NGINX at an nginx binary, or set COMPOSE to another compose command.)" >&2; \
 		exit 1; \
 	fi; \
 	echo "installing $${missing[*]}"; \

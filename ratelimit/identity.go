@@ -42,7 +42,36 @@ func (id Identity) Key(r *http.Request) (string, bool) {
 	if ip := chimw.GetClientIPAddr(r.Context()); ip.IsValid() {
 		return IPKey(ip), true
 	}
+	if ip, ok := id.trustedClient(r); ok {
+		return IPKey(ip), true
+	}
 	return "", false
+}
+
+// trustedClient covers what chi's ClientIPFromXFF leaves unset when every
+// hop is trusted: a client inside the trusted ranges (a curl on the proxy
+// host, an internal service). With no X-Forwarded-For the peer itself is
+// the client; with an all-trusted chain, its leftmost entry is (nginx's
+// real_ip_recursive). A chain with an unparseable entry stays unidentified.
+func (id Identity) trustedClient(r *http.Request) (netip.Addr, bool) {
+	if !id.fromTrustedProxy(r) {
+		return netip.Addr{}, false
+	}
+	var chain []netip.Addr
+	for _, h := range r.Header.Values("X-Forwarded-For") {
+		for entry := range strings.SplitSeq(h, ",") {
+			ip, err := netip.ParseAddr(strings.TrimSpace(entry))
+			if err != nil || !id.trusted(ip.Unmap()) {
+				return netip.Addr{}, false
+			}
+			chain = append(chain, ip)
+		}
+	}
+	if len(chain) == 0 {
+		ap, _ := netip.ParseAddrPort(r.RemoteAddr) // parsed by fromTrustedProxy
+		return ap.Addr().Unmap(), true
+	}
+	return chain[0].Unmap(), true
 }
 
 func (id Identity) fromTrustedProxy(r *http.Request) bool {
@@ -50,7 +79,10 @@ func (id Identity) fromTrustedProxy(r *http.Request) bool {
 	if err != nil {
 		return false
 	}
-	ip := ap.Addr().Unmap()
+	return id.trusted(ap.Addr().Unmap())
+}
+
+func (id Identity) trusted(ip netip.Addr) bool {
 	for _, p := range id.TrustedProxies {
 		if p.Contains(ip) {
 			return true

@@ -130,6 +130,8 @@ func TestIdentity(t *testing.T) {
 		{"IPv6 per /64", "[2001:db8:1:2:aaaa::1]:5000", nil, "ip:2001:db8:1:2::/64"},
 		{"IPv6 same /64", "[2001:db8:1:2:bbbb::9]:5000", nil, "ip:2001:db8:1:2::/64"},
 		{"v4-mapped folds to v4", "[::ffff:203.0.113.7]:5000", nil, "ip:203.0.113.7"},
+		{"client inside the trusted range", "10.1.2.3:5000", nil, "ip:10.1.2.3"},
+		{"all-trusted chain: leftmost", "10.1.2.3:5000", map[string]string{"X-Forwarded-For": "10.9.9.9, 10.5.5.5"}, "ip:10.9.9.9"},
 	}
 	mw := chimw.ClientIPFromXFF("10.0.0.0/8")
 	for _, tc := range tests {

@@ -34,7 +34,11 @@ func addRoutes(r chi.Router, d deps) {
 	lock.Get("/locks/*", locks.Inspect().ServeHTTP)
 
 	if d.check != nil { // rate limiting is on
-		r.With(middleware.NoStore, d.check).Get("/ratelimit/check", handlers.Admitted().ServeHTTP)
+		// Any method, and any path below: Envoy's ext_authz forwards the
+		// client's method and appends the client's path.
+		check := r.With(middleware.NoStore, d.check)
+		check.Handle("/ratelimit/check", handlers.Admitted())
+		check.Handle("/ratelimit/check/*", handlers.Admitted())
 	}
 }
 
