@@ -17,8 +17,10 @@ import (
 func encode(w http.ResponseWriter, status int, contentType string, v any) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // details quote "<token>"; this is not HTML
-	if err := enc.Encode(v); err != nil { // our own response types always marshal
+	// Details quote "<token>"; this is JSON, not HTML.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		// Our own response types always marshal.
 		panic(fmt.Sprintf("handlers: encode %T: %v", v, err))
 	}
 	body := buf.Bytes()
