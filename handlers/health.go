@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -31,36 +32,44 @@ type Node struct {
 // balancer should stop sending lock traffic to a gateway that answers 503.
 // nodes, when not nil, lists a multi-node backend's nodes in the body.
 func Readyz(store lockstore.Store, backend string, nodes func() []Node, timeout time.Duration, log zerolog.Logger) http.Handler {
-	type node struct {
-		Addr             string `json:"addr"`
-		Up               bool   `json:"up"`
-		QuarantinedUntil string `json:"quarantined_until,omitempty"`
-	}
 	type response struct {
-		Status  string `json:"status"`
-		Backend string `json:"backend"`
-		Nodes   []node `json:"nodes,omitempty"`
+		Status  string     `json:"status"`
+		Backend string     `json:"backend"`
+		Nodes   []nodeJSON `json:"nodes,omitempty"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		if err := store.Ping(ctx); err != nil {
-			log.Warn().Err(err).Msg("readiness check failed")
-			WriteProblem(w, r, &Error{Kind: KindUnavailable, Detail: "the " + backend + " backend does not answer", RetryAfter: time.Second})
-			return
-		}
-		resp := response{Status: "ok", Backend: backend}
+		err := store.Ping(ctx)
+		var list []nodeJSON
 		if nodes != nil {
 			for _, n := range nodes() {
-				out := node{Addr: n.Addr, Up: n.Up}
+				out := nodeJSON{Addr: n.Addr, Up: n.Up}
 				if !n.QuarantinedUntil.IsZero() {
 					out.QuarantinedUntil = timestamp(n.QuarantinedUntil)
 				}
-				resp.Nodes = append(resp.Nodes, out)
+				list = append(list, out)
 			}
 		}
-		encode(w, http.StatusOK, "application/json", resp)
+		if err != nil {
+			log.Warn().Err(err).Msg("readiness check failed")
+			detail := "the " + backend + " backend does not answer"
+			if q, ok := errors.AsType[quorumError](err); ok {
+				detail = q.QuorumDetail()
+			}
+			// The nodes matter most when the answer is no.
+			WriteProblem(w, r, &Error{Kind: KindUnavailable, Detail: detail, RetryAfter: time.Second, Nodes: list})
+			return
+		}
+		encode(w, http.StatusOK, "application/json", response{Status: "ok", Backend: backend, Nodes: list})
 	})
+}
+
+// nodeJSON is a Node in /readyz bodies.
+type nodeJSON struct {
+	Addr             string `json:"addr"`
+	Up               bool   `json:"up"`
+	QuarantinedUntil string `json:"quarantined_until,omitempty"`
 }
 
 // OpenAPI serves GET /openapi.yaml: the spec the service was built with.

@@ -56,6 +56,7 @@ type Problem struct {
 	Instance  string       `json:"instance"`
 	RequestID string       `json:"request_id,omitempty"`
 	Errors    []FieldError `json:"errors,omitempty"`
+	Nodes     []nodeJSON   `json:"nodes,omitempty"` // /readyz of a Redlock
 }
 
 // FieldError names one field that failed validation and why.
@@ -71,6 +72,7 @@ type Error struct {
 	Detail     string
 	Fields     []FieldError
 	RetryAfter time.Duration // sent as Retry-After when positive
+	Nodes      []nodeJSON
 }
 
 func (e *Error) Error() string { return e.Kind.Slug + ": " + e.Detail }
@@ -96,6 +98,13 @@ var domainErrors = []struct {
 	// before the backend answered.
 	{context.Canceled, KindUnavailable, "the request was cancelled before the backend answered; retry with the same Lock-Token"},
 	{context.DeadlineExceeded, KindUnavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
+}
+
+// quorumError is a multi-node store's "no majority possible", with a detail
+// that names node counts only (lockstore.QuorumError).
+type quorumError interface {
+	error
+	QuorumDetail() string
 }
 
 // WriteError answers err as a problem. It is the only place errors become
@@ -130,8 +139,7 @@ func fromDomain(err error) *Error {
 		case http.StatusServiceUnavailable:
 			// Redlock says why a majority was impossible; that text names
 			// node counts only, never addresses or internals.
-			var q interface{ QuorumDetail() string }
-			if errors.As(err, &q) {
+			if q, ok := errors.AsType[quorumError](err); ok {
 				e.Detail = q.QuorumDetail()
 			}
 			e.RetryAfter = time.Second
@@ -161,6 +169,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *Error) {
 		Instance:  r.URL.EscapedPath(),
 		RequestID: middleware.GetRequestID(r.Context()),
 		Errors:    e.Fields,
+		Nodes:     e.Nodes,
 	})
 }
 

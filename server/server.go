@@ -181,7 +181,22 @@ func openStore(cfg Config, logger zerolog.Logger) (lockstore.Store, func() []han
 		opts.DialerRetries = 1 // the caller retries; five dials would outlast its deadline
 		return lockstore.NewRedis(redis.NewClient(opts)), nil, nil
 	case BackendRedlock:
-		return nil, nil, errors.New("the redlock backend is not available in this build")
+		rl, err := lockstore.OpenRedlock(cfg.RedlockURLs, lockstore.RedlockOptions{
+			NodeTimeout: cfg.RedlockTimeout,
+			MaxTTL:      cfg.MaxTTL, // a restarted node sits out the longest lease it may have forgotten
+			Logger:      logger,
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--redlock-urls: %w", err)
+		}
+		nodes := func() []handlers.Node {
+			var out []handlers.Node
+			for _, n := range rl.Nodes() {
+				out = append(out, handlers.Node{Addr: n.Addr, Up: n.Up, QuarantinedUntil: n.QuarantinedUntil})
+			}
+			return out
+		}
+		return rl, nodes, nil
 	}
 	return lockstore.NewMemory(), nil, nil
 }

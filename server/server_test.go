@@ -35,6 +35,30 @@ func backends(t *testing.T, fn func(t *testing.T, g *apitest.Gateway)) {
 		srv := redistest.Start(t)
 		fn(t, apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL()}))
 	})
+	t.Run("redlock", func(t *testing.T) {
+		t.Parallel()
+		_, env := redlockEnv(t, 5)
+		fn(t, apitest.Start(t, env))
+	})
+}
+
+// redlockEnv starts n redis-servers and returns them with the environment
+// of a gateway over them. The node timeout is roomier than the default: the
+// race detector on a 2-core machine is slow, and a node timing out is not
+// what these tests are about.
+func redlockEnv(t *testing.T, n int) ([]*redistest.Server, map[string]string) {
+	var urls []string
+	var nodes []*redistest.Server
+	for range n {
+		srv := redistest.Start(t)
+		nodes = append(nodes, srv)
+		urls = append(urls, srv.URL())
+	}
+	return nodes, map[string]string{
+		"LOCKGW_BACKEND":              "redlock",
+		"LOCKGW_REDLOCK_URLS":         strings.Join(urls, ","),
+		"LOCKGW_REDLOCK_NODE_TIMEOUT": "250ms",
+	}
 }
 
 func lockPath(key string) string { return "/locks/" + key }
@@ -185,7 +209,7 @@ func TestContention(t *testing.T) {
 						conflicts.Add(1)
 						// Back off a little: 49 spinning clients would
 						// starve the holder's release of CPU.
-						time.Sleep(time.Duration(1+rand.IntN(5)) * time.Millisecond)
+						time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
 						continue
 					case http.StatusCreated:
 					default:
@@ -211,7 +235,7 @@ func TestContention(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		t.Logf("%d grants, %d conflicts in 2s", len(fences), conflicts.Load())
+		t.Logf("%s: %d grants, %d conflicts in 2s", t.Name(), len(fences), conflicts.Load())
 		assert.Zero(t, overlaps.Load(), "two holders at once")
 		assert.Zero(t, unexpected.Load())
 		require.GreaterOrEqual(t, len(fences), 10, "the test made too few grants to prove anything")

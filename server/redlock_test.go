@@ -1,0 +1,63 @@
+package server_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/apitest"
+)
+
+// TestRedlockQuorumLoss: with 2 of 5 nodes dead the gateway still grants;
+// with 3 dead it answers 503 within about one node timeout, says why, and
+// /readyz shows which nodes are down.
+func TestRedlockQuorumLoss(t *testing.T) {
+	nodes, env := redlockEnv(t, 5)
+	env["LOCKGW_REDLOCK_NODE_TIMEOUT"] = "100ms"
+	g := apitest.Start(t, env)
+	c := apitest.NewClient(g.URL)
+
+	r := c.Do(t, "GET", "/readyz", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	ready := r.JSON(t)
+	assert.Equal(t, "redlock", ready["backend"])
+	require.Len(t, ready["nodes"], 5)
+
+	nodes[0].Kill()
+	nodes[1].Kill()
+	ok := 0
+	const n = 100
+	for range n {
+		r := c.Do(t, "PUT", "/locks/"+apitest.Key(t), []byte(`{"ttl_ms":10000}`), apitest.JSON...)
+		if r.Status == http.StatusCreated {
+			ok++
+		}
+	}
+	t.Logf("2 of 5 nodes dead: %d of %d acquires granted", ok, n)
+	assert.GreaterOrEqual(t, ok, 99)
+
+	nodes[2].Kill()
+	start := time.Now()
+	r = c.Do(t, "PUT", "/locks/"+apitest.Key(t), nil)
+	took := time.Since(start)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status)
+	assert.Equal(t, "backend-unavailable", r.ProblemType(t))
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	assert.Contains(t, r.Problem(t)["detail"], "3 of 5 Redlock nodes did not answer")
+	assert.NotContains(t, string(r.Body), "127.0.0.1", "no addresses in a 5xx body")
+	assert.Less(t, took, 500*time.Millisecond, "about one node timeout, not a hang")
+	t.Logf("3 of 5 nodes dead: 503 in %v", took)
+
+	r = c.Do(t, "GET", "/readyz", nil)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status)
+	down := 0
+	for _, n := range r.Problem(t)["nodes"].([]any) {
+		if !n.(map[string]any)["up"].(bool) {
+			down++
+		}
+	}
+	assert.Equal(t, 3, down, "readyz names the nodes that are down")
+}
