@@ -74,13 +74,9 @@ func (h *Locks) Acquire() http.Handler {
 		Owner  *string `json:"owner" validate:"omitnil,max=128,printable"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, token, err := h.keyAndToken(r, false)
-		if err != nil {
-			WriteError(w, r, h.log, err)
-			return
-		}
 		var req request
-		if err := h.decodeValid(w, r, &req); err != nil {
+		key, token, err := h.parse(w, r, false, &req)
+		if err != nil {
 			WriteError(w, r, h.log, err)
 			return
 		}
@@ -166,13 +162,9 @@ func (h *Locks) Extend() http.Handler {
 		TTLms *int64 `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, token, err := h.keyAndToken(r, true)
-		if err != nil {
-			WriteError(w, r, h.log, err)
-			return
-		}
 		var req request
-		if err := h.decodeValid(w, r, &req); err != nil {
+		key, token, err := h.parse(w, r, true, &req)
+		if err != nil {
 			WriteError(w, r, h.log, err)
 			return
 		}
@@ -251,6 +243,15 @@ func (h *Locks) keyAndToken(r *http.Request, requireToken bool) (key, token stri
 		return "", "", newError(KindTokenRequired, `send the lock's token as Lock-Token: <token> or If-Match: "<token>"`)
 	}
 	return key, token, nil
+}
+
+// parse reads key, token and body, in the order their errors are reported:
+// a bad key or token before a bad body.
+func (h *Locks) parse(w http.ResponseWriter, r *http.Request, requireToken bool, body any) (key, token string, err error) {
+	if key, token, err = h.keyAndToken(r, requireToken); err != nil {
+		return "", "", err
+	}
+	return key, token, h.decodeValid(w, r, body)
 }
 
 func (h *Locks) decodeValid(w http.ResponseWriter, r *http.Request, dst any) error {

@@ -1,23 +1,24 @@
 package lockstore
 
 import (
-	"container/heap"
 	"context"
 	"sync"
 	"time"
+
+	"github.com/lockgateway/lockgateway/internal/expiry"
 )
 
 // Memory is an in-process Store: zero setup, for a single gateway process.
 // Locks live only as long as the process does.
 //
 // Expiry uses Go's monotonic clock, exact to the nanosecond. Expired leases
-// are reclaimed by every call from a min-heap ordered by expiry, so memory
+// are reclaimed by every call from a queue ordered by expiry, so memory
 // stays proportional to the locks currently held and no goroutine runs per
 // lock (or at all).
 type Memory struct {
 	mu     sync.Mutex
 	locks  map[string]*memLock
-	expiry expiryHeap
+	expiry expiry.Queue[string]
 	fence  int64 // last fence handed out, shared by all keys
 }
 
@@ -26,8 +27,7 @@ type memLock struct {
 	digest  [32]byte
 	owner   string
 	fence   int64
-	expires time.Time // carries a monotonic reading
-	index   int       // position in the expiry heap
+	expires *expiry.Entry[string] // its At carries a monotonic reading
 }
 
 var _ Store = (*Memory)(nil)
@@ -53,9 +53,9 @@ func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (L
 
 	if l, ok := m.locks[key]; ok {
 		if l.digest != digest {
-			return Lease{}, &HeldError{Remaining: l.expires.Sub(now)}
+			return Lease{}, &HeldError{Remaining: l.expires.At.Sub(now)}
 		}
-		m.setExpiry(l, now.Add(req.TTL))
+		m.expiry.Move(l.expires, now.Add(req.TTL))
 		lease := l.lease(req.Token, req.TTL)
 		lease.Renewed = true
 		return lease, nil
@@ -64,9 +64,8 @@ func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (L
 	// One counter for all keys: strictly increasing per key a fortiori, and
 	// nothing to remember once a key is free.
 	m.fence = nextFence(m.fence, now.UnixMicro())
-	l := &memLock{key: key, digest: digest, owner: req.Owner, fence: m.fence, expires: now.Add(req.TTL)}
+	l := &memLock{key: key, digest: digest, owner: req.Owner, fence: m.fence, expires: m.expiry.Add(key, now.Add(req.TTL))}
 	m.locks[key] = l
-	heap.Push(&m.expiry, l)
 	return l.lease(req.Token, req.TTL), nil
 }
 
@@ -85,7 +84,7 @@ func (m *Memory) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	if err != nil {
 		return Lease{}, err
 	}
-	m.setExpiry(l, now.Add(ttl))
+	m.expiry.Move(l.expires, now.Add(ttl))
 	return l.lease(token, ttl), nil
 }
 
@@ -104,7 +103,7 @@ func (m *Memory) Release(ctx context.Context, key, token string) error {
 	if err != nil {
 		return err
 	}
-	heap.Remove(&m.expiry, l.index)
+	m.expiry.Remove(l.expires)
 	delete(m.locks, key)
 	return nil
 }
@@ -121,7 +120,7 @@ func (m *Memory) Inspect(ctx context.Context, key string) (Lease, error) {
 	if !ok {
 		return Lease{}, ErrNotHeld
 	}
-	return l.lease("", l.expires.Sub(now)), nil
+	return l.lease("", l.expires.At.Sub(now)), nil
 }
 
 // Ping implements Store; memory always answers.
@@ -151,20 +150,11 @@ func (m *Memory) owned(key, token string) (*memLock, error) {
 }
 
 // reclaim drops every expired lock and returns the time it judged by.
-// A lock whose expiry equals now is expired: a TTL of d grants exactly d.
 // m.mu must be held.
 func (m *Memory) reclaim() time.Time {
 	now := time.Now()
-	for len(m.expiry) > 0 && !m.expiry[0].expires.After(now) {
-		l := heap.Pop(&m.expiry).(*memLock)
-		delete(m.locks, l.key)
-	}
+	m.expiry.PopExpired(now, func(key string) { delete(m.locks, key) })
 	return now
-}
-
-func (m *Memory) setExpiry(l *memLock, t time.Time) {
-	l.expires = t
-	heap.Fix(&m.expiry, l.index)
 }
 
 func (l *memLock) lease(token string, ttl time.Duration) Lease {
@@ -174,30 +164,6 @@ func (l *memLock) lease(token string, ttl time.Duration) Lease {
 		Owner:     l.owner,
 		Fence:     l.fence,
 		TTL:       ttl,
-		ExpiresAt: l.expires,
+		ExpiresAt: l.expires.At,
 	}
-}
-
-// expiryHeap is a min-heap of locks by expiry (container/heap.Interface).
-type expiryHeap []*memLock
-
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
-func (h expiryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-func (h *expiryHeap) Push(x any) {
-	l := x.(*memLock)
-	l.index = len(*h)
-	*h = append(*h, l)
-}
-func (h *expiryHeap) Pop() any {
-	old := *h
-	n := len(old)
-	l := old[n-1]
-	old[n-1] = nil
-	*h = old[:n-1]
-	return l
 }
