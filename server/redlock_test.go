@@ -61,3 +61,25 @@ func TestRedlockQuorumLoss(t *testing.T) {
 	}
 	assert.Equal(t, 3, down, "readyz names the nodes that are down")
 }
+
+// TestRedlockRateLimit: the limiter works over Redlock's nodes too, a
+// window being a lease granted by a majority.
+func TestRedlockRateLimit(t *testing.T) {
+	nodes, env := redlockEnv(t, 3)
+	env["LOCKGW_RATE_LIMIT_WINDOW"] = "300ms"
+	c := apitest.NewClient(apitest.Start(t, env).URL)
+
+	require.Equal(t, http.StatusOK, c.Do(t, "GET", "/ratelimit/check", nil).Status)
+	r := c.Do(t, "GET", "/ratelimit/check", nil)
+	require.Equal(t, http.StatusTooManyRequests, r.Status)
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+
+	// A second gateway on the same nodes learns the window from them.
+	other := apitest.NewClient(apitest.Start(t, env).URL)
+	require.Equal(t, http.StatusTooManyRequests, other.Do(t, "GET", "/ratelimit/check", nil).Status)
+
+	nodes[0].Kill() // a minority down changes nothing
+	time.Sleep(350 * time.Millisecond)
+	require.Equal(t, http.StatusOK, other.Do(t, "GET", "/ratelimit/check", nil).Status)
+	require.Equal(t, http.StatusTooManyRequests, c.Do(t, "GET", "/ratelimit/check", nil).Status)
+}
