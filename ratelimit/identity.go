@@ -60,8 +60,15 @@ func (id Identity) trustedClient(r *http.Request) (netip.Addr, bool) {
 	var chain []netip.Addr
 	for _, h := range r.Header.Values("X-Forwarded-For") {
 		for entry := range strings.SplitSeq(h, ",") {
-			ip, err := netip.ParseAddr(strings.TrimSpace(entry))
-			if err != nil || !id.trusted(ip.Unmap()) {
+			if entry = strings.TrimSpace(entry); entry == "" {
+				continue // as chi does: "a, b," is two entries
+			}
+			ip, err := netip.ParseAddr(entry)
+			if err != nil {
+				return netip.Addr{}, false
+			}
+			ip = ip.Unmap().WithZone("")
+			if !id.trusted(ip) {
 				return netip.Addr{}, false
 			}
 			chain = append(chain, ip)
@@ -71,7 +78,7 @@ func (id Identity) trustedClient(r *http.Request) (netip.Addr, bool) {
 		ap, _ := netip.ParseAddrPort(r.RemoteAddr) // parsed by fromTrustedProxy
 		return ap.Addr().Unmap(), true
 	}
-	return chain[0].Unmap(), true
+	return chain[0], true
 }
 
 func (id Identity) fromTrustedProxy(r *http.Request) bool {

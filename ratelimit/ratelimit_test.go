@@ -132,6 +132,7 @@ func TestIdentity(t *testing.T) {
 		{"v4-mapped folds to v4", "[::ffff:203.0.113.7]:5000", nil, "ip:203.0.113.7"},
 		{"client inside the trusted range", "10.1.2.3:5000", nil, "ip:10.1.2.3"},
 		{"all-trusted chain: leftmost", "10.1.2.3:5000", map[string]string{"X-Forwarded-For": "10.9.9.9, 10.5.5.5"}, "ip:10.9.9.9"},
+		{"empty entries skipped", "10.1.2.3:5000", map[string]string{"X-Forwarded-For": "10.9.9.9,"}, "ip:10.9.9.9"},
 	}
 	mw := chimw.ClientIPFromXFF("10.0.0.0/8")
 	for _, tc := range tests {

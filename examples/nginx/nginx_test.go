@@ -27,9 +27,8 @@ import (
 	"github.com/lockgateway/lockgateway/internal/apitest"
 )
 
-// The client's address. The gateway trusts nginx at 127.0.0.1; a client at
-// that same address would be a trusted hop too, and a request whose
-// X-Forwarded-For names only trusted hops has no client to count (400).
+// The client's address: another loopback address than nginx's trusted
+// 127.0.0.1, so the test shows the client, not the proxy, being counted.
 // Linux answers on all of 127.0.0.0/8.
 const clientIP = "127.0.0.2"
 
