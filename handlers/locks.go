@@ -7,10 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -42,6 +42,7 @@ type Locks struct {
 
 // NewLocks returns the lock endpoints over store. When stopping closes
 // (the server is shutting down) waiting acquires give up at once.
+// A wait is also capped by limits.MaxWait.
 func NewLocks(store lockstore.Store, limits Limits, log zerolog.Logger, stopping <-chan struct{}) *Locks {
 	return &Locks{store: store, limits: limits, log: log, validate: newValidator(limits), stopping: stopping}
 }
@@ -90,12 +91,18 @@ func (h *Locks) Acquire() http.Handler {
 		if req.Owner != nil {
 			ar.Owner = *req.Owner
 		}
-		var wait time.Duration
-		if req.WaitMs != nil {
-			wait = time.Duration(*req.WaitMs) * time.Millisecond
+		wait, applied, err := h.wait(r, req.WaitMs)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		ar.Wait = wait
+		if applied != "" {
+			w.Header().Set("Preference-Applied", applied)
+			w.Header().Add("Vary", "Prefer")
 		}
 
-		lease, err := h.acquire(r.Context(), key, ar, wait)
+		lease, err := h.acquire(r.Context(), key, ar)
 		if err != nil {
 			WriteError(w, r, h.log, err)
 			return
@@ -116,36 +123,61 @@ func (h *Locks) Acquire() http.Handler {
 	})
 }
 
-// acquire tries once, then, while the key is held and wait allows, again
-// after a backoff with jitter (never past the holder's remaining TTL, so a
-// lease that expires is taken promptly).
-func (h *Locks) acquire(ctx context.Context, key string, req lockstore.AcquireRequest, wait time.Duration) (lockstore.Lease, error) {
-	deadline := time.Now().Add(wait)
-	backoff := 10 * time.Millisecond
-	for {
-		callCtx, cancel := context.WithTimeout(ctx, h.limits.BackendTimeout)
-		lease, err := h.store.Acquire(callCtx, key, req)
-		cancel()
-		held, ok := errors.AsType[*lockstore.HeldError](err)
-		left := time.Until(deadline)
-		if !ok || left <= 0 {
-			return lease, err
-		}
-		// Half fixed, half random: waiters spread out but never spin.
-		sleep := backoff/2 + rand.N(backoff/2+1)
-		sleep = max(min(sleep, held.Remaining, left), time.Millisecond)
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return lockstore.Lease{}, ctx.Err()
-		case <-h.stopping:
-			t.Stop()
-			return lockstore.Lease{}, errShuttingDown
-		case <-t.C:
-		}
-		backoff = min(backoff*2, 500*time.Millisecond)
+// wait is how long an acquire may wait: wait_ms from the body, else the
+// Prefer: wait=<seconds> header (RFC 7240), capped at MaxWait. applied is
+// the Preference-Applied value when the header was honoured.
+func (h *Locks) wait(r *http.Request, waitMs *int64) (_ time.Duration, applied string, _ error) {
+	if waitMs != nil {
+		return time.Duration(*waitMs) * time.Millisecond, "", nil
 	}
+	secs, ok, err := preferWait(r.Header.Values("Prefer"))
+	if err != nil || !ok {
+		return 0, "", err
+	}
+	wait := min(time.Duration(secs)*time.Second, h.limits.MaxWait)
+	return wait, "wait=" + strconv.Itoa(int(wait/time.Second)), nil
+}
+
+// preferWait finds wait=<seconds> among Prefer headers. Other preferences
+// are not ours to refuse; a malformed wait is.
+func preferWait(values []string) (secs int64, ok bool, _ error) {
+	for _, v := range values {
+		for pref := range strings.SplitSeq(v, ",") {
+			name, val, _ := strings.Cut(strings.TrimSpace(pref), "=")
+			if !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			val, _, _ = strings.Cut(val, ";") // parameters, none defined for wait
+			n, err := strconv.ParseInt(strings.Trim(strings.TrimSpace(val), `"`), 10, 64)
+			if err != nil || n < 0 {
+				return 0, false, newError(KindMalformed, "Prefer: wait must be a whole number of seconds")
+			}
+			return n, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// acquire asks the store, which waits up to req.Wait in line with the other
+// waiters for key. The wait ends early when the client goes away or the
+// server shuts down.
+func (h *Locks) acquire(ctx context.Context, key string, req lockstore.AcquireRequest) (lockstore.Lease, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, req.Wait+h.limits.BackendTimeout, lockstore.ErrUnavailable)
+	defer cancel()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() {
+		select {
+		case <-h.stopping:
+			stop(errShuttingDown)
+		case <-ctx.Done():
+		}
+	}()
+	lease, err := h.store.Acquire(ctx, key, req)
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errShuttingDown) {
+		return lockstore.Lease{}, errShuttingDown
+	}
+	return lease, err
 }
 
 func (h *Locks) releaseAbandoned(key, token string) {

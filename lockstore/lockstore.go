@@ -68,7 +68,10 @@ type Store interface {
 	// Acquire takes key for token for ttl. A key already held by the same
 	// token is re-granted with the same fence and a TTL reset to ttl, so a
 	// client may retry an acquire whose response it lost. A key held by
-	// another token fails with a *HeldError.
+	// another token fails with a *HeldError, at once or, when req.Wait is
+	// positive, once the wait has run out. Waiters are granted in arrival
+	// order (Memory, Redis; Redlock waits without a queue), and a free key
+	// goes to the first waiter, not to a newcomer.
 	Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error)
 	// Extend resets the TTL of a lease token holds to ttl from now.
 	// It fails with ErrNotHeld when the key is free and ErrTokenMismatch
@@ -89,6 +92,9 @@ type AcquireRequest struct {
 	Token string        // the caller's secret; see NewToken
 	TTL   time.Duration // lease length, at least MinTTL
 	Owner string        // free-form label shown by Inspect; may be empty
+	// Wait is how long to wait for a key held by another token; 0 tries
+	// once. The context may end the wait sooner.
+	Wait time.Duration
 }
 
 // Lease describes a held lock.

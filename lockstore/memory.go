@@ -2,6 +2,7 @@ package lockstore
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 type Memory struct {
 	mu     sync.Mutex
 	locks  map[string]*memLock
+	queues map[string][]*memWaiter // waiters per key, in arrival order
 	expiry expiry.Queue[string]
 	fence  int64 // last fence handed out, shared by all keys
 }
@@ -30,14 +32,18 @@ type memLock struct {
 	expires *expiry.Entry[string] // its At carries a monotonic reading
 }
 
+// memWaiter is a request waiting for a key; wake tells it to try again.
+type memWaiter struct{ wake chan struct{} }
+
 var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty Memory store.
 func NewMemory() *Memory {
-	return &Memory{locks: make(map[string]*memLock)}
+	return &Memory{locks: make(map[string]*memLock), queues: make(map[string][]*memWaiter)}
 }
 
-// Acquire implements Store.
+// Acquire implements Store. Waiters queue per key and are woken, in
+// order, by the release that frees the key or at the holder's expiry.
 func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
 	if err := checkAcquire(key, req); err != nil {
 		return Lease{}, err
@@ -46,19 +52,65 @@ func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (L
 		return Lease{}, err
 	}
 	digest := tokenDigest(req.Token)
+	lease, _, err := m.try(key, digest, req, nil)
+	if _, held := errors.AsType[*HeldError](err); !held || req.Wait <= 0 {
+		return lease, err
+	}
 
+	w := &memWaiter{wake: make(chan struct{}, 1)}
+	m.mu.Lock()
+	m.queues[key] = append(m.queues[key], w)
+	m.mu.Unlock()
+	defer m.leave(key, w)
+
+	deadline := time.Now().Add(req.Wait)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		lease, head, err := m.try(key, digest, req, w)
+		held, ok := errors.AsType[*HeldError](err)
+		left := time.Until(deadline)
+		if !ok || left <= 0 {
+			return lease, err
+		}
+		sleep := left
+		if head && held.Remaining > 0 {
+			sleep = min(sleep, held.Remaining)
+		}
+		timer.Reset(sleep)
+		select {
+		case <-w.wake:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+			return Lease{}, ctx.Err()
+		}
+	}
+}
+
+// try takes key for req if it is free and w (nil: a caller that does not
+// wait) is first in its queue. head reports whether w is first.
+func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWaiter) (_ Lease, head bool, _ error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.reclaim()
+	q := m.queues[key]
+	head = w != nil && len(q) > 0 && q[0] == w
 
 	if l, ok := m.locks[key]; ok {
 		if l.digest != digest {
-			return Lease{}, &HeldError{Remaining: l.expires.At.Sub(now)}
+			return Lease{}, head, &HeldError{Remaining: l.expires.At.Sub(now)}
 		}
 		m.expiry.Move(l.expires, now.Add(req.TTL))
 		lease := l.lease(req.Token, req.TTL)
 		lease.Renewed = true
-		return lease, nil
+		return lease, head, nil
+	}
+	if len(q) > 0 && !head { // free, but promised to the first waiter
+		return Lease{}, false, &HeldError{}
 	}
 
 	// One counter for all keys: strictly increasing per key a fortiori, and
@@ -66,7 +118,49 @@ func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (L
 	m.fence = nextFence(m.fence, now.UnixMicro())
 	l := &memLock{key: key, digest: digest, owner: req.Owner, fence: m.fence, expires: m.expiry.Add(key, now.Add(req.TTL))}
 	m.locks[key] = l
-	return l.lease(req.Token, req.TTL), nil
+	if head {
+		m.dequeue(key, w)
+	}
+	return l.lease(req.Token, req.TTL), head, nil
+}
+
+// leave takes w out of key's queue if it is still there.
+func (m *Memory) leave(key string, w *memWaiter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dequeue(key, w)
+}
+
+// dequeue removes w from key's queue and, when w was first, wakes the next
+// waiter: it may take a free key, or must learn when the holder's lease
+// runs out. m.mu must be held.
+func (m *Memory) dequeue(key string, w *memWaiter) {
+	q := m.queues[key]
+	for i, x := range q {
+		if x != w {
+			continue
+		}
+		q = append(q[:i], q[i+1:]...)
+		if len(q) == 0 {
+			delete(m.queues, key)
+			return
+		}
+		m.queues[key] = q
+		if i == 0 {
+			m.wakeHead(key)
+		}
+		return
+	}
+}
+
+// wakeHead tells key's first waiter to try again. m.mu must be held.
+func (m *Memory) wakeHead(key string) {
+	if q := m.queues[key]; len(q) > 0 {
+		select {
+		case q[0].wake <- struct{}{}:
+		default: // already told
+		}
+	}
 }
 
 // Extend implements Store.
@@ -105,6 +199,7 @@ func (m *Memory) Release(ctx context.Context, key, token string) error {
 	}
 	m.expiry.Remove(l.expires)
 	delete(m.locks, key)
+	m.wakeHead(key)
 	return nil
 }
 

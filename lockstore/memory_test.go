@@ -16,6 +16,10 @@ func TestMemoryConformance(t *testing.T) {
 	lockstoretest.Run(t, func(t *testing.T) lockstore.Store { return lockstore.NewMemory() })
 }
 
+func TestMemoryWait(t *testing.T) {
+	lockstoretest.RunWait(t, func(t *testing.T) lockstore.Store { return lockstore.NewMemory() }, true)
+}
+
 func TestMemoryReclaimsExpiredLocks(t *testing.T) {
 	m := lockstore.NewMemory()
 	ctx := context.Background()

@@ -36,6 +36,10 @@ var (
 	//go:embed lua/inspect.lua
 	inspectLua    string
 	inspectScript = redis.NewScript(inspectLua)
+
+	//go:embed lua/leave.lua
+	leaveLua    string
+	leaveScript = redis.NewScript(leaveLua)
 )
 
 // Redis is a Store on one Redis deployment: a single node, or anything a
@@ -43,7 +47,8 @@ var (
 // Lua script, so no read-then-write can interleave with another client's.
 // Redis keeps only a SHA-256 digest of each token.
 type Redis struct {
-	client redis.UniversalClient
+	client   redis.UniversalClient
+	notifier *notifier
 }
 
 var _ Store = (*Redis)(nil)
@@ -55,7 +60,7 @@ var _ Store = (*Redis)(nil)
 // wait, and MaxRetries -1: a retried release whose first attempt succeeded
 // would report "not held".
 func NewRedis(client redis.UniversalClient) *Redis {
-	return &Redis{client: client}
+	return &Redis{client: client, notifier: newNotifier(client)}
 }
 
 // Acquire implements Store.
@@ -64,11 +69,15 @@ func (s *Redis) Acquire(ctx context.Context, key string, req AcquireRequest) (Le
 		return Lease{}, err
 	}
 	start := time.Now()
-	r, err := nodeAcquire(ctx, s.client, key, digestHex(req.Token), req.TTL, req.Owner)
+	digest := digestHex(req.Token)
+	r, err := nodeAcquire(ctx, s.client, key, digest, req.TTL, req.Owner, waitTicket{})
 	if err != nil {
 		return Lease{}, err
 	}
 	if r.code == acquireHeld {
+		if req.Wait > 0 {
+			return s.wait(ctx, key, digest, req, start)
+		}
 		return Lease{}, &HeldError{Remaining: r.remaining}
 	}
 	return r.lease(key, req.Token, req.TTL, start), nil
@@ -111,7 +120,10 @@ func (s *Redis) Ping(ctx context.Context) error {
 }
 
 // Close implements Store.
-func (s *Redis) Close() error { return s.client.Close() }
+func (s *Redis) Close() error {
+	s.notifier.close()
+	return s.client.Close()
+}
 
 // The node* functions run one script on one Redis node and translate its
 // reply into the domain's terms. Redis uses them on its only node; Redlock
@@ -129,6 +141,14 @@ type acquireResult struct {
 	code      acquireCode
 	value     lockValue     // when granted or renewed
 	remaining time.Duration // when held by another
+	head      bool          // when held: the caller is first in the wait queue
+}
+
+// waitTicket places a waiting caller in a key's queue; the zero value is a
+// caller that does not wait.
+type waitTicket struct {
+	id        string
+	heartbeat time.Duration
 }
 
 func (r acquireResult) lease(key, token string, ttl time.Duration, start time.Time) Lease {
@@ -137,22 +157,23 @@ func (r acquireResult) lease(key, token string, ttl time.Duration, start time.Ti
 	return l
 }
 
-func nodeAcquire(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, owner string) (acquireResult, error) {
+func nodeAcquire(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, owner string, w waitTicket) (acquireResult, error) {
 	reply, err := acquireScript.Run(ctx, c,
-		[]string{lockKey(key), fenceKey(key)},
-		digest, ttl.Milliseconds(), owner, (ttl + FenceRetention).Milliseconds(),
+		[]string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)},
+		digest, ttl.Milliseconds(), owner, (ttl + FenceRetention).Milliseconds(), w.id, w.heartbeat.Milliseconds(), channel(key),
 	).Slice()
 	if err != nil {
 		return acquireResult{}, redisErr(err)
 	}
-	if len(reply) != 2 {
+	if len(reply) < 2 {
 		return acquireResult{}, fmt.Errorf("lockstore: acquire script replied %v", reply)
 	}
 	code, _ := reply[0].(int64)
 	switch acquireCode(code) {
 	case acquireHeld:
 		pttl, _ := reply[1].(int64)
-		return acquireResult{code: acquireHeld, remaining: pttlDuration(pttl)}, nil
+		head := len(reply) == 3 && reply[2] == int64(1)
+		return acquireResult{code: acquireHeld, remaining: pttlDuration(pttl), head: head}, nil
 	case acquireNew, acquireRenewed:
 		v, err := parseLockValue(reply[1])
 		return acquireResult{code: acquireCode(code), value: v}, err
@@ -181,7 +202,7 @@ func nodeExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl t
 }
 
 func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string) error {
-	code, err := releaseScript.Run(ctx, c, []string{lockKey(key)}, digest).Int64()
+	code, err := releaseScript.Run(ctx, c, []string{lockKey(key), queueKey(key)}, digest, channel(key)).Int64()
 	if err != nil {
 		return redisErr(err)
 	}
@@ -212,11 +233,17 @@ func nodeInspect(ctx context.Context, c redis.Scripter, key string) (lockValue, 
 	return v, pttlDuration(pttl), err
 }
 
-// lockKey and fenceKey name a lock's Redis keys. The hash tag {key} puts a
-// lock and its fence counter in one Redis Cluster slot, so one script can
-// touch both. Lock keys cannot contain braces, so the tag is always the key.
+// These name a lock's Redis keys. The hash tag {key} puts a lock, its fence
+// counter and its wait queue in one Redis Cluster slot, so one script can
+// touch them all. Lock keys cannot contain braces, so the tag is the key.
 func lockKey(key string) string  { return "lockgw:{" + key + "}:lock" }
 func fenceKey(key string) string { return "lockgw:{" + key + "}:fence" }
+func queueKey(key string) string { return "lockgw:{" + key + "}:queue" }
+func aliveKey(key string) string { return "lockgw:{" + key + "}:alive" }
+
+// channel is where a release tells the first waiter, by its id, that the
+// lock is free.
+func channel(key string) string { return "lockgw:{" + key + "}:released" }
 
 func digestHex(token string) string {
 	d := tokenDigest(token)

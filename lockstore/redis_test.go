@@ -3,6 +3,7 @@ package lockstore_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,12 @@ func TestRedisConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newRedisStore(t, srv)
 	lockstoretest.Run(t, func(t *testing.T) lockstore.Store { return s })
+}
+
+func TestRedisWait(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv)
+	lockstoretest.RunWait(t, func(t *testing.T) lockstore.Store { return s }, true)
 }
 
 func TestRedisStoresOnlyTokenDigests(t *testing.T) {
@@ -95,4 +102,71 @@ func TestRedisUnavailable(t *testing.T) {
 	require.ErrorIs(t, err, lockstore.ErrUnavailable)
 	require.ErrorIs(t, s.Ping(ctx), lockstore.ErrUnavailable)
 	require.ErrorIs(t, s.Release(ctx, "k", lockstore.NewToken()), lockstore.ErrUnavailable)
+}
+
+// TestRedisWaitersDoNotPoll: 20 clients wait 3 s for a held lock. Waiters
+// sleep until notified; only a heartbeat refresh about once a second runs.
+func TestRedisWaitersDoNotPoll(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv)
+	ctx := context.Background()
+	holder, err := s.Acquire(ctx, "busy", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+
+	scripts := func() int64 {
+		calls, err := srv.CommandCalls(ctx)
+		require.NoError(t, err)
+		return calls["evalsha"] + calls["eval"]
+	}
+	const waiters = 20
+	var wg sync.WaitGroup
+	for range waiters {
+		wg.Go(func() {
+			_, err := s.Acquire(ctx, "busy", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second, Wait: 3 * time.Second})
+			assert.ErrorIs(t, err, lockstore.ErrHeld)
+		})
+	}
+	// The steady state, between joining the line and leaving it: a polling
+	// waiter would run tens of scripts a second here.
+	time.Sleep(500 * time.Millisecond)
+	before := scripts()
+	time.Sleep(2 * time.Second)
+	perWaiterPerSecond := float64(scripts()-before) / waiters / 2
+	wg.Wait()
+	t.Logf("%.2f scripts per waiter per second while waiting", perWaiterPerSecond)
+	assert.Less(t, perWaiterPerSecond, 1.5, "waiters poll")
+
+	// And the line is clean once they have gone.
+	require.NoError(t, s.Release(ctx, "busy", holder.Token))
+	n, err := srv.Client().Exists(ctx, "lockgw:{busy}:queue", "lockgw:{busy}:alive").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "no queue left behind")
+}
+
+// TestRedisDeadWaiterDoesNotBlock: a waiter whose gateway died (it stops
+// refreshing its heartbeat) is dropped, and the next in line gets the lock.
+func TestRedisDeadWaiterDoesNotBlock(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv)
+	ctx := context.Background()
+	rdb := srv.Client()
+	holder, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+
+	// A waiter of a gateway that died: first in line, heartbeat due in 300 ms.
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.ZAdd(ctx, "lockgw:{k}:queue", redis.Z{Score: float64(now.UnixMicro() - 1000), Member: "dead"}).Err())
+	require.NoError(t, rdb.ZAdd(ctx, "lockgw:{k}:alive", redis.Z{Score: float64(now.UnixMilli() + 300), Member: "dead"}).Err())
+
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		assert.NoError(t, s.Release(ctx, "k", holder.Token))
+	}()
+	start := time.Now()
+	_, err = s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second, Wait: 5 * time.Second})
+	require.NoError(t, err, "the dead waiter was skipped")
+	t.Logf("granted %v after queueing behind a dead waiter", time.Since(start))
+	dead, err := rdb.ZScore(ctx, "lockgw:{k}:queue", "dead").Result()
+	assert.ErrorIs(t, err, redis.Nil, "the dead waiter is gone (score %v)", dead)
 }

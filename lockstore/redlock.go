@@ -85,7 +85,11 @@ func (e *QuorumError) Error() string { return ErrUnavailable.Error() + ": " + e.
 func (e *QuorumError) QuorumDetail() string {
 	msg := fmt.Sprintf("%d of %d Redlock nodes did not answer", e.Failed, e.Nodes)
 	if e.Quarantined > 0 {
-		msg += fmt.Sprintf(" and %d are quarantined after a restart", e.Quarantined)
+		verb := "are"
+		if e.Quarantined == 1 {
+			verb = "is"
+		}
+		msg += fmt.Sprintf(" and %d %s quarantined after a restart", e.Quarantined, verb)
 	}
 	return msg + fmt.Sprintf("; a majority of %d is impossible", e.Quorum)
 }
@@ -215,8 +219,9 @@ type Redlock struct {
 var _ Store = (*Redlock)(nil)
 
 type redlockNode struct {
-	addr   string
-	client *redis.Client
+	addr     string
+	client   *redis.Client
+	notifier *notifier // releases on this node, for waiters
 
 	mu               sync.Mutex
 	up               bool
@@ -287,6 +292,7 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 			o.OnConnect = r.onConnect(n, o.OnConnect)
 		}
 		n.client = redis.NewClient(&o)
+		n.notifier = newNotifier(n.client)
 		r.nodes = append(r.nodes, n)
 	}
 	return r, nil
@@ -305,7 +311,45 @@ func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (
 		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	digest := digestHex(req.Token)
+	// suspect outlives the rounds of one wait: a release still on its way
+	// to a node carries this same token and could delete a later grant.
 	suspect := make([]bool, len(r.nodes))
+	lease, err := r.acquireRounds(ctx, key, digest, req, suspect)
+	if _, held := errors.AsType[*HeldError](err); !held || req.Wait <= 0 {
+		return lease, err
+	}
+	wake, stop := r.listen(ctx, key)
+	defer stop()
+	return retryUntil(ctx, req, wake, func() (Lease, error) { return r.acquireRounds(ctx, key, digest, req, suspect) })
+}
+
+// listen subscribes to key's releases on every node it can reach, at once;
+// a node that cannot be reached only means fewer wake-ups.
+func (r *Redlock) listen(ctx context.Context, key string) (<-chan struct{}, func()) {
+	id := NewToken()
+	wake := make(chan struct{}, 1)
+	ok := make([]bool, len(r.nodes))
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		wg.Go(func() {
+			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
+			defer cancel()
+			ok[i] = n.notifier.listen(nctx, channel(key), id, wake) == nil
+		})
+	}
+	wg.Wait()
+	return wake, func() {
+		for i, n := range r.nodes {
+			if ok[i] {
+				n.notifier.stop(channel(key), id)
+			}
+		}
+	}
+}
+
+// acquireRounds runs Redlock rounds until one is decisive: a split vote
+// with no holder is retried a few times after a short random pause.
+func (r *Redlock) acquireRounds(ctx context.Context, key, digest string, req AcquireRequest, suspect []bool) (Lease, error) {
 	for attempt := 1; ; attempt++ {
 		lease, retry, err := r.acquireOnce(ctx, key, digest, req, suspect)
 		if !retry || attempt == redlockAttempts {
@@ -327,7 +371,7 @@ func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (
 func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req AcquireRequest, suspect []bool) (_ Lease, retry bool, _ error) {
 	start := time.Now()
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (acquireResult, error) {
-		return nodeAcquire(ctx, n.client, key, digest, req.TTL, req.Owner)
+		return nodeAcquire(ctx, n.client, key, digest, req.TTL, req.Owner, waitTicket{})
 	})
 
 	var granted []int
@@ -646,6 +690,7 @@ func (r *Redlock) Close() error {
 	r.bg.Wait()
 	var errs []error
 	for _, n := range r.nodes {
+		n.notifier.close()
 		errs = append(errs, n.client.Close())
 	}
 	return errors.Join(errs...)

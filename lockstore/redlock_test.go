@@ -52,6 +52,11 @@ func openRedlock(t testing.TB, urls []string, opts lockstore.RedlockOptions) *lo
 	return s
 }
 
+// roomy is the node timeout of tests about votes rather than timeouts: the
+// race detector on a loaded 2-core machine can delay a live node's answer
+// past the 50ms default, and that would test something else.
+const roomy = 500 * time.Millisecond
+
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -64,8 +69,15 @@ func testCtx(t testing.TB) context.Context {
 // timeout is exercised by the failure tests below.
 func TestRedlockConformance(t *testing.T) {
 	t.Parallel()
-	s := openRedlock(t, urlsOf(startNodes(t, 5)), lockstore.RedlockOptions{NodeTimeout: 500 * time.Millisecond})
+	s := openRedlock(t, urlsOf(startNodes(t, 5)), lockstore.RedlockOptions{NodeTimeout: roomy})
 	lockstoretest.Run(t, func(t *testing.T) lockstore.Store { return s })
+}
+
+// Redlock waits without a queue: granted in some order, not in FIFO.
+func TestRedlockWait(t *testing.T) {
+	t.Parallel()
+	s := openRedlock(t, urlsOf(startNodes(t, 3)), lockstore.RedlockOptions{NodeTimeout: roomy})
+	lockstoretest.RunWait(t, func(t *testing.T) lockstore.Store { return s }, false)
 }
 
 func TestRedlockConfig(t *testing.T) {
@@ -88,7 +100,7 @@ func TestRedlockConfig(t *testing.T) {
 		})
 	}
 
-	s := openRedlock(t, urls, lockstore.RedlockOptions{})
+	s := openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: roomy})
 	for _, n := range s.Nodes() {
 		assert.False(t, n.Up, "unknown before the first call")
 	}
@@ -104,7 +116,10 @@ func TestRedlockConfig(t *testing.T) {
 // one-round operation takes about one rtt, not one per node, and Acquire
 // (a round, plus the fence write-back round) about two.
 func TestRedlockFanOutIsConcurrent(t *testing.T) {
-	const oneWay = 15 * time.Millisecond
+	// A delay large enough that scheduler noise on a loaded machine (tens
+	// of milliseconds under the race detector) cannot blur one round trip
+	// into five.
+	const oneWay = 40 * time.Millisecond
 	const rtt = 2 * oneWay
 	srvs := startNodes(t, 5)
 	urls := make([]string, len(srvs))
@@ -136,7 +151,9 @@ func TestRedlockFanOutIsConcurrent(t *testing.T) {
 		require.NoError(t, op(), name)
 		took := time.Since(start)
 		t.Logf("%s: %v with %v per round trip (sequential would be ≥ %v)", name, took, rtt, time.Duration(rounds*len(urls))*rtt)
-		assert.Less(t, took, time.Duration(2*rounds)*rtt+20*time.Millisecond, "%s took %v", name, took)
+		// Concurrent takes about rounds·rtt; sequential at least
+		// rounds·N·rtt. Half the sequential time separates the two.
+		assert.Less(t, took, time.Duration(rounds*len(urls))*rtt/2, "%s took %v", name, took)
 	}
 	var l lockstore.Lease
 	timed("acquire", 2, func() (err error) {
@@ -148,12 +165,15 @@ func TestRedlockFanOutIsConcurrent(t *testing.T) {
 	timed("release", 1, func() error { return s.Release(ctx, "k", l.Token) })
 }
 
-// A node slower than NodeTimeout costs a request NodeTimeout, no more.
+// A node slower than NodeTimeout costs a request NodeTimeout, no more: with
+// one node half a second away, acquire+release (at most three rounds) end
+// far sooner than one round trip to it.
 func TestRedlockSlowNodeCostsNodeTimeout(t *testing.T) {
 	const nodeTimeout = 50 * time.Millisecond
+	const slow = time.Second // round trip to the slow node
 	srvs := startNodes(t, 5)
 	urls := urlsOf(srvs)
-	urls[0] = redistest.NewProxy(t, srvs[0].Addr(), 30*time.Millisecond).URL() // 60 ms round trip
+	urls[0] = redistest.NewProxy(t, srvs[0].Addr(), slow/2).URL()
 	s := openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: nodeTimeout})
 	ctx := testCtx(t)
 
@@ -167,15 +187,21 @@ func TestRedlockSlowNodeCostsNodeTimeout(t *testing.T) {
 			worst = max(worst, time.Since(start))
 		}
 	}
-	t.Logf("acquire+release with one node %v away: worst %v (NodeTimeout %v per call)", 60*time.Millisecond, worst, nodeTimeout)
-	assert.Less(t, worst, 2*nodeTimeout+40*time.Millisecond)
+	t.Logf("acquire+release with one node %v away: worst %v (NodeTimeout %v per call)", slow, worst, nodeTimeout)
+	// Three rounds of NodeTimeout is 150ms; waiting for the slow node even
+	// once would take a second.
+	assert.Less(t, worst, slow/2)
 	assert.False(t, s.Nodes()[0].Up)
 }
 
 func TestRedlockTwoOfFiveDown(t *testing.T) {
 	t.Parallel()
 	srvs := startNodes(t, 5)
-	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{})
+	// A roomy node timeout, as in the conformance test: the question is
+	// whether a majority suffices, not how a live node behaves under the
+	// race detector on a loaded machine (TestRedlockThreeOfFiveDown covers
+	// the default timeout).
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: 250 * time.Millisecond})
 	srvs[1].Kill()
 	srvs[3].Kill()
 	ctx := testCtx(t)
@@ -183,8 +209,9 @@ func TestRedlockTwoOfFiveDown(t *testing.T) {
 	const n = 200
 	var rec recorder
 	ok := 0
-	for range n {
-		l, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	for i := range n {
+		key := fmt.Sprintf("k%d", i) // uncontended: one failure cannot cascade
+		l, err := s.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
 		if err != nil {
 			t.Logf("acquire: %v", err)
 			continue
@@ -192,7 +219,7 @@ func TestRedlockTwoOfFiveDown(t *testing.T) {
 		ok++
 		now := time.Now()
 		rec.addUntil(l, now, now)
-		require.NoError(t, s.Release(ctx, "k", l.Token))
+		assert.NoError(t, s.Release(ctx, key, l.Token))
 	}
 	t.Logf("%d of %d acquires succeeded with 2 of 5 nodes down", ok, n)
 	assert.GreaterOrEqual(t, ok, n*99/100)
@@ -331,6 +358,7 @@ func TestRedlockRestartGuard(t *testing.T) {
 			e.Kill()
 			var logs syncBuffer
 			s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{
+				NodeTimeout:         roomy,
 				MaxTTL:              time.Hour,
 				DisableRestartGuard: !guard,
 				Logger:              zerolog.New(&logs),
@@ -347,6 +375,14 @@ func TestRedlockRestartGuard(t *testing.T) {
 			a.Restart()
 			b.Restart()
 			detected := time.Now()
+			// Build exactly the state the test is about: the store reaches
+			// all four restarted nodes again (go-redis probes a node that
+			// refused dials only about once a second).
+			require.Eventually(t, func() bool {
+				_ = s.Ping(ctx)
+				n := s.Nodes()
+				return n[0].Up && n[1].Up && n[3].Up && n[4].Up
+			}, 5*time.Second, 20*time.Millisecond, "the restarted nodes answer again")
 
 			second, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
 			if err == nil {
@@ -391,7 +427,7 @@ func TestRedlockQuarantinedVotesDoNotCount(t *testing.T) {
 		t.Run(fmt.Sprintf("guard=%v", guard), func(t *testing.T) {
 			t.Parallel()
 			srvs := startNodes(t, 3)
-			s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{MaxTTL: time.Hour, DisableRestartGuard: !guard})
+			s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: time.Hour, DisableRestartGuard: !guard})
 			ctx := testCtx(t)
 			require.NoError(t, s.Ping(ctx))
 
@@ -432,7 +468,7 @@ func TestRedlockQuarantinedVotesDoNotCount(t *testing.T) {
 func TestRedlockFenceWriteBack(t *testing.T) {
 	t.Parallel()
 	srvs := startNodes(t, 5)
-	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{})
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
 	ctx := testCtx(t)
 
 	// Node 0's counter is far ahead, as a node whose clock runs an hour
@@ -469,7 +505,7 @@ func TestRedlockFenceWriteBack(t *testing.T) {
 func TestRedlockSplitVote(t *testing.T) {
 	t.Parallel()
 	srvs := startNodes(t, 5)
-	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{})
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
 	ctx := testCtx(t)
 	x, y := lockstore.NewToken(), lockstore.NewToken()
 	plant(t, srvs[0], "k", x, 10*time.Second)
@@ -509,7 +545,7 @@ func TestRedlockSplitVote(t *testing.T) {
 func TestRedlockMixedOutcomes(t *testing.T) {
 	t.Parallel()
 	srvs := startNodes(t, 5)
-	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{})
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
 	ctx := testCtx(t)
 	mine, other, third := lockstore.NewToken(), lockstore.NewToken(), lockstore.NewToken()
 
@@ -585,7 +621,7 @@ func TestRedlockMixedOutcomes(t *testing.T) {
 
 	t.Run("unknown nodes could hold a majority", func(t *testing.T) {
 		srvs := startNodes(t, 5)
-		s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{})
+		s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
 		plant(t, srvs[0], "k", mine, time.Minute)
 		plant(t, srvs[1], "k", mine, time.Minute)
 		srvs[3].Kill()

@@ -219,13 +219,15 @@ func testFences(t *testing.T, s lockstore.Store, key string) {
 }
 
 func testExpiry(t *testing.T, s lockstore.Store, key string) {
-	acquire(t, s, key, 200*time.Millisecond)
+	l := acquire(t, s, key, 400*time.Millisecond)
 
-	time.Sleep(120 * time.Millisecond)
+	// Judge by the lease's own end of validity: under Redlock it is the TTL
+	// less the time the acquire took and the drift allowance.
+	time.Sleep(time.Until(l.ExpiresAt.Add(-100 * time.Millisecond)))
 	_, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
 	require.ErrorIs(t, err, lockstore.ErrHeld, "still held before its TTL")
 
-	time.Sleep(130 * time.Millisecond)
+	time.Sleep(time.Until(l.ExpiresAt.Add(150 * time.Millisecond)))
 	_, err = s.Inspect(ctx(t), key)
 	require.ErrorIs(t, err, lockstore.ErrNotHeld, "free after its TTL")
 	acquire(t, s, key, time.Second)

@@ -1,36 +1,89 @@
--- acquire.lua: take a free lock, or re-grant it to the token that holds it.
+-- acquire.lua: take a free lock, or re-grant it to the token that holds it,
+-- in the order waiters queued for it.
 --
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"; its value is "<digest>:<fence>:<owner>"
 -- KEYS[2]  the key's fence counter, "lockgw:{<key>}:fence"
+-- KEYS[3]  the wait queue, "lockgw:{<key>}:queue": waiter ids by arrival (µs)
+-- KEYS[4]  the waiters' heartbeats, "lockgw:{<key>}:alive": id by deadline (ms)
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  owner label (may be empty)
 -- ARGV[4]  how long the fence counter outlives this grant, in milliseconds
+-- ARGV[5]  waiter id, or "" for a caller that does not wait
+-- ARGV[6]  waiter heartbeat in milliseconds: a waiter not seen again within
+--          it is dropped from the queue (its gateway died)
+-- ARGV[7]  the key's notification channel, "lockgw:{<key>}:released"
 --
 -- Returns
---   {1, value}  acquired: a new grant with a new fence
---   {2, value}  the same digest already held it: TTL reset, fence unchanged
---   {0, pttl}   held by another digest; pttl = milliseconds it has left
+--   {1, value}        acquired: a new grant with a new fence
+--   {2, value}        the same digest already held it: TTL reset, fence unchanged
+--   {0, pttl, head}   not granted: held by another digest with pttl ms left,
+--                     or free but promised to an earlier waiter (pttl 0);
+--                     head is 1 when the caller is first in the queue
 --
--- The fence is max(counter + 1, Redis TIME in microseconds), so a counter
--- lost in a restart without persistence, or expired, restarts above every
--- fence handed out before (unless the host clock stepped back).
+-- A free lock goes to the first waiter in the queue, never to a newcomer,
+-- so waiters are granted in arrival order across every gateway sharing this
+-- Redis. The fence is max(counter + 1, Redis TIME in microseconds), so a
+-- counter lost in a restart without persistence, or expired, restarts above
+-- every fence handed out before (unless the host clock stepped back).
+local waiter = ARGV[5]
 local cur = redis.call('GET', KEYS[1])
-if cur then
-  if string.sub(cur, 1, 64) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {2, cur}
+if cur and string.sub(cur, 1, 64) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if waiter ~= '' then
+    redis.call('ZREM', KEYS[3], waiter)
+    redis.call('ZREM', KEYS[4], waiter)
   end
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {2, cur}
 end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local fence = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, now)
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  -- Forget waiters whose gateway stopped refreshing them.
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+  if #dead > 0 then
+    redis.call('ZREM', KEYS[3], unpack(dead))
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+  end
+end
+if waiter ~= '' then
+  local heartbeat = tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), waiter)
+  redis.call('ZADD', KEYS[4], now_ms + heartbeat, waiter)
+  redis.call('PEXPIRE', KEYS[3], 2 * heartbeat)
+  redis.call('PEXPIRE', KEYS[4], 2 * heartbeat)
+end
+
+local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+local is_head = 0
+if head and head == waiter then
+  is_head = 1
+end
+if cur then
+  return {0, redis.call('PTTL', KEYS[1]), is_head}
+end
+if head and head ~= waiter then
+  return {0, 0, 0}
+end
+
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local fence = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, now_us)
 -- %.0f: tostring would print 1.7e+15 and lose digits; fences stay below 2^53.
 fence = string.format('%.0f', fence)
 redis.call('SET', KEYS[2], fence, 'PX', ARGV[4])
 
 local value = ARGV[1] .. ':' .. fence .. ':' .. ARGV[3]
 redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
+if waiter ~= '' then
+  redis.call('ZREM', KEYS[3], waiter)
+  redis.call('ZREM', KEYS[4], waiter)
+  -- Tell the next waiter it is first now, so it learns when this lease
+  -- runs out and can take over if this holder dies.
+  local next = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if next then
+    redis.call('PUBLISH', ARGV[7], next)
+  end
+end
 return {1, value}

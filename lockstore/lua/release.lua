@@ -1,12 +1,19 @@
--- release.lua: delete a lock the caller holds.
+-- release.lua: delete a lock the caller holds, and wake the next waiter.
 --
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"
+-- KEYS[2]  the wait queue, "lockgw:{<key>}:queue"
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
+-- ARGV[2]  the key's notification channel, "lockgw:{<key>}:released"
 --
 -- Returns
 --   1   released
 --   0   not held (never taken, released, or expired)
 --   -1  held by another digest; left as it is
+--
+-- Only the first waiter is told (the message is its id), so a release costs
+-- one wake-up, not one per waiter. With nobody queued the message is "*",
+-- for waiters without a queue (Redlock's); with nobody listening, PUBLISH
+-- costs next to nothing.
 local cur = redis.call('GET', KEYS[1])
 if not cur then
   return 0
@@ -15,4 +22,6 @@ if string.sub(cur, 1, 64) ~= ARGV[1] then
   return -1
 end
 redis.call('DEL', KEYS[1])
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+redis.call('PUBLISH', ARGV[2], head or '*')
 return 1

@@ -1,0 +1,21 @@
+-- leave.lua: take a waiter out of the queue (its wait ran out, or its
+-- client went away), and tell the one now first: it may take a free lock,
+-- or must learn when the holder's lease runs out.
+--
+-- KEYS[1]  the lock, "lockgw:{<key>}:lock" (unused; names the slot)
+-- KEYS[2]  the wait queue, "lockgw:{<key>}:queue"
+-- KEYS[3]  the waiters' heartbeats, "lockgw:{<key>}:alive"
+-- ARGV[1]  the waiter id
+-- ARGV[2]  the key's notification channel, "lockgw:{<key>}:released"
+--
+-- Returns 1 when the waiter was queued, 0 when it was not.
+local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+local removed = redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if first == ARGV[1] then
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if head then
+    redis.call('PUBLISH', ARGV[2], head)
+  end
+end
+return removed
