@@ -1,0 +1,372 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/client"
+	"github.com/lockgateway/lockgateway/internal/apitest"
+	"github.com/lockgateway/lockgateway/internal/redistest"
+)
+
+// paths records the escaped path of every request a client sends.
+type paths struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (p *paths) editor(_ context.Context, req *http.Request) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = append(p.seen, req.Method+" "+req.URL.EscapedPath())
+	return nil
+}
+
+func (p *paths) all() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.seen...)
+}
+
+func newClient(t testing.TB, url string, opts ...client.ClientOption) *client.Client {
+	t.Helper()
+	c, err := client.New(url, opts...)
+	require.NoError(t, err)
+	return c
+}
+
+func memoryGateway(t testing.TB) *apitest.Gateway {
+	return apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "memory"})
+}
+
+func redisGateway(t testing.TB) (*apitest.Gateway, *redistest.Server) {
+	srv := redistest.Start(t)
+	return apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL()}), srv
+}
+
+// TestOperations runs every operation against real gateways, with keys that
+// hold "/", ":" and "@", and checks with a raw request that the gateway saw
+// the key the client meant.
+func TestOperations(t *testing.T) {
+	backends := map[string]func(t *testing.T) *apitest.Gateway{
+		"memory": func(t *testing.T) *apitest.Gateway { return memoryGateway(t) },
+		"redis":  func(t *testing.T) *apitest.Gateway { g, _ := redisGateway(t); return g },
+	}
+	for name, start := range backends {
+		t.Run(name, func(t *testing.T) {
+			g := start(t)
+			var rec paths
+			c := newClient(t, g.URL, client.WithRequestEditorFn(rec.editor))
+			raw := apitest.NewClient(g.URL)
+			ctx := t.Context()
+
+			for _, key := range []string{"plain", "jobs/nightly", "a/b/c.d", "sku:4711@warehouse-eu"} {
+				t.Run(key, func(t *testing.T) {
+					lease, err := c.Acquire(ctx, key, client.AcquireOptions{TTL: 5 * time.Second, Owner: "worker-7"})
+					require.NoError(t, err)
+					assert.Equal(t, key, lease.Key)
+					assert.Equal(t, "worker-7", lease.Owner)
+					assert.Equal(t, 5*time.Second, lease.TTL)
+					assert.Positive(t, lease.Fence)
+					assert.GreaterOrEqual(t, len(lease.Token), 22)
+					assert.WithinDuration(t, time.Now().Add(5*time.Second), lease.ExpiresAt, time.Second)
+
+					// The gateway holds the key itself, not "jobs%2Fnightly".
+					r := raw.Do(t, "GET", "/locks/"+key, nil)
+					require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+					assert.Equal(t, key, r.JSON(t)["key"])
+
+					// Same token again: 200, same fence.
+					again, err := c.Acquire(ctx, key, client.AcquireOptions{TTL: 5 * time.Second, Token: lease.Token})
+					require.NoError(t, err)
+					assert.Equal(t, lease.Fence, again.Fence)
+
+					// Someone else: ErrHeld, with the holder's remaining TTL.
+					_, err = c.Acquire(ctx, key, client.AcquireOptions{})
+					require.ErrorIs(t, err, client.ErrHeld)
+					var e *client.Error
+					require.ErrorAs(t, err, &e)
+					assert.Equal(t, http.StatusConflict, e.Status)
+					assert.Equal(t, "lock-held", e.Type)
+					assert.NotEmpty(t, e.RequestID)
+					assert.GreaterOrEqual(t, e.RetryAfter, time.Second)
+					assert.LessOrEqual(t, e.RetryAfter, 5*time.Second)
+
+					info, err := c.Inspect(ctx, key)
+					require.NoError(t, err)
+					assert.Equal(t, key, info.Key)
+					assert.Equal(t, "worker-7", info.Owner)
+					assert.Equal(t, lease.Fence, info.Fence)
+					assert.Positive(t, info.TTL)
+					assert.LessOrEqual(t, info.TTL, 5*time.Second)
+
+					ext, err := c.Extend(ctx, key, lease.Token, 20*time.Second)
+					require.NoError(t, err)
+					assert.Equal(t, lease.Fence, ext.Fence)
+					assert.Equal(t, 20*time.Second, ext.TTL)
+					assert.Equal(t, lease.Token, ext.Token)
+
+					other := "someone-elses-token-0000000"
+					_, err = c.Extend(ctx, key, other, 0)
+					require.ErrorIs(t, err, client.ErrTokenMismatch)
+					require.ErrorIs(t, c.Release(ctx, key, other), client.ErrTokenMismatch)
+
+					require.NoError(t, c.Release(ctx, key, lease.Token))
+					require.ErrorIs(t, c.Release(ctx, key, lease.Token), client.ErrNotHeld)
+					_, err = c.Extend(ctx, key, lease.Token, 0)
+					require.ErrorIs(t, err, client.ErrNotHeld)
+					_, err = c.Inspect(ctx, key)
+					require.ErrorIs(t, err, client.ErrNotHeld)
+					assert.NotErrorIs(t, err, client.ErrHeld)
+
+					// A new holder gets a higher fence.
+					next, err := c.Acquire(ctx, key, client.AcquireOptions{TTL: time.Second})
+					require.NoError(t, err)
+					assert.Greater(t, next.Fence, lease.Fence)
+					require.NoError(t, c.Release(ctx, key, next.Token))
+				})
+			}
+			// The generated client percent-encodes "/" in the key.
+			assert.Contains(t, rec.all(), "PUT /locks/jobs%2Fnightly")
+			assert.Contains(t, rec.all(), "DELETE /locks/a%2Fb%2Fc.d")
+		})
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	ctx := t.Context()
+
+	_, err := c.Acquire(ctx, "k", client.AcquireOptions{TTL: 5 * time.Millisecond})
+	var e *client.Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, http.StatusUnprocessableEntity, e.Status)
+	assert.Equal(t, "validation", e.Type)
+	require.NotEmpty(t, e.Fields)
+	assert.Equal(t, "ttl_ms", e.Fields[0].Field)
+	assert.Contains(t, err.Error(), "ttl_ms")
+
+	for _, key := range []string{"a//b", "/lead", "trail/", "a/../b", "sp ace", "br{ace}"} {
+		_, err = c.Acquire(ctx, key, client.AcquireOptions{})
+		require.ErrorAs(t, err, &e, "key %q", key)
+		assert.Equal(t, http.StatusBadRequest, e.Status, "key %q", key)
+		assert.Equal(t, "malformed-request", e.Type, "key %q", key)
+	}
+
+	_, err = client.New("localhost:8080")
+	require.Error(t, err)
+}
+
+func TestUnavailable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there now
+
+	c := newClient(t, "http://"+addr)
+	_, err = c.Acquire(t.Context(), "k", client.AcquireOptions{})
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	require.ErrorIs(t, c.Release(t.Context(), "k", "some-token-0000000000000"), client.ErrUnavailable)
+
+	// A waiting acquire retries until its wait is over, then gives up.
+	start := time.Now()
+	_, err = c.Acquire(t.Context(), "k", client.AcquireOptions{Wait: 300 * time.Millisecond})
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+
+	// The caller's own cancellation is not "unavailable".
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = c.Inspect(ctx, "k")
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, client.ErrUnavailable)
+}
+
+func TestWait(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	ctx := t.Context()
+	key := apitest.Key(t)
+
+	first, err := c.Acquire(ctx, key, client.AcquireOptions{TTL: 10 * time.Second})
+	require.NoError(t, err)
+
+	// A wait that runs out: ErrHeld after the wait.
+	start := time.Now()
+	_, err = c.Acquire(ctx, key, client.AcquireOptions{Wait: 300 * time.Millisecond})
+	require.ErrorIs(t, err, client.ErrHeld)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+
+	// A waiter gets the lock when the holder releases it.
+	time.AfterFunc(200*time.Millisecond, func() { _ = c.Release(context.Background(), key, first.Token) })
+	second, err := c.Acquire(ctx, key, client.AcquireOptions{Wait: 5 * time.Second})
+	require.NoError(t, err)
+	assert.Greater(t, second.Fence, first.Fence)
+	t.Logf("waited %v for a release after 200ms", time.Since(start))
+}
+
+// TestWaitLongerThanTheGatewayAllows: a wait longer than LOCKGW_MAX_WAIT is
+// made of several waiting requests.
+func TestWaitLongerThanTheGatewayAllows(t *testing.T) {
+	g := apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "memory", "LOCKGW_MAX_WAIT": "500ms"})
+	c := newClient(t, g.URL)
+	ctx := t.Context()
+	key := apitest.Key(t)
+
+	first, err := c.Acquire(ctx, key, client.AcquireOptions{TTL: 10 * time.Second})
+	require.NoError(t, err)
+	time.AfterFunc(1200*time.Millisecond, func() { _ = c.Release(context.Background(), key, first.Token) })
+	start := time.Now()
+	second, err := c.Acquire(ctx, key, client.AcquireOptions{Wait: 5 * time.Second})
+	require.NoError(t, err)
+	assert.Greater(t, second.Fence, first.Fence)
+	assert.GreaterOrEqual(t, time.Since(start), time.Second)
+}
+
+// TestHoldKeepsTheLease: work that runs for three TTLs keeps the lock, with
+// the same fence, and the lock is free when Hold returns.
+func TestHoldKeepsTheLease(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	const ttl = 300 * time.Millisecond
+
+	var fence int64
+	err := c.Hold(t.Context(), key, client.AcquireOptions{TTL: ttl, Owner: "holder"}, func(ctx context.Context, lease *client.Lease) error {
+		fence = lease.Fence
+		end := time.Now().Add(3 * ttl)
+		for time.Now().Before(end) {
+			info, err := c.Inspect(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, lease.Fence, info.Fence)
+			assert.Equal(t, "holder", info.Owner)
+			require.NoError(t, ctx.Err())
+			time.Sleep(ttl / 5)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Positive(t, fence)
+	_, err = c.Inspect(t.Context(), key)
+	require.ErrorIs(t, err, client.ErrNotHeld, "released when fn returned")
+}
+
+// TestHoldCancelsWhenTheLockIsTakenAway deletes the lock from Redis behind
+// the gateway's back: the next extend answers 404 and fn's context ends,
+// well within the TTL.
+func TestHoldCancelsWhenTheLockIsTakenAway(t *testing.T) {
+	g, srv := redisGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	const ttl = 3 * time.Second
+
+	var took time.Duration
+	err := c.Hold(t.Context(), key, client.AcquireOptions{TTL: ttl}, func(ctx context.Context, lease *client.Lease) error {
+		n, err := srv.Client().Del(ctx, "lockgw:{"+key+"}:lock").Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "the lock's Redis key")
+		deleted := time.Now()
+		select {
+		case <-ctx.Done():
+			took = time.Since(deleted)
+		case <-time.After(2 * ttl):
+			t.Error("fn's context was not cancelled")
+		}
+		require.ErrorIs(t, context.Cause(ctx), client.ErrLockLost)
+		require.ErrorIs(t, context.Cause(ctx), client.ErrNotHeld)
+		return ctx.Err()
+	})
+	require.ErrorIs(t, err, client.ErrLockLost)
+	require.ErrorIs(t, err, client.ErrNotHeld)
+	t.Logf("fn's context ended %v after the lock was deleted (TTL %v, extends every %v)", took, ttl, ttl/3)
+	assert.Less(t, took, ttl/2, "cancelled at the next extend")
+}
+
+// TestHoldCancelsWhenAnotherHolderTakesOver: the lock is deleted and taken
+// by someone else; the next extend answers 412.
+func TestHoldCancelsWhenAnotherHolderTakesOver(t *testing.T) {
+	g, srv := redisGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+
+	err := c.Hold(t.Context(), key, client.AcquireOptions{TTL: time.Second}, func(ctx context.Context, lease *client.Lease) error {
+		require.NoError(t, srv.Client().Del(ctx, "lockgw:{"+key+"}:lock").Err())
+		thief, err := c.Acquire(ctx, key, client.AcquireOptions{TTL: 10 * time.Second})
+		require.NoError(t, err)
+		assert.Greater(t, thief.Fence, lease.Fence)
+		<-ctx.Done()
+		return errors.New("work interrupted")
+	})
+	require.ErrorIs(t, err, client.ErrLockLost)
+	require.ErrorIs(t, err, client.ErrTokenMismatch)
+	assert.ErrorContains(t, err, "work interrupted", "fn's own error is kept")
+}
+
+// TestHoldNeverRunsPastTheLease: with the gateway gone, extends fail; fn's
+// context ends when the lease does, not later.
+func TestHoldNeverRunsPastTheLease(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	const ttl = 600 * time.Millisecond
+
+	var lateBy time.Duration
+	err := c.Hold(t.Context(), key, client.AcquireOptions{TTL: ttl}, func(ctx context.Context, lease *client.Lease) error {
+		require.NoError(t, g.Stop())
+		select {
+		case <-ctx.Done():
+			lateBy = time.Since(lease.ExpiresAt) // same host, same clock
+		case <-time.After(3 * ttl):
+			t.Error("fn's context was not cancelled")
+		}
+		return ctx.Err()
+	})
+	require.ErrorIs(t, err, client.ErrLockLost)
+	require.ErrorIs(t, err, client.ErrUnavailable, "the last extend's error")
+	t.Logf("fn's context ended %v after the lease's expires_at", lateBy)
+	assert.Greater(t, lateBy, -ttl/2, "not given up at the first failed extend")
+	assert.Less(t, lateBy, 100*time.Millisecond, "never (noticeably) past expires_at")
+}
+
+func TestHoldReleasesWhenFnFails(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	boom := errors.New("boom")
+
+	err := c.Hold(t.Context(), key, client.AcquireOptions{}, func(context.Context, *client.Lease) error { return boom })
+	require.ErrorIs(t, err, boom)
+	_, err = c.Inspect(t.Context(), key)
+	require.ErrorIs(t, err, client.ErrNotHeld)
+
+	// The caller's cancellation ends fn and still releases the lock.
+	ctx, cancel := context.WithCancel(t.Context())
+	err = c.Hold(ctx, key, client.AcquireOptions{}, func(ctx context.Context, _ *client.Lease) error {
+		cancel()
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, client.ErrLockLost)
+	_, err = c.Inspect(t.Context(), key)
+	require.ErrorIs(t, err, client.ErrNotHeld)
+
+	// Held by someone else: Hold does not run fn.
+	other, err := c.Acquire(t.Context(), key, client.AcquireOptions{})
+	require.NoError(t, err)
+	err = c.Hold(t.Context(), key, client.AcquireOptions{}, func(context.Context, *client.Lease) error {
+		t.Error("fn ran without the lock")
+		return nil
+	})
+	require.ErrorIs(t, err, client.ErrHeld)
+	require.NoError(t, c.Release(t.Context(), key, other.Token))
+}

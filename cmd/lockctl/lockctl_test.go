@@ -1,0 +1,404 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/client"
+	"github.com/lockgateway/lockgateway/internal/apitest"
+	"github.com/lockgateway/lockgateway/internal/redistest"
+)
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// lockctl calls run as main does, with no stdin.
+func lockctl(t testing.TB, url string, args ...string) result {
+	t.Helper()
+	var stdout, stderr apitest.SyncBuffer // the child writes to them too
+	code := run(context.Background(), append([]string{"--url", url}, args...), nil, &stdout, &stderr)
+	return result{code, stdout.String(), stderr.String()}
+}
+
+func memoryGateway(t testing.TB) *apitest.Gateway {
+	return apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "memory"})
+}
+
+func newClient(t testing.TB, url string) *client.Client {
+	t.Helper()
+	c, err := client.New(url)
+	require.NoError(t, err)
+	return c
+}
+
+// waitHeld waits until key is held and returns the holder's fence.
+func waitHeld(t testing.TB, c *client.Client, key string) int64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if info, err := c.Inspect(context.Background(), key); err == nil {
+			return info.Fence
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s was not taken within 10s", key)
+	return 0
+}
+
+func readEnv(t testing.TB, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	env := map[string]string{}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+func TestCommands(t *testing.T) {
+	g := memoryGateway(t)
+	key := "jobs/" + strings.ReplaceAll(apitest.Key(t), "/", "-")
+
+	r := lockctl(t, g.URL, "acquire", "--json", "--ttl", "10s", "--owner", "cron@host-1", key)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var lease jsonLease
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &lease), r.stdout)
+	assert.Equal(t, key, lease.Key)
+	assert.Equal(t, "cron@host-1", lease.Owner)
+	assert.EqualValues(t, 10000, lease.TTLMs)
+	assert.Positive(t, lease.Fence)
+
+	// status: held, exit 0; never the token.
+	r = lockctl(t, g.URL, "status", "--json", key)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var st map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	assert.Equal(t, true, st["held"])
+	assert.Equal(t, "cron@host-1", st["owner"])
+	assert.EqualValues(t, lease.Fence, st["fence"])
+	assert.NotContains(t, r.stdout, lease.Token)
+	r = lockctl(t, g.URL, "status", key)
+	assert.Equal(t, exitOK, r.code)
+	assert.Contains(t, r.stdout, key+": held by cron@host-1, fence "+strconv.FormatInt(lease.Fence, 10))
+
+	// Held: 75, with the problem in the JSON output; and after a wait.
+	r = lockctl(t, g.URL, "acquire", "--json", key)
+	assert.Equal(t, exitNotAcquired, r.code)
+	assert.Contains(t, r.stdout, `"problem_type":"lock-held"`)
+	assert.Contains(t, r.stderr, "retry after")
+	start := time.Now()
+	r = lockctl(t, g.URL, "acquire", "--wait", "300ms", key)
+	assert.Equal(t, exitNotAcquired, r.code)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	assert.NotContains(t, r.stderr, "waiting for", "no progress line when stderr is not a terminal")
+
+	// extend, with the token in --token, then in $LOCK_TOKEN.
+	r = lockctl(t, g.URL, "extend", "--json", "--ttl", "20s", "--token", lease.Token, key)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var ext jsonLease
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &ext))
+	assert.Equal(t, lease.Fence, ext.Fence)
+	assert.EqualValues(t, 20000, ext.TTLMs)
+	t.Setenv("LOCK_TOKEN", lease.Token)
+	r = lockctl(t, g.URL, "extend", key)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "LOCK_FENCE="+strconv.FormatInt(lease.Fence, 10)+"\n")
+
+	// Someone else's token: 76, the lock stays.
+	r = lockctl(t, g.URL, "release", "--token", "someone-elses-token-000000", key)
+	assert.Equal(t, exitLost, r.code)
+	assert.Equal(t, exitOK, lockctl(t, g.URL, "status", key).code)
+
+	r = lockctl(t, g.URL, "release", key) // $LOCK_TOKEN
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Equal(t, "released "+key+"\n", r.stdout)
+	r = lockctl(t, g.URL, "release", key)
+	assert.Equal(t, exitLost, r.code, "not held any more")
+	r = lockctl(t, g.URL, "extend", key)
+	assert.Equal(t, exitLost, r.code)
+	r = lockctl(t, g.URL, "status", "--json", key)
+	assert.Equal(t, exitFree, r.code)
+	assert.JSONEq(t, `{"key":"`+key+`","held":false}`, r.stdout)
+
+	// Text output is shell assignments.
+	r = lockctl(t, g.URL, "acquire", key, "--ttl", "1s") // flags after KEY too
+	require.Equal(t, exitOK, r.code, r.stderr)
+	env := map[string]string{}
+	for line := range strings.Lines(r.stdout) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		require.True(t, ok, line)
+		env[k] = v
+	}
+	assert.Equal(t, key, env["LOCK_KEY"])
+	assert.NotEmpty(t, env["LOCK_TOKEN"])
+	fence, err := strconv.ParseInt(env["LOCK_FENCE"], 10, 64)
+	require.NoError(t, err)
+	assert.Greater(t, fence, lease.Fence)
+	assert.NotEmpty(t, env["LOCK_EXPIRES_AT"])
+}
+
+func TestExitCodes(t *testing.T) {
+	g := memoryGateway(t)
+	cases := []struct {
+		name string
+		url  string
+		args []string
+		want int
+	}{
+		{"no command", g.URL, nil, exitUsage},
+		{"unknown command", g.URL, []string{"grab", "k"}, exitUsage},
+		{"no key", g.URL, []string{"acquire"}, exitUsage},
+		{"two keys", g.URL, []string{"status", "a", "b"}, exitUsage},
+		{"bad duration", g.URL, []string{"acquire", "--ttl", "soon", "k"}, exitUsage},
+		{"unknown flag", g.URL, []string{"status", "--frobnicate", "k"}, exitUsage},
+		{"release without token", g.URL, []string{"release", "k"}, exitUsage},
+		{"run without --", g.URL, []string{"run", "k", "true"}, exitUsage},
+		{"run without command", g.URL, []string{"run", "k", "--"}, exitUsage},
+		{"bad URL", "localhost:8080", []string{"status", "k"}, exitUsage},
+		{"bad key", g.URL, []string{"acquire", "a//b"}, exitInvalid},
+		{"TTL out of range", g.URL, []string{"acquire", "--ttl", "5ms", "k"}, exitInvalid},
+		{"unreachable", "http://127.0.0.1:1", []string{"acquire", "k"}, exitUnavailable},
+		{"run unreachable", "http://127.0.0.1:1", []string{"run", "k", "--", "true"}, exitUnavailable},
+		{"help", g.URL, []string{"help"}, exitOK},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("LOCK_TOKEN", "")
+			r := lockctl(t, tc.url, tc.args...)
+			assert.Equal(t, tc.want, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+		})
+	}
+}
+
+// TestRunOutlivesTheTTL: a command that runs for three TTLs keeps the lock,
+// with one fence, and sees it in its environment; the lock is free when
+// lockctl returns.
+func TestRunOutlivesTheTTL(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	envFile := filepath.Join(t.TempDir(), "env")
+
+	done := make(chan result, 1)
+	go func() {
+		done <- lockctl(t, g.URL, "run", "--ttl", "300ms", key, "--",
+			"sh", "-c", `env > "$1.tmp" && mv "$1.tmp" "$1"; sleep 1; echo done`, "sh", envFile)
+	}()
+	fence := waitHeld(t, c, key)
+	// For most of the second the command runs, the lock must stay held,
+	// by the same holder.
+	for end := time.Now().Add(800 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		info, err := c.Inspect(t.Context(), key)
+		require.NoError(t, err, "the lock was lost while the command ran")
+		require.Equal(t, fence, info.Fence)
+	}
+	r := <-done
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "done\n", r.stdout)
+
+	env := readEnv(t, envFile)
+	assert.Equal(t, key, env["LOCK_KEY"])
+	assert.Equal(t, strconv.FormatInt(fence, 10), env["LOCK_FENCE"])
+	assert.GreaterOrEqual(t, len(env["LOCK_TOKEN"]), 22)
+	_, err := c.Inspect(t.Context(), key)
+	require.ErrorIs(t, err, client.ErrNotHeld, "released when the command exited")
+}
+
+func TestRunStatus(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+
+	t.Run("exit code passes through", func(t *testing.T) {
+		key := apitest.Key(t)
+		r := lockctl(t, g.URL, "run", key, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+		assert.Equal(t, 3, r.code)
+		assert.Equal(t, "out\n", r.stdout)
+		assert.Equal(t, "err\n", r.stderr)
+		_, err := c.Inspect(t.Context(), key)
+		require.ErrorIs(t, err, client.ErrNotHeld)
+	})
+	t.Run("killed by a signal", func(t *testing.T) {
+		r := lockctl(t, g.URL, "run", apitest.Key(t), "--", "sh", "-c", "kill -KILL $$")
+		assert.Equal(t, 128+int(syscall.SIGKILL), r.code)
+	})
+	t.Run("command not found", func(t *testing.T) {
+		key := apitest.Key(t)
+		r := lockctl(t, g.URL, "run", key, "--", "no-such-command-lockctl-test")
+		assert.Equal(t, exitNotFound, r.code, r.stderr)
+		_, err := c.Inspect(t.Context(), key)
+		require.ErrorIs(t, err, client.ErrNotHeld, "released")
+	})
+	t.Run("not acquired", func(t *testing.T) {
+		key := apitest.Key(t)
+		_, err := c.Acquire(t.Context(), key, client.AcquireOptions{TTL: 10 * time.Second})
+		require.NoError(t, err)
+		marker := filepath.Join(t.TempDir(), "ran")
+		r := lockctl(t, g.URL, "run", key, "--", "touch", marker)
+		assert.Equal(t, exitNotAcquired, r.code)
+		assert.NoFileExists(t, marker, "the command must not run without the lock")
+	})
+	t.Run("waits for the lock", func(t *testing.T) {
+		key := apitest.Key(t)
+		held, err := c.Acquire(t.Context(), key, client.AcquireOptions{TTL: 10 * time.Second})
+		require.NoError(t, err)
+		time.AfterFunc(200*time.Millisecond, func() { _ = c.Release(context.Background(), key, held.Token) })
+		envFile := filepath.Join(t.TempDir(), "env")
+		r := lockctl(t, g.URL, "run", "--wait", "5s", key, "--", "sh", "-c", `env > "$1"`, "sh", envFile)
+		require.Equal(t, 0, r.code, r.stderr)
+		fence, err := strconv.ParseInt(readEnv(t, envFile)["LOCK_FENCE"], 10, 64)
+		require.NoError(t, err)
+		assert.Greater(t, fence, held.Fence)
+	})
+}
+
+func redisGateway(t testing.TB) (*apitest.Gateway, *redistest.Server) {
+	srv := redistest.Start(t)
+	return apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL()}), srv
+}
+
+// TestRunLockLost deletes the lock from Redis while `sleep 30` runs under
+// it: lockctl terminates the command at the next extend, within the TTL,
+// and exits 76.
+func TestRunLockLost(t *testing.T) {
+	g, srv := redisGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	const ttl = 3 * time.Second
+
+	done := make(chan result, 1)
+	go func() { done <- lockctl(t, g.URL, "run", "--ttl", ttl.String(), key, "--", "sleep", "30") }()
+	waitHeld(t, c, key)
+	require.NoError(t, srv.Client().Del(t.Context(), "lockgw:{"+key+"}:lock").Err())
+	deleted := time.Now()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(2 * ttl):
+		t.Fatal("lockctl still running 2 TTLs after its lock was deleted")
+	}
+	took := time.Since(deleted)
+	t.Logf("sleep 30 terminated and lockctl exited %v after the lock was deleted (TTL %v, extends every %v)", took, ttl, ttl/3)
+	assert.Equal(t, exitLost, r.code, r.stderr)
+	assert.Less(t, took, ttl, "terminated within the TTL")
+	assert.Contains(t, r.stderr, "lock lost")
+	assert.Contains(t, r.stderr, "SIGTERM")
+	assert.Contains(t, r.stderr, "exited with status 143")
+}
+
+// TestRunGrace: a command that ignores SIGTERM (and so do its children) gets
+// SIGKILL after --grace.
+func TestRunGrace(t *testing.T) {
+	g, srv := redisGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	const ttl, grace = time.Second, 300 * time.Millisecond
+
+	done := make(chan result, 1)
+	go func() {
+		done <- lockctl(t, g.URL, "run", "--ttl", ttl.String(), "--grace", grace.String(), key, "--",
+			"sh", "-c", `trap "" TERM; sleep 30`)
+	}()
+	waitHeld(t, c, key)
+	require.NoError(t, srv.Client().Del(t.Context(), "lockgw:{"+key+"}:lock").Err())
+	deleted := time.Now()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("lockctl did not kill a command that ignores SIGTERM")
+	}
+	took := time.Since(deleted)
+	t.Logf("a command ignoring SIGTERM was killed %v after the lock was deleted (TTL %v, grace %v)", took, ttl, grace)
+	assert.Equal(t, exitLost, r.code, r.stderr)
+	assert.GreaterOrEqual(t, took, grace)
+	assert.Less(t, took, ttl+grace)
+	assert.Contains(t, r.stderr, "SIGKILL")
+	assert.Contains(t, r.stderr, "exited with status 137")
+}
+
+// buildLockctl builds the command for the tests that signal it.
+func buildLockctl(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "lockctl")
+	out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return bin
+}
+
+// waitFile waits until path exists.
+func waitFile(t testing.TB, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s did not appear in 10s", path)
+}
+
+// TestSignals runs the built binary: SIGTERM and SIGINT reach the command,
+// whose status lockctl passes on, and the lock is released; a signal while
+// waiting for the lock ends lockctl with 128+signal.
+func TestSignals(t *testing.T) {
+	bin := buildLockctl(t)
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run("forwarded "+sig.String(), func(t *testing.T) {
+			key := apitest.Key(t)
+			dir := t.TempDir()
+			ready, got := filepath.Join(dir, "ready"), filepath.Join(dir, "got")
+			script := `trap 'echo TERM > "$2"; exit 7' TERM; trap 'echo INT > "$2"; exit 8' INT; : > "$1"; while :; do sleep 0.05; done`
+			cmd := exec.Command(bin, "--url", g.URL, "run", key, "--", "sh", "-c", script, "sh", ready, got)
+			require.NoError(t, cmd.Start())
+			waitFile(t, ready)
+			require.NoError(t, cmd.Process.Signal(sig))
+			err := cmd.Wait()
+			want, name := 7, "TERM"
+			if sig == syscall.SIGINT {
+				want, name = 8, "INT"
+			}
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit)
+			assert.Equal(t, want, exit.ExitCode())
+			b, err := os.ReadFile(got)
+			require.NoError(t, err)
+			assert.Equal(t, name+"\n", string(b))
+			_, err = c.Inspect(t.Context(), key)
+			require.ErrorIs(t, err, client.ErrNotHeld, "released")
+		})
+	}
+
+	t.Run("while waiting", func(t *testing.T) {
+		key := apitest.Key(t)
+		_, err := c.Acquire(t.Context(), key, client.AcquireOptions{TTL: 10 * time.Second})
+		require.NoError(t, err)
+		marker := filepath.Join(t.TempDir(), "ran")
+		cmd := exec.Command(bin, "--url", g.URL, "run", "--wait", "30s", key, "--", "touch", marker)
+		require.NoError(t, cmd.Start())
+		time.Sleep(300 * time.Millisecond)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+		err = cmd.Wait()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit)
+		assert.Equal(t, 128+int(syscall.SIGINT), exit.ExitCode())
+		assert.NoFileExists(t, marker)
+	})
+}
