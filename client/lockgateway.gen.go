@@ -701,6 +701,17 @@ type ClientInterface interface {
 	// Corresponds with PUT /locks/{key} (the `AcquireLock` operationId).
 	AcquireLock(ctx context.Context, key Key, params *AcquireLockParams, body AcquireLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// Metrics Prometheus metrics
+	//
+	// The gateway's metrics in the Prometheus text format: acquire latency by
+	// outcome, wait and hold times, contention, leases found gone, rate-limit
+	// decisions, backend errors, Redlock votes per node, HTTP requests by route, and
+	// Go runtime and process metrics. Labels never carry lock keys, users or tokens.
+	// The README's Monitoring section says what each tells an operator.
+	//
+	// Corresponds with GET /metrics (the `Metrics` operationId).
+	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetOpenAPI This specification
 	//
 	// The same bytes as `openapi.yaml` in the repository.
@@ -913,6 +924,27 @@ func (c *APIClient) AcquireLockWithBody(ctx context.Context, key Key, params *Ac
 // Corresponds with PUT /locks/{key} (the `AcquireLock` operationId).
 func (c *APIClient) AcquireLock(ctx context.Context, key Key, params *AcquireLockParams, body AcquireLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAcquireLockRequest(c.Server, key, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Metrics Prometheus metrics
+//
+// The gateway's metrics in the Prometheus text format: acquire latency by
+// outcome, wait and hold times, contention, leases found gone, rate-limit
+// decisions, backend errors, Redlock votes per node, HTTP requests by route, and
+// Go runtime and process metrics. Labels never carry lock keys, users or tokens.
+// The README's Monitoring section says what each tells an operator.
+//
+// Corresponds with GET /metrics (the `Metrics` operationId).
+func (c *APIClient) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMetricsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1335,6 +1367,33 @@ func NewAcquireLockRequestWithBody(server string, key Key, params *AcquireLockPa
 	return req, nil
 }
 
+// NewMetricsRequest constructs an http.Request for the Metrics method
+func NewMetricsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/metrics")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetOpenAPIRequest constructs an http.Request for the GetOpenAPI method
 func NewGetOpenAPIRequest(server string, params *GetOpenAPIParams) (*http.Request, error) {
 	var err error
@@ -1636,6 +1695,19 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /locks/{key} (the `AcquireLock` operationId).
 	AcquireLockWithResponse(ctx context.Context, key Key, params *AcquireLockParams, body AcquireLockJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLockResponse, error)
+
+	// MetricsWithResponse Prometheus metrics
+	//
+	// The gateway's metrics in the Prometheus text format: acquire latency by
+	// outcome, wait and hold times, contention, leases found gone, rate-limit
+	// decisions, backend errors, Redlock votes per node, HTTP requests by route, and
+	// Go runtime and process metrics. Labels never carry lock keys, users or tokens.
+	// The README's Monitoring section says what each tells an operator.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /metrics (the `Metrics` operationId).
+	MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsResponse, error)
 
 	// GetOpenAPIWithResponse This specification
 	//
@@ -2637,6 +2709,63 @@ func (r AcquireLockResponse) ContentType() string {
 	return ""
 }
 
+// MetricsResponse200Headers the declared response headers of an HTTP 200 response for Metrics
+type MetricsResponse200Headers struct {
+	XRequestId string
+}
+
+// MetricsResponseDefaultHeaders the declared response headers of an HTTP default response for Metrics
+type MetricsResponseDefaultHeaders struct {
+	Allow      *string
+	RetryAfter *int
+	XRequestId string
+}
+
+type MetricsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *MetricsResponse200Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *MetricsResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r MetricsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MetricsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MetricsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MetricsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetOpenAPIResponse200Headers the declared response headers of an HTTP 200 response for GetOpenAPI
 type GetOpenAPIResponse200Headers struct {
 	XRequestId string
@@ -3074,6 +3203,25 @@ func (c *ClientWithResponses) AcquireLockWithResponse(ctx context.Context, key K
 		return nil, err
 	}
 	return ParseAcquireLockResponse(rsp)
+}
+
+// MetricsWithResponse Prometheus metrics
+//
+// The gateway's metrics in the Prometheus text format: acquire latency by
+// outcome, wait and hold times, contention, leases found gone, rate-limit
+// decisions, backend errors, Redlock votes per node, HTTP requests by route, and
+// Go runtime and process metrics. Labels never carry lock keys, users or tokens.
+// The README's Monitoring section says what each tells an operator.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /metrics (the `Metrics` operationId).
+func (c *ClientWithResponses) MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsResponse, error) {
+	rsp, err := c.Metrics(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMetricsResponse(rsp)
 }
 
 // GetOpenAPIWithResponse This specification
@@ -4708,6 +4856,69 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 		response.Headers503 = &headers
 	case true:
 		var headers AcquireLockResponseDefaultHeaders
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseMetricsResponse parses an HTTP response from a MetricsWithResponse call
+func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MetricsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers MetricsResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case true:
+		var headers MetricsResponseDefaultHeaders
 		if values := rsp.Header.Values("Allow"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -30,7 +30,7 @@ func TestGrantToAbandonedRequestIsReleased(t *testing.T) {
 	mem := lockstore.NewMemory()
 	locks := handlers.NewLocks(grantAsClientLeaves{mem}, handlers.Limits{
 		DefaultTTL: time.Minute, MaxTTL: time.Hour, MaxWait: time.Minute, MaxBodyBytes: 1 << 16, BackendTimeout: time.Second,
-	}, zerolog.Nop(), nil)
+	}, zerolog.Nop(), nil, nil)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	req := httptest.NewRequest("PUT", "/locks/jobs/nightly", nil).WithContext(ctx)

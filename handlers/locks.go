@@ -38,13 +38,42 @@ type Locks struct {
 	log      zerolog.Logger
 	validate *validator.Validate
 	stopping <-chan struct{}
+	obs      Observer
 }
+
+// Observer hears what the lock endpoints do, for metrics. Its methods must
+// be quick: they run on the request's path. Tokens are passed so an
+// observer can match a release to its grant; they must not be kept or shown.
+type Observer interface {
+	// Acquired: outcome is acquired, renewed, held, unavailable or error.
+	Acquired(outcome string, took time.Duration, waited bool)
+	Granted(token string, expires time.Time)
+	Extended(token string, expires time.Time)
+	Released(token string)
+	// LockGone: an extend or release (op) found the lock gone.
+	LockGone(op string)
+	// BackendError: the backend did not answer op.
+	BackendError(op string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Acquired(string, time.Duration, bool) {}
+func (nopObserver) Granted(string, time.Time)            {}
+func (nopObserver) Extended(string, time.Time)           {}
+func (nopObserver) Released(string)                      {}
+func (nopObserver) LockGone(string)                      {}
+func (nopObserver) BackendError(string)                  {}
 
 // NewLocks returns the lock endpoints over store. When stopping closes
 // (the server is shutting down) waiting acquires give up at once.
 // A wait is also capped by limits.MaxWait.
-func NewLocks(store lockstore.Store, limits Limits, log zerolog.Logger, stopping <-chan struct{}) *Locks {
-	return &Locks{store: store, limits: limits, log: log, validate: newValidator(limits), stopping: stopping}
+// obs may be nil.
+func NewLocks(store lockstore.Store, limits Limits, log zerolog.Logger, stopping <-chan struct{}, obs Observer) *Locks {
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	return &Locks{store: store, limits: limits, log: log, validate: newValidator(limits), stopping: stopping, obs: obs}
 }
 
 // leaseBody is the body of a grant or an extension.
@@ -102,7 +131,9 @@ func (h *Locks) Acquire() http.Handler {
 			w.Header().Add("Vary", "Prefer")
 		}
 
+		start := time.Now()
 		lease, err := h.acquire(r.Context(), key, ar)
+		h.obs.Acquired(acquireOutcome(lease, err), time.Since(start), ar.Wait > 0)
 		if err != nil {
 			WriteError(w, r, h.log, err)
 			return
@@ -113,6 +144,7 @@ func (h *Locks) Acquire() http.Handler {
 			h.releaseAbandoned(key, token)
 			return
 		}
+		h.obs.Granted(token, lease.ExpiresAt)
 		w.Header().Set("ETag", `"`+token+`"`)
 		status := http.StatusOK
 		if !lease.Renewed {
@@ -180,6 +212,30 @@ func (h *Locks) acquire(ctx context.Context, key string, req lockstore.AcquireRe
 	return lease, err
 }
 
+func acquireOutcome(lease lockstore.Lease, err error) string {
+	switch {
+	case err == nil && lease.Renewed:
+		return "renewed"
+	case err == nil:
+		return "acquired"
+	case errors.Is(err, lockstore.ErrHeld):
+		return "held"
+	case errors.Is(err, lockstore.ErrUnavailable), errors.Is(err, context.Canceled),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, errShuttingDown):
+		return "unavailable"
+	}
+	return "error"
+}
+
+func (h *Locks) observeFailure(op string, err error) {
+	switch {
+	case errors.Is(err, lockstore.ErrNotHeld):
+		h.obs.LockGone(op)
+	case errors.Is(err, lockstore.ErrUnavailable):
+		h.obs.BackendError(op)
+	}
+}
+
 func (h *Locks) releaseAbandoned(key, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.limits.BackendTimeout)
 	defer cancel()
@@ -208,9 +264,11 @@ func (h *Locks) Extend() http.Handler {
 		defer cancel()
 		lease, err := h.store.Extend(ctx, key, token, ttl)
 		if err != nil {
+			h.observeFailure("extend", err)
 			WriteError(w, r, h.log, err)
 			return
 		}
+		h.obs.Extended(token, lease.ExpiresAt)
 		w.Header().Set("ETag", `"`+token+`"`)
 		encode(w, http.StatusOK, "application/json", newLeaseBody(lease))
 	})
@@ -227,9 +285,11 @@ func (h *Locks) Release() http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
 		defer cancel()
 		if err := h.store.Release(ctx, key, token); err != nil {
+			h.observeFailure("release", err)
 			WriteError(w, r, h.log, err)
 			return
 		}
+		h.obs.Released(token)
 		w.WriteHeader(http.StatusNoContent)
 	})
 }

@@ -50,6 +50,10 @@ type RedlockOptions struct {
 	// Logger receives one warning per detected restart. The zero value logs
 	// nothing.
 	Logger zerolog.Logger
+	// OnVote, when set, hears each node's vote in every acquire round:
+	// "granted", "held", "timeout", "failed" or "quarantined". It must be
+	// quick; it runs on the request's path.
+	OnVote func(node, vote string)
 	// DisableRestartGuard turns restart detection and quarantine off. It
 	// exists so tests can show what the guard prevents; never set it in
 	// production.
@@ -210,6 +214,7 @@ type Redlock struct {
 	nodeTimeout time.Duration
 	quarantine  time.Duration
 	log         zerolog.Logger
+	onVote      func(node, vote string)
 
 	mu     sync.Mutex // guards closed, and bg.Add against Close's bg.Wait
 	closed bool
@@ -272,6 +277,7 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		nodeTimeout: cmp.Or(opts.NodeTimeout, DefaultNodeTimeout),
 		quarantine:  maxTTL + drift(maxTTL),
 		log:         opts.Logger,
+		onVote:      opts.OnVote,
 	}
 	seen := make(map[string]bool, len(nodes))
 	for _, o := range nodes {
@@ -378,15 +384,25 @@ func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req Acqui
 	var held []time.Duration
 	failed, quarantined := 0, 0
 	for i, v := range votes {
+		vote := "granted"
 		switch {
 		case v.err != nil || suspect[i]:
 			failed++
+			vote = "failed"
+			if errors.Is(v.err, context.DeadlineExceeded) {
+				vote = "timeout"
+			}
 		case !v.counted:
 			quarantined++
+			vote = "quarantined"
 		case v.val.code == acquireHeld:
 			held = append(held, v.val.remaining)
+			vote = "held"
 		default:
 			granted = append(granted, i)
+		}
+		if r.onVote != nil {
+			r.onVote(r.nodes[i].addr, vote)
 		}
 	}
 

@@ -23,10 +23,7 @@ func AccessLog(log zerolog.Logger) func(http.Handler) http.Handler {
 				if status == 0 { // nothing written: net/http sends 200
 					status = http.StatusOK
 				}
-				route := "unmatched"
-				if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
-					route = rc.RoutePattern()
-				}
+				route := routePattern(r)
 				ev := log.Info()
 				if status >= 500 {
 					ev = log.Warn()
@@ -42,4 +39,13 @@ func AccessLog(log zerolog.Logger) func(http.Handler) http.Handler {
 			next.ServeHTTP(ww, r)
 		})
 	}
+}
+
+// routePattern is the chi route r matched ("/locks/*"), or "unmatched":
+// a pattern, never a path, so neither logs nor metric labels grow with keys.
+func routePattern(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+		return rc.RoutePattern()
+	}
+	return "unmatched"
 }

@@ -24,6 +24,9 @@ type Config struct {
 	// never refuses: for trying a limit on real traffic.
 	Shadow bool
 	Log    zerolog.Logger
+	// Observe, when set, hears each decision: admitted, refused,
+	// refused_cached, shadow_refused or error.
+	Observe func(decision string)
 	// Refused writes the body of a refusal (429), Unavailable of a store
 	// failure with FailClosed (503), Unidentified of a request without an
 	// identity (400). Status line and headers are theirs to write; the
@@ -52,6 +55,10 @@ func Middleware(l *Limiter, c Config) (func(http.Handler) http.Handler, error) {
 	if c.Unidentified == nil {
 		c.Unidentified = plainProblem(http.StatusBadRequest, "malformed-request", "Malformed request", "the client could not be identified")
 	}
+	observe := c.Observe
+	if observe == nil {
+		observe = func(string) {}
+	}
 	w := windowSeconds(l.Window())
 	name := fmt.Sprintf(`"1-per-%d"`, w)
 	policy := fmt.Sprintf(`%s;q=1;w=%d`, name, w)
@@ -68,6 +75,18 @@ func Middleware(l *Limiter, c Config) (func(http.Handler) http.Handler, error) {
 				return
 			}
 			d, err := l.Allow(r.Context(), user)
+			switch {
+			case err != nil:
+				observe("error")
+			case d.Allowed:
+				observe("admitted")
+			case c.Shadow:
+				observe("shadow_refused")
+			case d.Cached:
+				observe("refused_cached")
+			default:
+				observe("refused")
+			}
 			if err != nil {
 				c.Log.Warn().Err(err).Bool("fail_closed", c.FailClosed).Msg("rate limit store did not answer")
 				if c.FailClosed && !c.Shadow {

@@ -55,6 +55,7 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 		FailClosed:   cfg.RateLimitFail == "closed",
 		Shadow:       cfg.RateLimitShadow,
 		Log:          d.log,
+		Observe:      d.metrics.RateLimit,
 		Refused:      handlers.Refuse(handlers.KindRateLimited, "one request per window for each user; retry after Retry-After seconds"),
 		Unavailable:  handlers.Refuse(handlers.KindUnavailable, "the rate limit could not be checked; retry shortly"),
 		Unidentified: handlers.Refuse(handlers.KindMalformed, "the client could not be identified (a malformed X-Forwarded-For from a trusted proxy?)"),

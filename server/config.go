@@ -32,6 +32,7 @@ type Config struct {
 	UserHeader       string
 	TrustedProxies   []netip.Prefix
 	APIKeysFile      string
+	PProf            bool
 	LogLevel         zerolog.Level
 	LogFormat        string
 	DefaultTTL       time.Duration
@@ -68,6 +69,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		rateLimitTimeout = fs.String("rate-limit-timeout", "100ms", "deadline for one rate-limit store call (LOCKGW_RATE_LIMIT_TIMEOUT)")
 		userHeader       = fs.String("user-header", "", "header naming the user, honoured only from trusted proxies (LOCKGW_USER_HEADER)")
 		trustedProxies   = fs.String("trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For and user header are believed (LOCKGW_TRUSTED_PROXIES)")
+		pprof            = fs.String("pprof", "false", "serve Go's profiler at /debug/pprof/ (LOCKGW_PPROF); never expose it publicly")
 		apiKeysFile      = fs.String("api-keys-file", "", "JSON file of users and key digests; set, every /locks request needs a key (LOCKGW_API_KEYS_FILE)")
 		logLevel         = fs.String("log-level", "info", "debug, info, warn or error (LOCKGW_LOG_LEVEL)")
 		logFormat        = fs.String("log-format", "json", "json or console (LOCKGW_LOG_FORMAT)")
@@ -171,6 +173,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		errs = append(errs, fmt.Errorf("a user header (%s) needs trusted proxies: anyone could set it", c.UserHeader))
 	}
 	c.APIKeysFile, _ = value("api-keys-file", apiKeysFile)
+	pp, src := value("pprof", pprof)
+	if c.PProf, err = strconv.ParseBool(pp); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %q: want true or false", src, pp))
+	}
 
 	level, src := value("log-level", logLevel)
 	if c.LogLevel, err = zerolog.ParseLevel(level); err != nil || level == "" {

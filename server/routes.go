@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	chimw "github.com/go-chi/chi/v5/middleware"
 
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/middleware"
@@ -12,9 +13,13 @@ import (
 // addRoutes is the whole HTTP surface, in one place; openapi.yaml describes
 // the same routes.
 func addRoutes(r chi.Router, d deps) {
-	locks := handlers.NewLocks(d.store, d.limits, d.log, d.stopping)
+	locks := handlers.NewLocks(d.store, d.limits, d.log, d.stopping, d.metrics)
 
 	r.Get("/healthz", handlers.Healthz().ServeHTTP)
+	r.Get("/metrics", d.metrics.Handler().ServeHTTP)
+	if d.pprof {
+		r.Mount("/debug", chimw.Profiler())
+	}
 	r.Get("/readyz", handlers.Readyz(d.store, d.backend, d.nodes, d.limits.BackendTimeout, d.log).ServeHTTP)
 	r.Get("/openapi.yaml", handlers.OpenAPI(d.spec).ServeHTTP)
 

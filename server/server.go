@@ -21,6 +21,7 @@ import (
 	"github.com/lockgateway/lockgateway"
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/metrics"
 	"github.com/lockgateway/lockgateway/middleware"
 )
 
@@ -37,6 +38,8 @@ type deps struct {
 	auth     func(http.Handler) http.Handler // nil without API keys
 	limit    func(http.Handler) http.Handler // nil with rate limiting off
 	check    func(http.Handler) http.Handler // the limiter for /ratelimit/check
+	metrics  *metrics.Metrics
+	pprof    bool
 }
 
 // New returns the gateway's HTTP handler.
@@ -46,6 +49,7 @@ func New(d deps) http.Handler {
 		middleware.RequestID,
 		d.clientIP,
 		middleware.AccessLog(d.log),
+		middleware.Observe(d.metrics.Request),
 		middleware.Recoverer(d.log, handlers.InternalError()),
 	)
 	r.NotFound(handlers.NotFound().ServeHTTP)
@@ -64,11 +68,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	logger := newLogger(cfg, stdout)
+	m := metrics.New()
 	// go-redis has one logger per process, not per client: the last Run's
 	// logger wins, which is only ever a concern in tests.
 	redis.SetLogger(redisLogger{logger})
 
-	store, nodes, err := openStore(cfg, logger)
+	store, nodes, err := openStore(cfg, logger, m)
 	if err != nil {
 		return err
 	}
@@ -88,6 +93,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log:      logger,
 		spec:     lockgateway.OpenAPI,
 		clientIP: chimw.ClientIPFromRemoteAddr,
+		metrics:  m,
+		pprof:    cfg.PProf,
 	}
 	if len(cfg.TrustedProxies) > 0 {
 		d.clientIP = chimw.ClientIPFromXFF(prefixStrings(cfg.TrustedProxies)...)
@@ -166,7 +173,7 @@ func newLogger(cfg Config, stdout io.Writer) zerolog.Logger {
 // read and write timeouts are the backend timeout, and retries are off (a
 // retried release whose first attempt worked would answer "not held"); the
 // client reconnects by itself when Redis comes back.
-func openStore(cfg Config, logger zerolog.Logger) (lockstore.Store, func() []handlers.Node, error) {
+func openStore(cfg Config, logger zerolog.Logger, m *metrics.Metrics) (lockstore.Store, func() []handlers.Node, error) {
 	switch cfg.Backend {
 	case BackendRedis:
 		opts, err := redis.ParseURL(cfg.RedisURL)
@@ -185,6 +192,7 @@ func openStore(cfg Config, logger zerolog.Logger) (lockstore.Store, func() []han
 			NodeTimeout: cfg.RedlockTimeout,
 			MaxTTL:      cfg.MaxTTL, // a restarted node sits out the longest lease it may have forgotten
 			Logger:      logger,
+			OnVote:      m.Vote,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--redlock-urls: %w", err)

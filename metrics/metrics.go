@@ -1,0 +1,205 @@
+// Package metrics exports what operators of a lock service watch, in the
+// Prometheus format at /metrics: how long acquires take and how they end,
+// how long clients wait and hold locks, contention, leases found gone,
+// rate-limit decisions, backend errors and Redlock's per-node votes.
+//
+// Labels never carry a lock key, a user or a token: those are unbounded,
+// and the last two are secrets. A Redlock node's address is a label: there
+// are a handful, fixed by configuration.
+package metrics
+
+import (
+	"crypto/sha256"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockgateway/lockgateway/internal/expiry"
+)
+
+// Metrics holds the gateway's collectors, on a registry of its own (no
+// package globals: two gateways in one test process do not share counts).
+type Metrics struct {
+	reg *prometheus.Registry
+
+	acquire   *prometheus.HistogramVec
+	wait      *prometheus.HistogramVec
+	hold      prometheus.Histogram
+	conflicts prometheus.Counter
+	gone      *prometheus.CounterVec
+	backend   *prometheus.CounterVec
+	ratelimit *prometheus.CounterVec
+	votes     *prometheus.CounterVec
+	requests  *prometheus.HistogramVec
+
+	holds *holds
+}
+
+// Buckets from 0.5 ms (a loopback Redis round trip) to a minute (the
+// longest wait).
+var latencyBuckets = prometheus.ExponentialBucketsRange(0.0005, 60, 16)
+
+// New returns the collectors, registered with Go runtime and process
+// metrics.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{
+		reg: reg,
+		acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lockgw_acquire_duration_seconds",
+			Help:    "Time to answer an acquire, waiting included, by outcome: acquired, renewed, held, unavailable, error.",
+			Buckets: latencyBuckets,
+		}, []string{"outcome"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lockgw_wait_seconds",
+			Help:    "Time waiting acquires waited, by outcome: granted, timed_out, abandoned.",
+			Buckets: latencyBuckets,
+		}, []string{"outcome"}),
+		hold: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "lockgw_hold_seconds",
+			Help:    "Time from a grant to its release, for releases through the gateway that granted.",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 86400, 20),
+		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgw_conflicts_total",
+			Help: "Acquires answered 409 because another token held the key (contention).",
+		}),
+		gone: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgw_lock_gone_total",
+			Help: "Extends and releases that found the lock gone (it expired before its holder acted), by op.",
+		}, []string{"op"}),
+		backend: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgw_backend_errors_total",
+			Help: "Operations the backend did not answer in time, by op.",
+		}, []string{"op"}),
+		ratelimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgw_ratelimit_decisions_total",
+			Help: "Rate-limit decisions: admitted, refused, refused_cached (no store round trip), shadow_refused, error.",
+		}, []string{"decision"}),
+		votes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgw_redlock_votes_total",
+			Help: "Redlock nodes' votes in acquire rounds: granted, held, timeout, failed, quarantined.",
+		}, []string{"node", "vote"}),
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lockgw_http_request_duration_seconds",
+			Help:    "HTTP requests by route pattern, method and status.",
+			Buckets: latencyBuckets,
+		}, []string{"route", "method", "status"}),
+		holds: newHolds(1 << 17),
+	}
+	reg.MustRegister(m.acquire, m.wait, m.hold, m.conflicts, m.gone, m.backend, m.ratelimit, m.votes, m.requests)
+	return m
+}
+
+// Handler serves the metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Acquired records an acquire's outcome, and its wait when it waited.
+func (m *Metrics) Acquired(outcome string, took time.Duration, waited bool) {
+	m.acquire.WithLabelValues(outcome).Observe(took.Seconds())
+	if outcome == "held" {
+		m.conflicts.Inc()
+	}
+	if !waited {
+		return
+	}
+	switch outcome {
+	case "acquired", "renewed":
+		m.wait.WithLabelValues("granted").Observe(took.Seconds())
+	case "held":
+		m.wait.WithLabelValues("timed_out").Observe(took.Seconds())
+	default:
+		m.wait.WithLabelValues("abandoned").Observe(took.Seconds())
+	}
+}
+
+// Granted starts the hold clock of a lease that lasts until expires.
+func (m *Metrics) Granted(token string, expires time.Time) { m.holds.start(token, expires) }
+
+// Extended moves a tracked lease's end.
+func (m *Metrics) Extended(token string, expires time.Time) { m.holds.extend(token, expires) }
+
+// Released records the hold time of a lease this gateway granted.
+func (m *Metrics) Released(token string) {
+	if d, ok := m.holds.stop(token); ok {
+		m.hold.Observe(d.Seconds())
+	}
+}
+
+// LockGone counts an extend or release that found the lock gone.
+func (m *Metrics) LockGone(op string) { m.gone.WithLabelValues(op).Inc() }
+
+// BackendError counts an operation the backend did not answer.
+func (m *Metrics) BackendError(op string) { m.backend.WithLabelValues(op).Inc() }
+
+// RateLimit counts a rate-limit decision.
+func (m *Metrics) RateLimit(decision string) { m.ratelimit.WithLabelValues(decision).Inc() }
+
+// Vote counts a Redlock node's vote.
+func (m *Metrics) Vote(node, vote string) { m.votes.WithLabelValues(node, vote).Inc() }
+
+// Request records an HTTP request.
+func (m *Metrics) Request(route, method string, status int, took time.Duration) {
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Observe(took.Seconds())
+}
+
+// holds remembers when leases granted by this gateway started, keyed by a
+// digest of their token, until they are released or run out; bounded, so a
+// flood of leases that are never released costs a fixed amount of memory.
+type holds struct {
+	mu     sync.Mutex
+	max    int
+	leases map[[32]byte]*hold
+	queue  expiry.Queue[[32]byte]
+}
+
+type hold struct {
+	start time.Time
+	end   *expiry.Entry[[32]byte]
+}
+
+func newHolds(max int) *holds { return &holds{max: max, leases: make(map[[32]byte]*hold)} }
+
+func (h *holds) start(token string, expires time.Time) {
+	d := sha256.Sum256([]byte(token))
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.queue.PopExpired(now, func(k [32]byte) { delete(h.leases, k) })
+	if _, ok := h.leases[d]; ok || len(h.leases) >= h.max {
+		return // a renewal keeps its start; a full table skips the lease
+	}
+	// expires is a wall-clock time; measure the lease's end on the
+	// monotonic clock from now.
+	h.leases[d] = &hold{start: now, end: h.queue.Add(d, now.Add(time.Until(expires)))}
+}
+
+func (h *holds) extend(token string, expires time.Time) {
+	d := sha256.Sum256([]byte(token))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l, ok := h.leases[d]; ok {
+		h.queue.Move(l.end, time.Now().Add(time.Until(expires)))
+	}
+}
+
+func (h *holds) stop(token string) (time.Duration, bool) {
+	d := sha256.Sum256([]byte(token))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l, ok := h.leases[d]
+	if !ok {
+		return 0, false
+	}
+	h.queue.Remove(l.end)
+	delete(h.leases, d)
+	return time.Since(l.start), true
+}

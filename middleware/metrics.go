@@ -1,0 +1,29 @@
+package middleware
+
+import (
+	"net/http"
+	"time"
+
+	chimw "github.com/go-chi/chi/v5/middleware"
+)
+
+// Observe reports every request's route pattern, method, status and
+// duration to observe, e.g. a Prometheus histogram. Like AccessLog it knows
+// the route only after the router ran, so it wraps the router.
+func Observe(observe func(route, method string, status int, took time.Duration)) func(http.Handler) http.Handler {
+	if observe == nil {
+		panic("middleware.Observe: nil observe func")
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			ww := chimw.NewWrapResponseWriter(w, r.ProtoMajor)
+			next.ServeHTTP(ww, r)
+			status := ww.Status()
+			if status == 0 {
+				status = http.StatusOK
+			}
+			observe(routePattern(r), r.Method, status, time.Since(start))
+		})
+	}
+}

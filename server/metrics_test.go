@@ -1,0 +1,119 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/apitest"
+)
+
+// scrape reads /metrics into series → value ("lockgw_conflicts_total",
+// `lockgw_lock_gone_total{op="extend"}`, …).
+func scrape(t *testing.T, c *apitest.Client) (map[string]float64, string) {
+	t.Helper()
+	r := c.Do(t, "GET", "/metrics", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	series := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(r.Body))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		require.NoError(t, err, line)
+		series[line[:i]] = v
+	}
+	return series, string(r.Body)
+}
+
+// TestMetricsMatchWorkload drives a scripted workload over Redlock with
+// rate limiting on, then checks each metric against it.
+func TestMetricsMatchWorkload(t *testing.T) {
+	nodes, env := redlockEnv(t, 3)
+	env["LOCKGW_RATE_LIMIT_WINDOW"] = "10s"
+	env["LOCKGW_RATE_LIMIT_ROUTES"] = "PUT /locks/limited/*"
+	g := apitest.Start(t, env)
+	c := apitest.NewClient(g.URL)
+	var tokens []string
+
+	// An acquire, a conflict, a wait that runs out, a release.
+	r := c.Do(t, "PUT", "/locks/a", nil)
+	require.Equal(t, http.StatusCreated, r.Status)
+	tokenA := r.JSON(t)["token"].(string)
+	tokens = append(tokens, tokenA)
+	require.Equal(t, http.StatusConflict, c.Do(t, "PUT", "/locks/a", nil).Status)
+	require.Equal(t, http.StatusConflict, c.Do(t, "PUT", "/locks/a", []byte(`{"wait_ms":100}`), apitest.JSON...).Status)
+	time.Sleep(20 * time.Millisecond) // a measurable hold
+	require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", "/locks/a", nil, "Lock-Token", tokenA).Status)
+
+	// A lease that runs out before its holder extends or releases it.
+	r = c.Do(t, "PUT", "/locks/b", []byte(`{"ttl_ms":50}`), apitest.JSON...)
+	require.Equal(t, http.StatusCreated, r.Status)
+	tokenB := r.JSON(t)["token"].(string)
+	tokens = append(tokens, tokenB)
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, http.StatusNotFound, c.Do(t, "PATCH", "/locks/b", nil, "Lock-Token", tokenB).Status)
+	require.Equal(t, http.StatusNotFound, c.Do(t, "DELETE", "/locks/b", nil, "Lock-Token", tokenB).Status)
+
+	// Rate limiting: admitted; then refused from the cache (this gateway
+	// knows the window it just granted), and, by another gateway that
+	// must ask the store, refused by the store and then from its cache.
+	r = c.Do(t, "PUT", "/locks/limited/x", nil)
+	require.Equal(t, http.StatusCreated, r.Status)
+	tokenX := r.JSON(t)["token"].(string)
+	tokens = append(tokens, tokenX)
+	require.Equal(t, http.StatusTooManyRequests, c.Do(t, "PUT", "/locks/limited/y", nil).Status)
+	other := apitest.NewClient(apitest.Start(t, env).URL)
+	require.Equal(t, http.StatusTooManyRequests, other.Do(t, "PUT", "/locks/limited/z", nil).Status)
+	require.Equal(t, http.StatusTooManyRequests, other.Do(t, "PUT", "/locks/limited/z", nil).Status)
+
+	// The backend fails: two of three nodes gone.
+	nodes[0].Kill()
+	nodes[1].Kill()
+	require.Equal(t, http.StatusServiceUnavailable, c.Do(t, "PATCH", "/locks/limited/x", nil, "Lock-Token", tokenX).Status)
+
+	m, text := scrape(t, c)
+	assert.Equal(t, 2.0, m[`lockgw_acquire_duration_seconds_count{outcome="held"}`])
+	assert.Equal(t, 3.0, m[`lockgw_acquire_duration_seconds_count{outcome="acquired"}`])
+	assert.Equal(t, 2.0, m["lockgw_conflicts_total"])
+	assert.Equal(t, 1.0, m[`lockgw_wait_seconds_count{outcome="timed_out"}`])
+	assert.GreaterOrEqual(t, m[`lockgw_wait_seconds_sum{outcome="timed_out"}`], 0.1)
+	assert.Equal(t, 1.0, m["lockgw_hold_seconds_count"], "one release of a lease this gateway granted")
+	assert.GreaterOrEqual(t, m["lockgw_hold_seconds_sum"], 0.02)
+	assert.Equal(t, 1.0, m[`lockgw_lock_gone_total{op="extend"}`])
+	assert.Equal(t, 1.0, m[`lockgw_lock_gone_total{op="release"}`])
+	assert.Equal(t, 1.0, m[`lockgw_ratelimit_decisions_total{decision="admitted"}`])
+	assert.Zero(t, m[`lockgw_ratelimit_decisions_total{decision="refused"}`])
+	assert.Equal(t, 1.0, m[`lockgw_ratelimit_decisions_total{decision="refused_cached"}`])
+	om, _ := scrape(t, other)
+	assert.Equal(t, 1.0, om[`lockgw_ratelimit_decisions_total{decision="refused"}`])
+	assert.Equal(t, 1.0, om[`lockgw_ratelimit_decisions_total{decision="refused_cached"}`])
+	assert.Equal(t, 1.0, m[`lockgw_backend_errors_total{op="extend"}`])
+
+	// Votes: every node voted in every acquire round.
+	var granted, held float64
+	for _, n := range nodes {
+		granted += m[`lockgw_redlock_votes_total{node="`+n.Addr()+`",vote="granted"}`]
+		held += m[`lockgw_redlock_votes_total{node="`+n.Addr()+`",vote="held"}`]
+	}
+	// Grants: a, b, limited/x and its rate-limit window, on 3 nodes each.
+	assert.GreaterOrEqual(t, granted, 12.0)
+	// Held: the conflict and at least one round of the wait, on 3 nodes each.
+	assert.GreaterOrEqual(t, held, 6.0)
+
+	assert.Positive(t, m[`lockgw_http_request_duration_seconds_count{method="PUT",route="/locks/*",status="201"}`])
+	assert.Contains(t, text, "go_goroutines")
+	for _, secret := range append(tokens, "limited/x", "/locks/a") {
+		assert.NotContains(t, text, secret, "labels never carry keys or tokens")
+	}
+}
