@@ -166,7 +166,10 @@ func (h *Locks) wait(r *http.Request, waitMs *int64) (_ time.Duration, applied s
 	if err != nil || !ok {
 		return 0, "", err
 	}
-	wait := min(time.Duration(secs)*time.Second, h.limits.MaxWait)
+	wait := h.limits.MaxWait
+	if secs < int64(wait/time.Second) { // compare first: secs·1e9 may overflow
+		wait = time.Duration(secs) * time.Second
+	}
 	return wait, "wait=" + strconv.Itoa(int(wait/time.Second)), nil
 }
 
@@ -196,6 +199,9 @@ func preferWait(values []string) (secs int64, ok bool, _ error) {
 func (h *Locks) acquire(ctx context.Context, key string, req lockstore.AcquireRequest) (lockstore.Lease, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, req.Wait+h.limits.BackendTimeout, lockstore.ErrUnavailable)
 	defer cancel()
+	if req.Wait <= 0 { // one store call, bounded by the backend timeout
+		return h.store.Acquire(ctx, key, req)
+	}
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	go func() {

@@ -41,6 +41,11 @@ func TestPreferWait(t *testing.T) {
 
 	r = c.Do(t, "PUT", path, nil, "Prefer", "wait=soon")
 	require.Equal(t, http.StatusBadRequest, r.Status)
+
+	// Seconds that would overflow a time.Duration are capped, not wrapped.
+	r = c.Do(t, "PUT", path+"-free", nil, "Prefer", "wait=99999999999999")
+	require.Equal(t, http.StatusCreated, r.Status)
+	assert.Equal(t, "wait=2", r.Header.Get("Preference-Applied"))
 }
 
 // TestDisconnectedWaiterLeavesNoQueue: a client that gives up while waiting
