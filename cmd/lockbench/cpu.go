@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of /proc CPU times: 100 on every Linux
+// architecture Go supports.
+const clockTicks = 100
+
+// cpuSample is the machine's busy CPU time and the part of it spent by
+// lockbench and each process it started, in seconds.
+type cpuSample struct {
+	at     time.Time
+	busy   float64
+	ours   float64
+	byProc map[string]float64 // "lockbench" and each running child by name
+}
+
+func (b *bench) sampleCPU() cpuSample {
+	s := cpuSample{at: time.Now(), busy: machineBusy(), byProc: map[string]float64{}}
+	s.byProc["lockbench"] = processCPU(os.Getpid())
+	for _, p := range b.procs {
+		if !p.exited() {
+			s.byProc[p.name] = processCPU(p.cmd.Process.Pid)
+		}
+	}
+	for _, v := range s.byProc {
+		s.ours += v
+	}
+	return s
+}
+
+// cpuUse is what the machine spent between samples, in CPU seconds.
+type cpuUse struct {
+	secs   float64            // wall-clock seconds
+	other  float64            // by processes lockbench did not start
+	byProc map[string]float64 // by lockbench and each child, by name
+}
+
+func cpuBetween(from, to cpuSample) cpuUse {
+	u := cpuUse{secs: to.at.Sub(from.at).Seconds(), byProc: map[string]float64{}}
+	// A process started between the samples counts from zero, which can
+	// only make "other" smaller.
+	u.other = max((to.busy-from.busy)-(to.ours-from.ours), 0)
+	for name, end := range to.byProc {
+		u.byProc[name] = end - from.byProc[name]
+	}
+	return u
+}
+
+func (u *cpuUse) add(v cpuUse) {
+	u.secs += v.secs
+	u.other += v.other
+	if u.byProc == nil {
+		u.byProc = map[string]float64{}
+	}
+	for name, used := range v.byProc {
+		u.byProc[name] += used
+	}
+}
+
+// otherCores is how many cores, on average, processes lockbench did not
+// start kept busy: other work on the machine, which skews what was
+// measured meanwhile.
+func (u cpuUse) otherCores() float64 {
+	if u.secs <= 0 {
+		return 0
+	}
+	return u.other / u.secs
+}
+
+// perCycle is each process's CPU time per cycle, in microseconds;
+// processes that used (next to) none are left out.
+func (u cpuUse) perCycle(cycles int64) map[string]float64 {
+	if cycles == 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for name, used := range u.byProc {
+		if used >= 0.02 {
+			out[name] = used / float64(cycles) * 1e6
+		}
+	}
+	return out
+}
+
+// machineBusy is the CPU time all cores spent not idle, from /proc/stat.
+func machineBusy() float64 {
+	line, _, _ := strings.Cut(readFile("/proc/stat"), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal …
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var busy float64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait, and guest (already in user)
+			continue
+		}
+		n, _ := strconv.ParseFloat(v, 64)
+		busy += n
+	}
+	return busy / clockTicks
+}
+
+// processCPU is a process's user+system CPU time from /proc/<pid>/stat,
+// including its threads and the children it waited for.
+func processCPU(pid int) float64 {
+	stat := readFile(fmt.Sprintf("/proc/%d/stat", pid))
+	// The command name may hold spaces; fields resume after its ")".
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is field 3 (state)
+	if len(f) < 15 {
+		return 0
+	}
+	var total float64
+	for _, j := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		n, _ := strconv.ParseFloat(f[j], 64)
+		total += n
+	}
+	return total / clockTicks
+}

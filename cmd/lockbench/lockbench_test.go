@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
+)
+
+// TestSmoke runs every row briefly with a few clients. It checks that each
+// row produced numbers and no errors, and that the report, the JSON and
+// the chart were written — never how fast anything was.
+func TestSmoke(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{
+		"-duration", "300ms", "-warmup", "50ms", "-rounds", "1",
+		"-c", "4", "-contended-clients", "4",
+		"-redis-server", redistest.Binary(t),
+		// Only plumbing is under test: on a machine busy with the other
+		// packages' tests, Redlock's 50 ms per node could run out.
+		"-gateway-env", "LOCKGW_REDLOCK_NODE_TIMEOUT=1s",
+		"-out", out,
+	}, &stdout, &stderr)
+	require.NoError(t, err, "stderr:\n%s", stderr.String())
+	t.Logf("\n%s", stdout.String())
+
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var res results
+	require.NoError(t, json.Unmarshal(data, &res))
+
+	haveEtcd := etcdBinary("") != ""
+	require.Len(t, res.Rows, len(rowSpecs), "every row is in the results")
+	for i, r := range res.Rows {
+		spec := rowSpecs[i]
+		assert.Equal(t, spec.id, r.ID)
+		assert.Contains(t, stdout.String(), r.Label, "the table lists row %s", r.No)
+		if spec.needsEtcd && !haveEtcd {
+			assert.Equal(t, "skipped: no etcd binary", r.Skipped, "row %s", r.No)
+			continue
+		}
+		assert.Empty(t, r.Skipped, "row %s", r.No)
+		assert.Positive(t, r.Count, "row %s counted cycles", r.No)
+		assert.Positive(t, r.PerSecond, "row %s", r.No)
+		assert.Positive(t, r.P50, "row %s", r.No)
+		assert.GreaterOrEqual(t, r.P99, r.P50, "row %s", r.No)
+		assert.Zero(t, r.Errors, "row %s errors: %v", r.No, r.ErrorKinds)
+		if spec.contended {
+			assert.NotNil(t, r.HandoffP50, "row %s reports handoffs", r.No)
+		}
+	}
+	assert.NotEmpty(t, res.Ratios)
+	require.Len(t, res.Processes, 2, "the Redis and the Redlock gateway")
+	for _, p := range res.Processes {
+		assert.Positive(t, p.RSSEndMiB, p.Name)
+		assert.Positive(t, p.Cycles, p.Name)
+		if assert.NotNil(t, p.GoroutinesAfter, p.Name) && assert.NotNil(t, p.GoroutinesBefore, p.Name) {
+			assert.Positive(t, *p.GoroutinesAfter, p.Name)
+		}
+	}
+
+	svg, err := os.ReadFile(filepath.Join(dir, "results.svg"))
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(svg, []byte("<svg ")), "an SVG document")
+	assert.Contains(t, string(svg), "gateway, Redis backend")
+}
+
+func TestParseConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"unknown row", []string{"-rows", "gateway,nope"}},
+		{"profile out of process", []string{"-cpuprofile", "cpu.pprof"}},
+		{"profile dir in process", []string{"-in-process", "-profile-dir", "prof"}},
+		{"bad gateway env", []string{"-gateway-env", "NOEQUALS"}},
+		{"no rounds", []string{"-rounds", "0"}},
+		{"no clients", []string{"-c", "0"}},
+		{"too few Redlock nodes", []string{"-redlock-nodes", "2"}},
+		{"stray argument", []string{"extra"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig(tc.args, &bytes.Buffer{})
+			assert.Error(t, err)
+		})
+	}
+	c, err := parseConfig(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, rowIDs(), c.rows)
+	assert.Equal(t, 32, c.concurrency)
+}
+
+func TestHandoffs(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// One key: grant 0, release 2, grant 3, release 5, grant 9.
+	grants := []time.Time{at(9), at(0), at(3)}
+	releases := []time.Time{at(5), at(2)}
+	got := handoffs(grants, releases, at(1), at(100))
+	assert.Equal(t, []time.Duration{time.Millisecond, 4 * time.Millisecond}, got)
+}

@@ -1,0 +1,222 @@
+// Command lockbench measures lockgateway under load and sets it beside the
+// floor of what HTTP plus Redis costs on the same machine and beside etcd's
+// lock API, in one run, so the ratios mean something.
+//
+// It starts everything it measures itself: redis-server processes on free
+// loopback ports (no persistence), the gateway as a separate process with
+// production defaults (info JSON logging, rate limiting off), the bare
+// baseline (cmd/lockbench-baseline) and, when an etcd binary is installed,
+// a single-node etcd. C keep-alive clients then run acquire+release cycles
+// for each row in turn:
+//
+//  1. the gateway, Redis backend
+//  2. the baseline: net/http + go-redis running the same Lua scripts
+//  3. lockstore.Redis called directly, no HTTP
+//  4. the gateway, Redlock over 5 masters
+//  5. etcd 3.4's lock API over its JSON gateway
+//  6. contended: all clients on one key with waiting acquires, gateway and etcd
+//
+// It prints one table, the ratios the project targets (information, never a
+// failure), the gateway's memory before and after, and writes the results
+// as JSON and an SVG chart.
+//
+//	go run ./cmd/lockbench                       # everything, 10 s per row
+//	go run ./cmd/lockbench -rows gateway,baseline -duration 5s
+//	go run ./cmd/lockbench -rows gateway -profile-dir prof  # pprof of the gateway process
+//	go run ./cmd/lockbench -in-process -cpuprofile cpu.pprof -rows gateway
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	duration    time.Duration
+	warmup      time.Duration
+	rounds      int
+	concurrency int
+	contended   int
+	waitMs      int
+	rows        []string
+	out         string
+	gatewayBin  string
+	baselineBin string
+	luaDir      string
+	redisServer string
+	etcdBin     string
+	redlock     int
+	inProcess   bool
+	cpuProfile  string
+	profileDir  string
+	keep        bool
+	gatewayEnv  []string // KEY=VALUE added to the gateways' production defaults
+}
+
+func parseConfig(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	var rows string
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per row")
+	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load before each row's measured time (in each round)")
+	fs.IntVar(&c.rounds, "rounds", 2, "split each row's measured time into this many rounds, interleaved with the other rows'")
+	fs.IntVar(&c.concurrency, "c", 32, "concurrent keep-alive clients, each on its own key (uncontended rows)")
+	fs.IntVar(&c.contended, "contended-clients", 32, "clients sharing one key in the contended rows")
+	fs.IntVar(&c.waitMs, "wait-ms", 5000, "wait_ms of the gateway's contended acquires")
+	fs.StringVar(&rows, "rows", "all", "comma-separated rows to run: all, or "+strings.Join(rowIDs(), ", "))
+	fs.StringVar(&c.out, "out", "", "JSON results file; the SVG chart goes beside it (default bench-results/<UTC time>.json)")
+	fs.StringVar(&c.gatewayBin, "gateway-bin", "", "lockgateway binary to measure (default: go build ./cmd/lockgateway)")
+	fs.StringVar(&c.baselineBin, "baseline-bin", "", "lockbench-baseline binary (default: go build ./cmd/lockbench-baseline)")
+	fs.StringVar(&c.luaDir, "lua-dir", "", "the Lua scripts the baseline runs (default: <module>/lockstore/lua)")
+	fs.StringVar(&c.redisServer, "redis-server", "", "redis-server binary (default: $REDIS_SERVER, else redis-server on PATH)")
+	fs.StringVar(&c.etcdBin, "etcd", "", `etcd binary (default: etcd on PATH or /usr/bin/etcd); "none" skips the etcd rows`)
+	fs.IntVar(&c.redlock, "redlock-nodes", 5, "Redis masters behind the Redlock row")
+	fs.BoolVar(&c.inProcess, "in-process", false, "run the gateway inside lockbench (for -cpuprofile; numbers are not comparable)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run here (needs -in-process); the gateway's samples carry the label role=gateway")
+	fs.Func("gateway-env", "KEY=VALUE for the gateways on top of the production defaults, e.g. LOCKGW_LOG_LEVEL=warn to see what logging costs (repeatable)", func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("%q: want KEY=VALUE", v)
+		}
+		c.gatewayEnv = append(c.gatewayEnv, v)
+		return nil
+	})
+	fs.StringVar(&c.profileDir, "profile-dir", "", "turn the gateways' pprof on (LOCKGW_PPROF=true) and save a CPU profile of each gateway row's measured window here")
+	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (logs of every process) and print where it is")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var errs []error
+	if c.duration <= 0 || c.warmup < 0 {
+		errs = append(errs, errors.New("-duration must be positive and -warmup not negative"))
+	}
+	if c.rounds < 1 {
+		errs = append(errs, errors.New("-rounds must be at least 1"))
+	}
+	if c.concurrency < 1 || c.contended < 1 {
+		errs = append(errs, errors.New("-c and -contended-clients must be at least 1"))
+	}
+	if c.waitMs < 1 {
+		errs = append(errs, errors.New("-wait-ms must be at least 1"))
+	}
+	if c.redlock < 3 {
+		errs = append(errs, errors.New("-redlock-nodes must be at least 3"))
+	}
+	if c.cpuProfile != "" && !c.inProcess {
+		errs = append(errs, errors.New("-cpuprofile needs -in-process: the gateway must run inside lockbench to be profiled"))
+	}
+	if c.profileDir != "" && c.inProcess {
+		errs = append(errs, errors.New("-profile-dir profiles separate gateway processes; with -in-process use -cpuprofile"))
+	}
+	if rows == "all" {
+		c.rows = rowIDs()
+	} else {
+		for id := range strings.SplitSeq(rows, ",") {
+			id = strings.TrimSpace(id)
+			if !slices.Contains(rowIDs(), id) {
+				errs = append(errs, fmt.Errorf("-rows: unknown row %q (want %s)", id, strings.Join(rowIDs(), ", ")))
+			}
+			c.rows = append(c.rows, id)
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	cfg, err := parseConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	b, err := newBench(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, b.close()) }()
+
+	res := results{Time: time.Now().UTC(), Settings: newSettings(cfg)}
+	loadBefore := loadAverage()
+	if cfg.profileDir != "" {
+		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
+			return err
+		}
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	if !cfg.inProcess || slices.Contains(cfg.rows, "baseline") {
+		if err := b.build(); err != nil {
+			return err
+		}
+	}
+	var specs []rowSpec
+	for _, spec := range rowSpecs {
+		if slices.Contains(cfg.rows, spec.id) {
+			specs = append(specs, spec)
+		}
+	}
+	if res.Rows, err = b.runRows(ctx, specs); err != nil {
+		return err
+	}
+	res.Processes = b.finish(ctx)
+	res.Machine = b.machine()
+	res.Machine.LoadBefore = loadBefore
+	res.Ratios = ratios(res.Rows, res.Processes)
+
+	printReport(stdout, res)
+	jsonPath := cfg.out
+	if jsonPath == "" {
+		jsonPath = filepath.Join("bench-results", res.Time.Format("20060102T150405Z")+".json")
+	}
+	svgPath := strings.TrimSuffix(jsonPath, filepath.Ext(jsonPath)) + ".svg"
+	if err := os.MkdirAll(filepath.Dir(jsonPath), 0o755); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(jsonPath, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(svgPath, chart(res), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nresults: %s\nchart:   %s\n", jsonPath, svgPath)
+	if cfg.keep {
+		fmt.Fprintf(stdout, "logs:    %s\n", b.dir)
+	}
+	return nil
+}

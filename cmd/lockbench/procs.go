@@ -1,0 +1,328 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// proc is a child process lockbench started: a redis-server, etcd, the
+// baseline or a gateway. Its stdout and stderr go to files in the work dir.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	outPath string // stdout: the gateway's JSON log
+	errPath string // stderr: where a SIGQUIT goroutine dump lands
+	done    chan struct{}
+	err     error // set before done closes
+}
+
+// startProc runs bin with args and env (added to lockbench's environment,
+// minus any LOCKGW_ variable, so the caller's shell cannot change what is
+// measured).
+func (b *bench) startProc(name, bin string, args, env []string) (*proc, error) {
+	safe := strings.NewReplacer(" ", "-", "(", "", ")", "", "/", "-").Replace(name)
+	for _, p := range b.procs {
+		if p.name == name { // a retry after a failed start: keep both logs
+			safe += fmt.Sprintf("-%d", len(b.procs))
+			break
+		}
+	}
+	p := &proc{
+		name:    name,
+		outPath: filepath.Join(b.dir, safe+".out"),
+		errPath: filepath.Join(b.dir, safe+".err"),
+		done:    make(chan struct{}),
+	}
+	stdout, err := os.Create(p.outPath)
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := os.Create(p.errPath)
+	if err != nil {
+		_ = stdout.Close()
+		return nil, err
+	}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = stdout, stderr
+	p.cmd.Env = append(cleanEnv(), env...)
+	// Children die with lockbench even when it is killed outright.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		_ = stdout.Close()
+		_ = stderr.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		_ = stdout.Close()
+		_ = stderr.Close()
+		close(p.done)
+	}()
+	b.procs = append(b.procs, p)
+	return p, nil
+}
+
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOCKGW_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop asks the process to end (SIGTERM) and kills it after 5 s.
+func (p *proc) stop() {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// tail is the end of the process's output, for error messages.
+func (p *proc) tail() string {
+	var parts []string
+	for _, path := range []string{p.outPath, p.errPath} {
+		b, _ := os.ReadFile(path)
+		if len(b) > 1500 {
+			b = b[len(b)-1500:]
+		}
+		if s := strings.TrimSpace(string(b)); s != "" {
+			parts = append(parts, s)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// failed describes a process that did not become ready.
+func (p *proc) failed(err error) error {
+	if p.exited() {
+		return fmt.Errorf("%s exited (%v): %s", p.name, p.err, p.tail())
+	}
+	return fmt.Errorf("%s: %w; its output so far: %s", p.name, err, p.tail())
+}
+
+// rssKiB reads the process's resident set size and its peak (VmRSS and
+// VmHWM in /proc/<pid>/status), in KiB.
+func (p *proc) rssKiB() (rss, peak int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc status %s: %q", name, value)
+		}
+		if name == "VmRSS" {
+			rss = n
+		} else {
+			peak = n
+		}
+	}
+	return rss, peak, sc.Err()
+}
+
+// runtimeStats are the gateway's Go runtime figures from its /metrics.
+type runtimeStats struct {
+	goroutines int
+	heapMiB    float64 // allocated heap, garbage not yet collected included
+}
+
+// scrapeRuntime reads go_goroutines and go_memstats_heap_alloc_bytes from
+// the gateway's Prometheus /metrics (on by default), without a Prometheus
+// library: the text format is one "name value" per line.
+func scrapeRuntime(ctx context.Context, addr string) (runtimeStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return runtimeStats{}, err
+	}
+	req.Close = true // leave no connection (and no server goroutine) behind
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return runtimeStats{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return runtimeStats{}, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	var rt runtimeStats
+	found := 0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "go_goroutines":
+			rt.goroutines = int(v)
+			found++
+		case "go_memstats_heap_alloc_bytes":
+			rt.heapMiB = v / (1 << 20)
+			found++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return runtimeStats{}, err
+	}
+	if found != 2 {
+		return runtimeStats{}, errors.New("/metrics lacks go_goroutines or go_memstats_heap_alloc_bytes")
+	}
+	return rt, nil
+}
+
+// freePort returns a loopback port that was free a moment ago. It never
+// returns the well-known Redis and etcd ports, so lockbench cannot talk to
+// a server it did not start.
+func freePort() (int, error) {
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		switch port {
+		case 6379, 2379, 2380, 8080:
+			continue
+		}
+		return port, nil
+	}
+	return 0, errors.New("no free loopback port")
+}
+
+// startRedis starts a redis-server without persistence on a free loopback
+// port and returns its address once it answers PING.
+func (b *bench) startRedis(ctx context.Context, name string) (string, error) {
+	var lastErr error
+	for range 5 { // the port can be taken between freePort and Redis's bind
+		port, err := freePort()
+		if err != nil {
+			return "", err
+		}
+		dir := filepath.Join(b.dir, fmt.Sprintf("redis-%d", port))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", err
+		}
+		p, err := b.startProc(name, b.redisBin, []string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir,
+		}, nil)
+		if err != nil {
+			return "", err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if err := waitRedis(ctx, p, addr); err != nil {
+			p.stop()
+			lastErr = err
+			continue
+		}
+		return addr, nil
+	}
+	return "", lastErr
+}
+
+func waitRedis(ctx context.Context, p *proc, addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	err := waitFor(ctx, p.exited, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	if err != nil {
+		return p.failed(err)
+	}
+	return nil
+}
+
+// waitHTTP waits until url answers 200, or gone reports that the server
+// is gone.
+func waitHTTP(ctx context.Context, gone func() bool, url string) error {
+	client := &http.Client{Timeout: time.Second}
+	defer client.CloseIdleConnections()
+	return waitFor(ctx, gone, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	})
+}
+
+// waitFor polls ready for up to 15 s and returns its last error; gone
+// reporting true ends the wait early.
+func waitFor(ctx context.Context, gone func() bool, ready func(context.Context) error) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, time.Second)
+		err := ready(callCtx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if gone() || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// commandOutput runs a short command (a version query) and returns its
+// first line, or "" when it fails.
+func commandOutput(bin string, args ...string) string {
+	out, err := exec.Command(bin, args...).Output()
+	if err != nil {
+		return ""
+	}
+	line, _, _ := bytes.Cut(out, []byte("\n"))
+	return strings.TrimSpace(string(line))
+}

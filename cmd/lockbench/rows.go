@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// rowSpec is one line of the table: what is measured and how its clients
+// are made.
+type rowSpec struct {
+	id    string // for -rows
+	no    string // its number in the table
+	label string
+	// contended rows put every client on one key and measure the wait for
+	// the grant; the others give each client its own key and measure the
+	// whole acquire+release cycle.
+	contended bool
+	// needsEtcd rows are skipped without an etcd binary.
+	needsEtcd bool
+	// clients makes n clients, client i on spec.key(prefix, i), and names
+	// the gateway they load, if any.
+	clients func(ctx context.Context, b *bench, spec rowSpec, n int, prefix string) ([]client, *target, error)
+}
+
+var rowSpecs = []rowSpec{
+	{id: "gateway", no: "1", label: "gateway, Redis backend", clients: gatewayClients},
+	{id: "baseline", no: "2", label: "baseline: net/http + go-redis, same Lua", clients: baselineClients},
+	{id: "lockstore", no: "3", label: "lockstore.Redis called directly", clients: storeClients},
+	{id: "redlock", no: "4", label: "gateway, Redlock over 5 masters", clients: redlockClients},
+	{id: "etcd", no: "5", label: "etcd 3.4 lock API (JSON gateway)", needsEtcd: true, clients: etcdClients},
+	{id: "contended", no: "6a", label: "contended: gateway, wait_ms", contended: true, clients: gatewayClients},
+	{id: "contended-etcd", no: "6b", label: "contended: etcd 3.4 blocking lock", contended: true, needsEtcd: true, clients: etcdClients},
+}
+
+func rowIDs() []string {
+	ids := make([]string, len(rowSpecs))
+	for i, s := range rowSpecs {
+		ids[i] = s.id
+	}
+	return ids
+}
+
+// label names the row as the table shows it; the Redlock row says how many
+// masters it really had.
+func (s rowSpec) labelFor(cfg config) string {
+	if s.id == "redlock" {
+		return fmt.Sprintf("gateway, Redlock over %d masters", cfg.redlock)
+	}
+	return s.label
+}
+
+// key is client i's key: its own, or the one all contended clients share.
+func (s rowSpec) key(prefix string, i int) string {
+	if s.contended {
+		return prefix + "/shared"
+	}
+	return fmt.Sprintf("%s/%d", prefix, i)
+}
+
+// runRows measures every row. Rounds interleave the rows in time, so that
+// a burst of other work on the machine spreads over all of them instead of
+// sinking one.
+func (b *bench) runRows(ctx context.Context, specs []rowSpec) ([]row, error) {
+	rows := make([]row, len(specs))
+	ms := make([]measurement, len(specs))
+	cpus := make([]cpuUse, len(specs))
+	for i, spec := range specs {
+		rows[i] = b.newRow(spec)
+		if rows[i].Skipped != "" {
+			fmt.Fprintf(b.stderr, "lockbench: %-3s %s: %s\n", spec.no, rows[i].Label, rows[i].Skipped)
+		}
+	}
+	window := b.cfg.duration / time.Duration(b.cfg.rounds)
+	for round := range b.cfg.rounds {
+		for i, spec := range specs {
+			if rows[i].Skipped != "" {
+				continue
+			}
+			fmt.Fprintf(b.stderr, "lockbench: %-3s %s", spec.no, rows[i].Label)
+			if b.cfg.rounds > 1 {
+				fmt.Fprintf(b.stderr, " (round %d/%d)", round+1, b.cfg.rounds)
+			}
+			m, cpu, err := b.runRound(ctx, spec, rows[i].Clients, window)
+			if err != nil {
+				fmt.Fprintln(b.stderr, ": failed")
+				return nil, fmt.Errorf("row %s (%s): %w", spec.no, rows[i].Label, err)
+			}
+			errs := 0
+			for _, n := range m.errors {
+				errs += n
+			}
+			fmt.Fprintf(b.stderr, ": %s/s, %d errors\n", thousands(float64(m.count)/window.Seconds()), errs)
+			ms[i].add(m)
+			cpus[i].add(cpu)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+		}
+	}
+	for i := range rows {
+		if rows[i].Skipped == "" {
+			rows[i].fill(ms[i], cpus[i])
+		}
+	}
+	return rows, nil
+}
+
+// newRow is the table line for spec, before any load.
+func (b *bench) newRow(spec rowSpec) row {
+	r := row{ID: spec.id, No: spec.no, Label: spec.labelFor(b.cfg), Measures: "cycle", Clients: b.cfg.concurrency}
+	if spec.contended {
+		r.Measures, r.Clients = "wait", b.cfg.contended
+	}
+	if spec.needsEtcd && b.etcdBin == "" {
+		r.Skipped = "skipped: no etcd binary"
+	}
+	return r
+}
+
+// runRound loads spec's target for one warm-up and one window, with fresh
+// clients on fresh keys, and reports what the machine spent meanwhile.
+func (b *bench) runRound(ctx context.Context, spec rowSpec, clients int, window time.Duration) (measurement, cpuUse, error) {
+	// A fresh prefix: no round meets another's locks or queues.
+	prefix := fmt.Sprintf("bench/%s/%d", spec.id, time.Now().UnixNano())
+	cs, t, err := spec.clients(ctx, b, spec, clients, prefix)
+	if err != nil {
+		return measurement{}, cpuUse{}, err
+	}
+	var profiled chan error
+	if b.cfg.profileDir != "" && t != nil && t.proc != nil {
+		profiled = make(chan error, 1)
+		path := filepath.Join(b.cfg.profileDir, fmt.Sprintf("%s-%d.pprof", spec.id, time.Now().UnixNano()))
+		go func() { profiled <- b.profileWindow(ctx, t.addr, path, window) }()
+	}
+	before := b.sampleCPU()
+	// Let the cycles running at the end finish: a waiting acquire may take
+	// the whole wait_ms.
+	drain := time.Duration(b.cfg.waitMs)*time.Millisecond + 5*time.Second
+	m := drive(ctx, cs, b.cfg.warmup, window, drain)
+	cpu := cpuBetween(before, b.sampleCPU())
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			fmt.Fprintf(b.stderr, " (no profile: %v)", err)
+		}
+	}
+	for _, c := range cs {
+		c.close()
+	}
+	if t != nil {
+		t.stats.Cycles += m.total
+	}
+	return m, cpu, nil
+}
+
+func gatewayClients(ctx context.Context, b *bench, spec rowSpec, n int, prefix string) ([]client, *target, error) {
+	t, err := b.redisGateway(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return lockClients(b, spec, n, prefix, t.addr), t, nil
+}
+
+func redlockClients(ctx context.Context, b *bench, spec rowSpec, n int, prefix string) ([]client, *target, error) {
+	t, err := b.redlockGateway(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return lockClients(b, spec, n, prefix, t.addr), t, nil
+}
+
+func baselineClients(ctx context.Context, b *bench, spec rowSpec, n int, prefix string) ([]client, *target, error) {
+	addr, err := b.baselineServer(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return lockClients(b, spec, n, prefix, addr), nil, nil
+}
+
+func lockClients(b *bench, spec rowSpec, n int, prefix, addr string) []client {
+	waitMs := 0
+	if spec.contended {
+		waitMs = b.cfg.waitMs
+	}
+	clients := make([]client, n)
+	for i := range clients {
+		clients[i] = newLockClient(addr, spec.key(prefix, i), spec.contended, waitMs)
+	}
+	return clients
+}
+
+func storeClients(ctx context.Context, b *bench, spec rowSpec, n int, prefix string) ([]client, *target, error) {
+	store, err := b.directStore(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	clients := make([]client, n)
+	for i := range clients {
+		clients[i] = &storeClient{store: store, key: spec.key(prefix, i), timeout: backendTimeout}
+	}
+	return clients, nil, nil
+}
+
+func etcdClients(ctx context.Context, b *bench, spec rowSpec, n int, prefix string) ([]client, *target, error) {
+	addr, err := b.etcdServer(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Each lease outlives the row; revoking it at the end frees its locks.
+	leaseTTL := b.cfg.warmup + b.cfg.duration + time.Minute
+	var clients []client
+	for i := range n {
+		c, err := newEtcdClient(ctx, addr, spec.key(prefix, i), leaseTTL, spec.contended)
+		if err != nil {
+			for _, c := range clients {
+				c.close()
+			}
+			return nil, nil, err
+		}
+		clients = append(clients, c)
+	}
+	return clients, nil, nil
+}
+
+// profileWindow fetches the gateway's CPU profile (LOCKGW_PPROF) over the
+// measured window, which starts after the warm-up, into path.
+func (b *bench) profileWindow(ctx context.Context, addr, path string, window time.Duration) error {
+	sleep(ctx, b.cfg.warmup)
+	secs := max(int(window.Round(time.Second)/time.Second), 1)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+10*time.Second)
+	defer cancel()
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Close = true
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
