@@ -2,6 +2,7 @@ package lockstore_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -23,12 +24,16 @@ func TestMemoryWait(t *testing.T) {
 func TestMemoryReclaimsExpiredLocks(t *testing.T) {
 	m := lockstore.NewMemory()
 	ctx := context.Background()
+	const ttl = 500 * time.Millisecond // longer than the loop, even on a loaded machine
+	start := time.Now()
 	for i := range 1000 {
-		_, err := m.Acquire(ctx, "k"+string(rune('a'+i%26))+string(rune(i)), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 20 * time.Millisecond})
+		_, err := m.Acquire(ctx, fmt.Sprintf("k%d", i), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: ttl})
 		require.NoError(t, err)
 	}
-	assert.Equal(t, 1000, m.Len())
-	time.Sleep(40 * time.Millisecond)
+	if time.Since(start) < ttl {
+		assert.Equal(t, 1000, m.Len())
+	}
+	time.Sleep(time.Until(start.Add(ttl + 100*time.Millisecond)))
 	assert.Equal(t, 0, m.Len(), "expired locks are dropped, not kept until touched")
 }
 

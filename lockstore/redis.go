@@ -70,7 +70,7 @@ func (s *Redis) Acquire(ctx context.Context, key string, req AcquireRequest) (Le
 	}
 	start := time.Now()
 	digest := digestHex(req.Token)
-	r, err := nodeAcquire(ctx, s.client, key, digest, req.TTL, req.Owner, waitTicket{})
+	r, err := nodeAcquire(ctx, s.client, key, digest, req.TTL, req.Owner, waitTicket{}, 0)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -157,10 +157,11 @@ func (r acquireResult) lease(key, token string, ttl time.Duration, start time.Ti
 	return l
 }
 
-func nodeAcquire(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, owner string, w waitTicket) (acquireResult, error) {
+// seed, when positive, replaces Redis TIME as the fence seed (µs).
+func nodeAcquire(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, owner string, w waitTicket, seed int64) (acquireResult, error) {
 	reply, err := acquireScript.Run(ctx, c,
 		[]string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)},
-		digest, ttl.Milliseconds(), owner, (ttl + FenceRetention).Milliseconds(), w.id, w.heartbeat.Milliseconds(), channel(key),
+		digest, ttl.Milliseconds(), owner, (ttl + FenceRetention).Milliseconds(), w.id, w.heartbeat.Milliseconds(), channel(key), seed,
 	).Slice()
 	if err != nil {
 		return acquireResult{}, redisErr(err)

@@ -376,8 +376,11 @@ func (r *Redlock) acquireRounds(ctx context.Context, key, digest string, req Acq
 // another round; err is then what to answer if there is none.
 func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req AcquireRequest, suspect []bool) (_ Lease, retry bool, _ error) {
 	start := time.Now()
+	// One seed for every node, so that they agree on the fence unless a
+	// node's counter is ahead of it, and the write-back round is skipped.
+	seed := start.UnixMicro()
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (acquireResult, error) {
-		return nodeAcquire(ctx, n.client, key, digest, req.TTL, req.Owner, waitTicket{})
+		return nodeAcquire(ctx, n.client, key, digest, req.TTL, req.Owner, waitTicket{}, seed)
 	})
 
 	var granted []int

@@ -47,7 +47,7 @@ func (s *Redis) wait(ctx context.Context, key, digest string, req AcquireRequest
 	<-timer.C
 	for {
 		attempt := time.Now()
-		r, err := nodeAcquire(ctx, s.client, key, digest, req.TTL, req.Owner, ticket)
+		r, err := nodeAcquire(ctx, s.client, key, digest, req.TTL, req.Owner, ticket, 0)
 		if err != nil {
 			return Lease{}, err
 		}

@@ -37,7 +37,17 @@ type Metrics struct {
 	votes     *prometheus.CounterVec
 	requests  *prometheus.HistogramVec
 
+	// The series a request touches, looked up once rather than hashed from
+	// their labels on every request.
+	outcomes map[string]prometheus.Observer
+	series   sync.Map // requestSeries → prometheus.Observer
+
 	holds *holds
+}
+
+type requestSeries struct {
+	route, method string
+	status        int
 }
 
 // Buckets from 0.5 ms (a loopback Redis round trip) to a minute (the
@@ -94,6 +104,10 @@ func New() *Metrics {
 		holds: newHolds(1 << 17),
 	}
 	reg.MustRegister(m.acquire, m.wait, m.hold, m.conflicts, m.gone, m.backend, m.ratelimit, m.votes, m.requests)
+	m.outcomes = make(map[string]prometheus.Observer)
+	for _, o := range []string{"acquired", "renewed", "held", "unavailable", "error"} {
+		m.outcomes[o] = m.acquire.WithLabelValues(o)
+	}
 	return m
 }
 
@@ -104,7 +118,11 @@ func (m *Metrics) Handler() http.Handler {
 
 // Acquired records an acquire's outcome, and its wait when it waited.
 func (m *Metrics) Acquired(outcome string, took time.Duration, waited bool) {
-	m.acquire.WithLabelValues(outcome).Observe(took.Seconds())
+	obs, ok := m.outcomes[outcome]
+	if !ok {
+		obs = m.acquire.WithLabelValues(outcome)
+	}
+	obs.Observe(took.Seconds())
 	if outcome == "held" {
 		m.conflicts.Inc()
 	}
@@ -148,7 +166,19 @@ func (m *Metrics) Vote(node, vote string) { m.votes.WithLabelValues(node, vote).
 
 // Request records an HTTP request.
 func (m *Metrics) Request(route, method string, status int, took time.Duration) {
-	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Observe(took.Seconds())
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodPost, http.MethodOptions:
+	default:
+		method = "other" // the client chooses it: never an unbounded label
+	}
+	key := requestSeries{route, method, status}
+	obs, ok := m.series.Load(key)
+	if !ok {
+		// Bounded: route patterns are the router's, methods the few above,
+		// statuses the ones the gateway answers.
+		obs, _ = m.series.LoadOrStore(key, m.requests.WithLabelValues(route, method, strconv.Itoa(status)))
+	}
+	obs.(prometheus.Observer).Observe(took.Seconds())
 }
 
 // holds remembers when leases granted by this gateway started, keyed by a

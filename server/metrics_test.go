@@ -117,3 +117,20 @@ func TestMetricsMatchWorkload(t *testing.T) {
 		assert.NotContains(t, text, secret, "labels never carry keys or tokens")
 	}
 }
+
+// A client cannot grow the metrics by inventing methods.
+func TestMetricsMethodLabelIsBounded(t *testing.T) {
+	c := apitest.NewClient(apitest.Start(t, nil).URL)
+	for _, m := range []string{"FOO", "BAR", "BAZ"} {
+		c.Do(t, m, "/locks/k", nil)
+	}
+	series, text := scrape(t, c)
+	assert.NotContains(t, text, "FOO")
+	var other float64
+	for k, v := range series {
+		if strings.HasPrefix(k, `lockgw_http_request_duration_seconds_count{method="other",`) {
+			other += v
+		}
+	}
+	assert.Equal(t, 3.0, other)
+}

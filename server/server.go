@@ -67,7 +67,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	logger := newLogger(cfg, stdout)
+	logger, flushLog := newLogger(cfg, stdout)
+	defer flushLog()
 	m := metrics.New()
 	// go-redis has one logger per process, not per client: the last Run's
 	// logger wins, which is only ever a concern in tests.
@@ -161,12 +162,16 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
-func newLogger(cfg Config, stdout io.Writer) zerolog.Logger {
-	out := stdout
+// newLogger returns the logger and a func that flushes it, for Run to
+// call last. JSON lines are buffered (see bufferedLog); console output, for
+// people watching, is not.
+func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func()) {
 	if cfg.LogFormat == "console" {
-		out = zerolog.ConsoleWriter{Out: stdout, TimeFormat: time.RFC3339}
+		out := zerolog.ConsoleWriter{Out: stdout, TimeFormat: time.RFC3339}
+		return zerolog.New(out).Level(cfg.LogLevel).With().Timestamp().Logger(), func() {}
 	}
-	return zerolog.New(out).Level(cfg.LogLevel).With().Timestamp().Logger()
+	out := newBufferedLog(stdout)
+	return zerolog.New(out).Level(cfg.LogLevel).With().Timestamp().Logger(), func() { _ = out.Close() }
 }
 
 // openStore builds the configured backend. Redis clients fail fast: dial,

@@ -157,8 +157,9 @@ func loadScript(path string, nValues int) (script, error) {
 // for a caller that does not wait, by position; a script's ARGV that name
 // a key or a channel come from its header instead.
 func acquireValues(digest string, ttl time.Duration) []any {
-	// digest, TTL, owner, fence retention, waiter id, waiter heartbeat
-	return []any{digest, ttl.Milliseconds(), "", (ttl + fenceRetention).Milliseconds(), "", 0}
+	// digest, TTL, owner, fence retention, waiter id, waiter heartbeat,
+	// (channel: from the header), fence seed (0: Redis TIME)
+	return []any{digest, ttl.Milliseconds(), "", (ttl + fenceRetention).Milliseconds(), "", 0, "", 0}
 }
 
 func releaseValues(digest string) []any {

@@ -13,6 +13,9 @@
 -- ARGV[6]  waiter heartbeat in milliseconds: a waiter not seen again within
 --          it is dropped from the queue (its gateway died)
 -- ARGV[7]  the key's notification channel, "lockgw:{<key>}:released"
+-- ARGV[8]  fence seed in microseconds, or 0 to seed from Redis TIME. Redlock
+--          passes the gateway's clock, so the nodes of one grant usually
+--          agree on the fence and need no write-back round.
 --
 -- Returns
 --   {1, value}        acquired: a new grant with a new fence
@@ -23,9 +26,10 @@
 --
 -- A free lock goes to the first waiter in the queue, never to a newcomer,
 -- so waiters are granted in arrival order across every gateway sharing this
--- Redis. The fence is max(counter + 1, Redis TIME in microseconds), so a
--- counter lost in a restart without persistence, or expired, restarts above
--- every fence handed out before (unless the host clock stepped back).
+-- Redis. The fence is max(counter + 1, seed), the seed being Redis TIME in
+-- microseconds (or ARGV[8]), so a counter lost in a restart without
+-- persistence, or expired, restarts above every fence handed out before
+-- (unless the clock stepped back).
 local waiter = ARGV[5]
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, 64) == ARGV[1] then
@@ -68,8 +72,11 @@ if head and head ~= waiter then
   return {0, 0, 0}
 end
 
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local fence = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, now_us)
+local seed = tonumber(ARGV[8]) or 0
+if seed <= 0 then
+  seed = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local fence = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, seed)
 -- %.0f: tostring would print 1.7e+15 and lose digits; fences stay below 2^53.
 fence = string.format('%.0f', fence)
 redis.call('SET', KEYS[2], fence, 'PX', ARGV[4])
