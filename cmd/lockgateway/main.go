@@ -14,14 +14,16 @@ import (
 
 func main() {
 	// The live heap is a few MiB, so Go's default (GOGC=100, at least every
-	// 4 MiB) collects nonstop under load; make bench measured 8% of CPU per
-	// request saved at 400. The limit keeps a burst from growing the heap
-	// unbounded. GOGC and GOMEMLIMIT in the environment still win.
+	// 4 MiB) collects nonstop under load: GOGC=400 cost about 10% less CPU
+	// per request in make bench. The soft limit keeps the price in memory
+	// bounded (RSS stayed under 64 MiB in the Redlock row): near it the
+	// collector works harder; past it, it never fails, only collects more.
+	// GOGC and GOMEMLIMIT in the environment win.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(256 << 20)
+		debug.SetMemoryLimit(48 << 20)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
