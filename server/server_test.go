@@ -57,7 +57,7 @@ func redlockEnv(t *testing.T, n int) ([]*redistest.Server, map[string]string) {
 	return nodes, map[string]string{
 		"LOCKGW_BACKEND":              "redlock",
 		"LOCKGW_REDLOCK_URLS":         strings.Join(urls, ","),
-		"LOCKGW_REDLOCK_NODE_TIMEOUT": "250ms",
+		"LOCKGW_REDLOCK_NODE_TIMEOUT": "500ms",
 	}
 }
 
@@ -191,20 +191,33 @@ func TestContention(t *testing.T) {
 		path := lockPath(apitest.Key(t))
 
 		var (
-			holders    atomic.Int32
-			overlaps   atomic.Int32
-			mu         sync.Mutex
-			fences     []int64
-			conflicts  atomic.Int32
-			unexpected atomic.Int32
+			holders     atomic.Int32
+			overlaps    atomic.Int32
+			mu          sync.Mutex
+			fences      []int64
+			conflicts   atomic.Int32
+			unavailable atomic.Int32
+			unexpected  atomic.Int32
 		)
-		stop := time.Now().Add(2 * time.Second)
+		// At least 2 s, and longer (up to 10 s) on a slow machine, until
+		// there are enough grants to prove something.
+		start := time.Now()
+		var granted atomic.Int32
+		more := func() bool {
+			took := time.Since(start)
+			return took < 2*time.Second || granted.Load() < 30 && took < 10*time.Second
+		}
 		var wg sync.WaitGroup
 		for range 50 {
 			wg.Go(func() {
-				for time.Now().Before(stop) {
+				for more() {
 					r := c.Do(t, "PUT", path, []byte(`{"ttl_ms":5000}`), apitest.JSON...)
 					switch r.Status {
+					case http.StatusServiceUnavailable:
+						// A backend too slow on a loaded machine is not
+						// what this test is about; safety is.
+						unavailable.Add(1)
+						continue
 					case http.StatusConflict:
 						conflicts.Add(1)
 						// Back off a little: 49 spinning clients would
@@ -218,6 +231,7 @@ func TestContention(t *testing.T) {
 						return
 					}
 					lease := r.JSON(t)
+					granted.Add(1)
 					if holders.Add(1) != 1 {
 						overlaps.Add(1)
 					}
@@ -227,6 +241,9 @@ func TestContention(t *testing.T) {
 					time.Sleep(time.Millisecond)
 					holders.Add(-1)
 					r = c.Do(t, "DELETE", path, nil, "Lock-Token", lease["token"].(string))
+					for retry := 0; r.Status == http.StatusServiceUnavailable && retry < 5; retry++ {
+						r = c.Do(t, "DELETE", path, nil, "Lock-Token", lease["token"].(string))
+					}
 					if r.Status != http.StatusNoContent {
 						t.Errorf("release: %d %s", r.Status, r.Body)
 						return
@@ -235,7 +252,7 @@ func TestContention(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		t.Logf("%s: %d grants, %d conflicts in 2s", t.Name(), len(fences), conflicts.Load())
+		t.Logf("%s: %d grants, %d conflicts, %d unavailable in %v", t.Name(), len(fences), conflicts.Load(), unavailable.Load(), time.Since(start).Round(time.Millisecond))
 		assert.Zero(t, overlaps.Load(), "two holders at once")
 		assert.Zero(t, unexpected.Load())
 		require.GreaterOrEqual(t, len(fences), 10, "the test made too few grants to prove anything")
