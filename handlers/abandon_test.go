@@ -41,3 +41,65 @@ func TestGrantToAbandonedRequestIsReleased(t *testing.T) {
 	require.ErrorIs(t, err, lockstore.ErrNotHeld)
 	assert.Zero(t, mem.Len())
 }
+
+// grantThenHold grants its first acquire only after the client went away,
+// then holds the answer back until proceed is closed: the window in which
+// a client that chose its own token retries with it. Later acquires go
+// straight to the Memory store.
+type grantThenHold struct {
+	*lockstore.Memory
+	first            chan struct{} // closed by the first acquire
+	granted, proceed chan struct{}
+}
+
+func (g *grantThenHold) Acquire(ctx context.Context, key string, req lockstore.AcquireRequest) (lockstore.Lease, error) {
+	select {
+	case <-g.first:
+		return g.Memory.Acquire(ctx, key, req)
+	default:
+		close(g.first)
+	}
+	<-ctx.Done()
+	l, err := g.Memory.Acquire(context.Background(), key, req)
+	close(g.granted)
+	<-g.proceed
+	return l, err
+}
+
+// TestGrantToAbandonedRequestWithClientTokenIsKept: a client that chose its
+// token may retry with it after losing an answer (the README tells it to),
+// and its retry can be answered "200, you hold it" before the abandoned
+// request's handler is done. Releasing the abandoned grant then took that
+// very lease away, and another client could be granted the key while the
+// first was told it held it. (Found by the chaos suite's abandon scenario.)
+// A grant to a token the client chose therefore stays.
+func TestGrantToAbandonedRequestWithClientTokenIsKept(t *testing.T) {
+	mem := lockstore.NewMemory()
+	store := &grantThenHold{Memory: mem, first: make(chan struct{}), granted: make(chan struct{}), proceed: make(chan struct{})}
+	locks := handlers.NewLocks(store, handlers.Limits{
+		DefaultTTL: time.Minute, MaxTTL: time.Hour, MaxWait: time.Minute, MaxBodyBytes: 1 << 16, BackendTimeout: time.Second,
+	}, zerolog.Nop(), nil, nil)
+	const token = "client-chosen-token-0000000001"
+	put := func(ctx context.Context) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("PUT", "/locks/jobs/nightly", nil).WithContext(ctx)
+		req.Header.Set("Lock-Token", token)
+		rec := httptest.NewRecorder()
+		locks.Acquire().ServeHTTP(rec, req)
+		return rec
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { put(ctx); close(done) }()
+	<-store.first
+	cancel() // the client gives up…
+	<-store.granted
+	retry := put(context.Background()) // …and retries with its token
+	require.Equal(t, 200, retry.Code, "the retry finds the lease: %s", retry.Body)
+	close(store.proceed)
+	<-done
+
+	l, err := mem.Inspect(context.Background(), "jobs/nightly")
+	require.NoError(t, err, "the lease the retry was told it holds is still held")
+	assert.Positive(t, l.Fence)
+}

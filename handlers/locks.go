@@ -110,7 +110,8 @@ func (h *Locks) Acquire() http.Handler {
 			WriteError(w, r, h.log, err)
 			return
 		}
-		if token == "" {
+		ours := token == "" // a token the client cannot learn unless we answer
+		if ours {
 			token = lockstore.NewToken()
 		}
 		ar := lockstore.AcquireRequest{Token: token, TTL: h.limits.DefaultTTL}
@@ -138,9 +139,11 @@ func (h *Locks) Acquire() http.Handler {
 			WriteError(w, r, h.log, err)
 			return
 		}
-		if !lease.Renewed && r.Context().Err() != nil {
+		if ours && !lease.Renewed && r.Context().Err() != nil {
 			// The client left while we took the lock: it will never learn
-			// the token, so nobody could release it before it expires.
+			// the token, so nobody could release it before it expires. A
+			// token the client chose stays: the client may already have
+			// retried with it and been told it holds this very lease.
 			h.releaseAbandoned(key, token)
 			return
 		}

@@ -1,0 +1,117 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/apitest"
+	"github.com/lockgateway/lockgateway/internal/chaos"
+)
+
+// TestChaosSmoke is the chaos suite in small, for every `go test`: five
+// real Redis nodes, two gateways (in-process, so no build is needed), six
+// clients contending for one key and a fenced counter, and real faults: a
+// node killed with SIGKILL and started again empty (the restart guard keeps
+// it out), a node stopped past the TTL, latency between a gateway and a
+// node. Every checker runs and must find nothing on the contended key.
+//
+// Then each checker is shown to work on a key of its own, staged so the
+// unsafe outcome is certain: a lease expired early on one node (the effect
+// of a clock step, emulated) while the rest of its majority is cut off
+// must show up as overlapping holders and a non-linearizable history; an
+// unfenced counter with a holder paused past its lease must lose an update;
+// a lock key made persistent must be reported by the state checker. (The
+// fence checker's own control needs a node whose clock goes back; it is in
+// the full suite, and TestCheckersCatchViolations in internal/chaos.)
+//
+// Nothing here depends on timing for correctness: the checkers are sound,
+// and the staged controls retry until their stage is set.
+func TestChaosSmoke(t *testing.T) {
+	const (
+		ttl    = 300 * time.Millisecond
+		maxTTL = 2 * time.Second
+	)
+	c := chaos.NewCluster(t, chaos.ClusterOptions{
+		Backend: chaos.Redlock,
+		InProcess: func(t testing.TB, env map[string]string) string {
+			return apitest.Start(t, env).URL
+		},
+		MaxTTL: maxTTL,
+		// Roomy: the race detector on a loaded machine slows live nodes;
+		// what is tested here is safety, not latency.
+		Env: map[string]string{"LOCKGW_REDLOCK_NODE_TIMEOUT": "250ms"},
+	})
+	registers := map[string]*chaos.Register{"n": chaos.NewRegister(false)}
+	w := &chaos.Workload{
+		Gateways: c.URLs, Keys: []string{"k"}, Clients: 6, TTL: ttl,
+		Hold: 20 * time.Millisecond, Wait: 200 * time.Millisecond, Extend: 0.3, Pause: 0.1,
+		Registers: registers, History: c.History, Client: c.Client, Seed: uint64(time.Now().UnixNano()),
+	}
+	c.Sample(200 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := w.Start(ctx)
+
+	// The controls first, while every node is up. A clock step on node 2,
+	// emulated on the one lease: H holds "jump" on nodes 0-2 only (gateway
+	// 0 is cut off from 3 and 4), the step ends it early on node 2, and Q
+	// wins nodes 2-4 through gateway 1 while H's lease is still valid.
+	var jumped bool
+	for try := 0; try < 3 && !jumped; try++ {
+		jumped = doubleGrant(t, c, 0, 1, "jump", 1500*time.Millisecond, func() {
+			require.NoError(t, c.Links[0][3].Blackhole())
+			require.NoError(t, c.Links[0][4].Blackhole())
+		}, func() {
+			require.NoError(t, chaos.JumpKeys(context.Background(), c.Nodes[2].Client(), "lockgw:{jump}:lock", 5*time.Second))
+			c.Links[0][3].Clear()
+			c.Links[0][4].Clear()
+		})
+	}
+	require.True(t, jumped, "the staged clock step never produced a second holder")
+	staleWrite(t, c, registers["n"], "n", ttl)
+	persistLock(t, c, "p", ttl)
+
+	// The faults, on the contended key.
+	time.Sleep(300 * time.Millisecond)
+	c.Nodes[1].Kill()
+	time.Sleep(300 * time.Millisecond)
+	c.Nodes[2].Pause()
+	time.Sleep(3 * ttl)
+	c.Nodes[2].Resume()
+	require.NoError(t, c.Links[1][4].Latency(30, 10))
+	c.Nodes[1].Start() // empty: both gateways see a new run_id and keep it out
+	time.Sleep(time.Second)
+
+	c.Heal()
+	cancel()
+	wait()
+	// Anything a gateway still does ends within its backend timeout (1 s).
+	c.Finish(time.Now().Add(time.Second))
+
+	v := c.Check(registers, os.Getenv("CHAOS_OUT"), name(t)) // the staged controls always draw one
+	t.Logf("%s; %d state samples", v.Summary(), c.State.Samples())
+	byKey := map[string]map[string]int{}
+	for _, x := range v.Violations {
+		if byKey[x.Key] == nil {
+			byKey[x.Key] = map[string]int{}
+		}
+		byKey[x.Key][x.Checker]++
+		t.Logf("violation: %v", x)
+	}
+	assert.Empty(t, v.Inconclusive)
+	assert.Zero(t, w.Rejected(), "answers outside the API's lock statuses")
+	assert.Empty(t, byKey["k"], "the contended key, under faults the gateway must survive")
+	assert.NotZero(t, chaos.Count(v.Ops, chaos.Acquire, chaos.Granted), "grants")
+
+	jump := byKey["jump"]
+	assert.NotZero(t, jump["overlap"], "overlap checker on the clock step")
+	assert.NotZero(t, jump["linearizability"], "linearizability checker on the clock step")
+	assert.Zero(t, jump["fences"], "fences still increase")
+	assert.Equal(t, map[string]int{"counter": 1}, byKey["n"], "the unfenced counter loses an update, and only that")
+	assert.NotZero(t, byKey["lockgw:{p}:lock"]["state"], "the persistent lock key")
+}

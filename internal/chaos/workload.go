@@ -1,0 +1,151 @@
+package chaos
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// Workload is clients contending for keys through gateways. Each client
+// loops: acquire a random key with a fresh token (its own, sent in
+// Lock-Token), read the key's Register with the lease's fence, work a
+// little, maybe extend, check that the lease has not run out, maybe pause
+// past it (a GC pause between the check and the write), write the value
+// back incremented, release. Every request is recorded in History.
+type Workload struct {
+	Gateways []string // base URLs; each request picks one at random
+	Keys     []string
+	Clients  int
+	TTL      time.Duration // of every lease
+	Hold     time.Duration // a holder works up to this long before writing
+	Wait     time.Duration // half the acquires wait up to this long (0: none wait)
+	Extend   float64       // probability that a holder extends its lease once
+	Pause    float64       // probability that a holder pauses past its lease before writing
+	// Retry is the probability that a client whose acquire got no answer
+	// retries it with the same token (up to 3 times), as the README says is
+	// safe: if the lost attempt took the key, the retry answers 200 with
+	// its fence.
+	Retry float64
+	// Timeout is each request's client-side timeout: a request that runs
+	// out is abandoned. Nil: 3 s plus the acquire's wait.
+	Timeout func(*rand.Rand) time.Duration
+	// Registers holds one Register per key; missing ones are made fenced.
+	Registers map[string]*Register
+	History   *History
+	Client    *Client
+	Seed      uint64
+
+	rejected atomic.Int64
+}
+
+// Start runs the clients until ctx ends and returns a function that waits
+// for them to finish their current request. Requests in flight when ctx
+// ends run to their own timeout, so the history ends with real outcomes
+// rather than cancellations.
+func (w *Workload) Start(ctx context.Context) (wait func()) {
+	if w.Registers == nil {
+		w.Registers = map[string]*Register{}
+	}
+	for _, k := range w.Keys {
+		if w.Registers[k] == nil {
+			w.Registers[k] = NewRegister(true)
+		}
+	}
+	var wg sync.WaitGroup
+	for id := range w.Clients {
+		r := rand.New(rand.NewPCG(w.Seed, uint64(id)))
+		wg.Go(func() { w.client(ctx, id, r) })
+	}
+	return wg.Wait
+}
+
+// Rejected counts answers outside the API's lock statuses (400, 422, 429,
+// an unreadable success): a bug in the harness or the gateway.
+func (w *Workload) Rejected() int64 { return w.rejected.Load() }
+
+func (w *Workload) timeout(r *rand.Rand, wait time.Duration) time.Duration {
+	if w.Timeout == nil {
+		return 3*time.Second + wait
+	}
+	return w.Timeout(r)
+}
+
+func (w *Workload) record(op Op, client, gateway int) Op {
+	op.Client, op.Gateway = client, gateway
+	if op.Result == Rejected {
+		w.rejected.Add(1)
+	}
+	w.History.Add(op)
+	return op
+}
+
+func (w *Workload) client(ctx context.Context, id int, r *rand.Rand) {
+	for ctx.Err() == nil {
+		key := w.Keys[r.IntN(len(w.Keys))]
+		var wait time.Duration
+		if w.Wait > 0 && r.IntN(2) == 0 {
+			wait = time.Duration(r.Int64N(int64(w.Wait)))
+		}
+		gw := r.IntN(len(w.Gateways))
+		token := lockstore.NewToken()
+		op := w.record(w.Client.Acquire(w.Gateways[gw], key, token, w.TTL, wait, w.timeout(r, wait)), id, gw)
+		for try := 0; op.Result == Unknown && try < 3 && r.Float64() < w.Retry; try++ {
+			sleep(ctx, time.Duration(r.Int64N(int64(10*time.Millisecond))))
+			gw = r.IntN(len(w.Gateways))
+			op = w.record(w.Client.Acquire(w.Gateways[gw], key, token, w.TTL, 0, w.timeout(r, 0)), id, gw)
+		}
+		switch op.Result {
+		case Granted, Renewed:
+			w.hold(id, r, op)
+		case Held:
+			sleep(ctx, time.Millisecond+time.Duration(r.Int64N(int64(4*time.Millisecond))))
+		default:
+			sleep(ctx, 5*time.Millisecond+time.Duration(r.Int64N(int64(25*time.Millisecond))))
+		}
+	}
+}
+
+// hold is what a client does with a lease; it always ends with a release,
+// even of a lease it knows is gone, as a careful client would.
+func (w *Workload) hold(id int, r *rand.Rand, lease Op) {
+	key, token, fence, expires := lease.Key, lease.Token, lease.Fence, lease.Expires
+	reg := w.Registers[key]
+	if now() < expires {
+		if v, ok := reg.Read(fence); ok {
+			if w.Hold > 0 {
+				time.Sleep(time.Duration(r.Int64N(int64(w.Hold))))
+			}
+			if r.Float64() < w.Extend && now() < expires {
+				gw := r.IntN(len(w.Gateways))
+				ext := w.record(w.Client.Extend(w.Gateways[gw], key, token, w.TTL, w.timeout(r, 0)), id, gw)
+				switch ext.Result {
+				case Extended:
+					expires = ext.Expires
+				case NotHeld, Mismatch:
+					expires = 0 // lost; an unknown outcome leaves the old lease
+				}
+			}
+			if now() < expires { // the check a careful client makes…
+				if r.Float64() < w.Pause { // …and a pause right after it
+					time.Sleep(time.Duration(expires-now()) + w.TTL/2)
+				}
+				reg.Write(fence, v+1)
+			}
+		}
+	}
+	gw := r.IntN(len(w.Gateways))
+	w.record(w.Client.Release(w.Gateways[gw], key, token, w.timeout(r, 0)), id, gw)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
