@@ -3,6 +3,7 @@ package chaos
 import (
 	"errors"
 	"fmt"
+	"github.com/lockgateway/lockgateway/internal/redistest"
 	"net"
 	"net/http"
 	"os"
@@ -82,7 +83,7 @@ func StartGateway(t testing.TB, bin string, env map[string]string) *Gateway {
 
 func startGateway(t testing.TB, bin string, env map[string]string) *Gateway {
 	t.Helper()
-	addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(freePort(t)))
+	addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(redistest.FreePort(t)))
 	log, err := os.CreateTemp(t.TempDir(), "gateway-*.log")
 	if err != nil {
 		t.Fatalf("chaos: gateway log: %v", err)

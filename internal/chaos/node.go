@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -52,7 +51,7 @@ func StartNode(t testing.TB, shim string) *Node {
 	}
 	var err error
 	for range 5 { // a free port can be taken between our probe and Redis's bind
-		n.port = freePort(t)
+		n.port = redistest.FreePort(t)
 		if err = n.start(); err == nil {
 			t.Cleanup(n.Kill)
 			n.client = redis.NewClient(&redis.Options{
@@ -186,7 +185,7 @@ func (n *Node) start() error {
 
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if ping(n.Addr()) {
+		if redistest.Ping(n.Addr()) {
 			n.cmd, n.done = cmd, done
 			return nil
 		}
@@ -199,38 +198,6 @@ func (n *Node) start() error {
 	_ = cmd.Process.Kill()
 	<-done
 	return fmt.Errorf("redis-server on port %d did not answer PING in 10s: %s", n.port, strings.TrimSpace(out.String()))
-}
-
-// ping sends one PING and expects +PONG.
-func ping(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("chaos: free port: %v", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		if port != 6379 {
-			return port
-		}
-	}
-	t.Fatal("chaos: no free port")
-	return 0
 }
 
 // JumpKeys emulates a forward step of a node's clock by d on the keys

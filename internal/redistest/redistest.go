@@ -41,7 +41,7 @@ func Start(t testing.TB) *Server {
 	s := &Server{t: t, bin: Binary(t), dir: t.TempDir()}
 	var err error
 	for range 5 { // a free port can be taken between our probe and Redis's bind
-		s.port = freePort(t)
+		s.port = FreePort(t)
 		if err = s.start(); err == nil {
 			t.Cleanup(s.Kill)
 			return s
@@ -165,7 +165,7 @@ func (s *Server) start() error {
 
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if ping(s.Addr()) {
+		if Ping(s.Addr()) {
 			s.cmd, s.done = cmd, done
 			return nil
 		}
@@ -180,8 +180,8 @@ func (s *Server) start() error {
 	return fmt.Errorf("redis-server on port %d did not answer PING in 10s: %s", s.port, strings.TrimSpace(out.String()))
 }
 
-// ping sends one PING and expects +PONG.
-func ping(addr string) bool {
+// Ping sends one PING to addr and reports whether +PONG came back.
+func Ping(addr string) bool {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
 		return false
@@ -195,7 +195,8 @@ func ping(addr string) bool {
 	return err == nil && strings.HasPrefix(line, "+PONG")
 }
 
-func freePort(t testing.TB) int {
+// FreePort returns a free loopback port, never 6379.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	for range 20 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
