@@ -3,7 +3,6 @@ package chaos
 import (
 	"errors"
 	"fmt"
-	"github.com/lockgateway/lockgateway/internal/redistest"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
 )
 
 // BuildGateway builds cmd/lockgateway into dir and returns the binary.
