@@ -223,19 +223,26 @@ func (g *globals) acquire(ctx context.Context, args []string, sigs <-chan os.Sig
 	return exitOK
 }
 
+// holderArgs reads what a command acting for the lease's holder needs: the
+// key (after the flags) and the token (--token or $LOCK_TOKEN).
+func (g *globals) holderArgs(fs *flag.FlagSet, args []string, cmd string, token *string) (string, *client.Client, error) {
+	key, err := oneKey(fs, args)
+	if err != nil {
+		return "", nil, err
+	}
+	if *token == "" {
+		return "", nil, fmt.Errorf("%s needs the lease's token: --token or $LOCK_TOKEN", cmd)
+	}
+	c, err := g.client()
+	return key, c, err
+}
+
 func (g *globals) extend(ctx context.Context, args []string, sigs <-chan os.Signal) int {
 	fs := g.flagSet("extend")
 	var ttl time.Duration
 	fs.DurationVar(&ttl, "ttl", 0, "new lease length")
 	token := fs.String("token", os.Getenv("LOCK_TOKEN"), "the lease's token")
-	key, err := oneKey(fs, args)
-	if err != nil {
-		return usageError(g, err)
-	}
-	if *token == "" {
-		return usageError(g, errors.New("extend needs the lease's token: --token or $LOCK_TOKEN"))
-	}
-	c, err := g.client()
+	key, c, err := g.holderArgs(fs, args, "extend", token)
 	if err != nil {
 		return usageError(g, err)
 	}
@@ -252,14 +259,7 @@ func (g *globals) extend(ctx context.Context, args []string, sigs <-chan os.Sign
 func (g *globals) release(ctx context.Context, args []string, sigs <-chan os.Signal) int {
 	fs := g.flagSet("release")
 	token := fs.String("token", os.Getenv("LOCK_TOKEN"), "the lease's token")
-	key, err := oneKey(fs, args)
-	if err != nil {
-		return usageError(g, err)
-	}
-	if *token == "" {
-		return usageError(g, errors.New("release needs the lease's token: --token or $LOCK_TOKEN"))
-	}
-	c, err := g.client()
+	key, c, err := g.holderArgs(fs, args, "release", token)
 	if err != nil {
 		return usageError(g, err)
 	}
