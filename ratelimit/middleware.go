@@ -75,6 +75,14 @@ func Middleware(l *Limiter, c Config) (func(http.Handler) http.Handler, error) {
 				return
 			}
 			d, err := l.Allow(r.Context(), user)
+			if err == nil && d.LeaderErr != nil && (c.FailClosed || c.Shadow) {
+				// A concurrent request's check failed, and this one
+				// shared it: answer it as that one was answered (503, or
+				// in shadow mode admitted). Failing open, it stays a
+				// refusal: the failed check was admitted, and it is the
+				// window's one admission (see Limiter.Allow).
+				err = d.LeaderErr
+			}
 			switch {
 			case err != nil:
 				observe("error")
@@ -86,6 +94,16 @@ func Middleware(l *Limiter, c Config) (func(http.Handler) http.Handler, error) {
 				observe("refused_cached")
 			default:
 				observe("refused")
+			}
+			if err != nil && r.Context().Err() != nil {
+				// The request ended (its client went away) before its
+				// check did: there is nobody to admit, and failing open
+				// must not turn a burst of abandoned requests into
+				// admissions.
+				c.Log.Debug().Err(err).Msg("request ended during its rate limit check")
+				rw.Header().Set("Retry-After", "1")
+				c.Unavailable.ServeHTTP(rw, r)
+				return
 			}
 			if err != nil {
 				c.Log.Warn().Err(err).Bool("fail_closed", c.FailClosed).Msg("rate limit store did not answer")
