@@ -107,6 +107,19 @@ func TestCheckersPassCorrectHistories(t *testing.T) {
 		{"a retry after the lost attempt's lease ran out", []Op{
 			lost(1, "B", 0, 60), grant(1, "B", 200, 202, 11, 300),
 		}},
+		{"twins: the same acquire twice at once, one granted, one renewed", []Op{
+			grant(0, "A", 0, 3, 10, 100), renewed(0, "A", 0, 5, 10, 102), release(0, "A", 50, 52, Released),
+			grant(1, "B", 51, 53, 11, 150),
+		}},
+		{"twins: one granted, one lost that renewed the lease late", []Op{
+			grant(0, "A", 0, 3, 10, 100), lost(0, "A", 0, 200), release(0, "A", 250, 252, Released),
+			grant(1, "B", 253, 255, 11, 350),
+		}},
+		{"released, then taken again with the same token", []Op{
+			grant(0, "A", 0, 2, 10, 100), release(0, "A", 20, 22, Released),
+			grant(0, "A", 30, 32, 11, 130), release(0, "A", 60, 62, Released),
+			grant(1, "B", 61, 63, 12, 160),
+		}},
 		{"lost extension, then someone else", []Op{
 			grant(0, "A", 0, 2, 10, 100), extend(0, "A", 120, 122, Mismatch, 0),
 			grant(1, "B", 105, 121, 11, 220),
@@ -141,6 +154,10 @@ func TestCheckersCatchViolations(t *testing.T) {
 		}, map[string]int{"fences": 2, "linearizability": 1}},
 		{"a retry renewed while another surely holds", []Op{
 			lost(1, "B", 0, 10), grant(0, "A", 20, 22, 10, 100), renewed(1, "B", 30, 32, 11, 130),
+		}, map[string]int{"overlap": 1, "linearizability": 1}},
+		{"a second holder while a same-token re-acquire surely holds", []Op{
+			grant(0, "A", 0, 2, 10, 100), release(0, "A", 20, 22, Released),
+			grant(0, "A", 30, 32, 11, 130), grant(1, "B", 60, 62, 12, 160),
 		}, map[string]int{"overlap": 1, "linearizability": 1}},
 		{"extension of a lease that had surely run out", []Op{
 			grant(0, "A", 0, 2, 10, 100), extend(0, "A", 300, 301, Extended, 400),

@@ -69,15 +69,17 @@ type leaseOutput struct {
 //     not hold the key at t: it is not the holder, or t is past its Sure.
 //   - extend → unknown: the lease may have been extended (Maybe becomes
 //     unknown); release → unknown: it may have been released (Sure is no
-//     longer certain). An unknown outcome may take effect after the client
-//     stopped waiting (a gateway paused mid-request), and both changes stay
-//     true from then on.
+//     longer certain); acquire → unknown, by the holder's token (a twin or
+//     a retry of the request that made it the holder): the lease may have
+//     been renewed (Maybe becomes unknown). An unknown outcome may take
+//     effect after the client stopped waiting (a gateway paused
+//     mid-request), and these changes stay true from then on.
 //
-// Other acquires are left out of the history: 409 says
-// nothing certain (a split Redlock vote, a free key promised to a queued
-// waiter), and an acquire with an unknown outcome can only have created a
-// lease whose token nobody uses again, which makes no later answer
-// illegal. Leaving them out keeps the search small.
+// Other acquires are left out of the history: 409 says nothing certain (a
+// split Redlock vote, a free key promised to a queued waiter), and an
+// acquire with an unknown outcome by a token that never held the key can
+// only have created a lease whose token nobody uses again, which makes no
+// later answer illegal. Leaving them out keeps the search small.
 var LeaseModel = porcupine.Model{
 	Init: func() any { return leaseState{Sure: math.MinInt64, Maybe: math.MinInt64} },
 	Step: func(state, input, output any) (bool, any) {
@@ -166,6 +168,10 @@ func leaseStep(s leaseState, in leaseInput, out leaseOutput) (bool, leaseState) 
 		if mine {
 			s.Sure = math.MinInt64
 		}
+	case in.Kind == Acquire && out.Result == Unknown:
+		if mine { // a twin or a retry of the holder's may renew it, whenever it lands
+			s.Maybe = math.MaxInt64
+		}
 	}
 	s.At = lo
 	return true, s
@@ -175,9 +181,24 @@ func leaseStep(s leaseState, in leaseInput, out leaseOutput) (bool, leaseState) 
 // LeaseModel), by key.
 func leaseOps(ops []Op) map[string][]porcupine.Operation {
 	byKey := map[string][]porcupine.Operation{}
+	// Tokens that held the key at some point, and those of them that were
+	// granted it (a 201): their renewals are not in grants.
+	held, granted := map[string]bool{}, map[string]bool{}
+	for _, op := range ops {
+		if op.Kind == Acquire && (op.Result == Granted || op.Result == Renewed) {
+			held[op.Token] = true
+			granted[op.Token] = granted[op.Token] || op.Result == Granted
+		}
+	}
 	var others []Op
 	for _, op := range ops {
-		if op.Kind != Acquire && op.Result != Rejected {
+		switch {
+		case op.Kind != Acquire:
+			if op.Result != Rejected {
+				others = append(others, op)
+			}
+		case op.Result == Renewed && granted[op.Token], // a renewal, not a grant
+			op.Result == Unknown && held[op.Token]: // may renew the token's lease unseen
 			others = append(others, op)
 		}
 	}

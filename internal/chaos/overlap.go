@@ -23,21 +23,23 @@ type holding struct {
 // token holds the key and win after it was released, and not past E, which
 // the gateway computed conservatively (for Redlock, less the drift
 // allowance). The client stops believing when it sends the release, so
-// every stretch of a token ends no later than its first release's call. An
-// extension sent at c with a TTL t may shorten the lease to c+t; earlier
-// stretches end there too (the workloads never shorten a lease, but the
-// checker does not rely on it).
+// every stretch of a token ends no later than the call of the first release
+// of that token sent after the stretch's own request was (a client may
+// release a key and take it again with the same token: a release sent
+// before the re-acquire does not end the new lease, whenever it takes
+// effect). An extension sent at c with a TTL t may shorten the lease to
+// c+t; earlier stretches end there too (the workloads never shorten a
+// lease, but the checker does not rely on it).
 func holdings(ops []Op) map[string][]holding {
 	type lease struct {
 		stretches []holding
-		end       int64 // the first release's call, or the shortest c+t of an extension
 	}
 	leases := map[string]*lease{}
 	keys := map[string]string{}
 	get := func(op Op) *lease {
 		l := leases[op.Token]
 		if l == nil {
-			l = &lease{end: int64(^uint64(0) >> 1)}
+			l = &lease{}
 			leases[op.Token] = l
 			keys[op.Token] = op.Key
 		}
@@ -53,8 +55,12 @@ func holdings(ops []Op) map[string][]holding {
 		}
 		switch op.Kind {
 		case Release:
+			// Ops are in call order: the stretches recorded so far are
+			// those whose requests were sent before this release.
 			l := get(op)
-			l.end = min(l.end, op.Call)
+			for i := range l.stretches {
+				l.stretches[i].until = min(l.stretches[i].until, op.Call)
+			}
 		case Extend:
 			l := get(op)
 			// Earlier stretches only: this extension's own stretch, if
@@ -69,7 +75,6 @@ func holdings(ops []Op) map[string][]holding {
 	out := map[string][]holding{}
 	for token, l := range leases {
 		for _, s := range l.stretches {
-			s.until = min(s.until, l.end)
 			if s.from < s.until {
 				out[keys[token]] = append(out[keys[token]], s)
 			}

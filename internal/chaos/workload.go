@@ -30,6 +30,12 @@ type Workload struct {
 	// safe: if the lost attempt took the key, the retry answers 200 with
 	// its fence.
 	Retry float64
+	// Twins is the probability that an acquire is sent twice at once, with
+	// the same token, through two different gateways (the same one when
+	// there is only one): a client that retries a request it believes
+	// lost while the first is still in flight. Both are recorded; the
+	// client holds the lease if either was granted, and releases once.
+	Twins float64
 	// Timeout is each request's client-side timeout: a request that runs
 	// out is abandoned. Nil: 3 s plus the acquire's wait.
 	Timeout func(*rand.Rand) time.Duration
@@ -92,7 +98,12 @@ func (w *Workload) client(ctx context.Context, id int, r *rand.Rand) {
 		}
 		gw := r.IntN(len(w.Gateways))
 		token := lockstore.NewToken()
-		op := w.record(w.Client.Acquire(w.Gateways[gw], key, token, w.TTL, wait, w.timeout(r, wait)), id, gw)
+		var op Op
+		if r.Float64() < w.Twins {
+			op = w.twins(id, r, key, token, wait, gw)
+		} else {
+			op = w.record(w.Client.Acquire(w.Gateways[gw], key, token, w.TTL, wait, w.timeout(r, wait)), id, gw)
+		}
 		for try := 0; op.Result == Unknown && try < 3 && r.Float64() < w.Retry; try++ {
 			sleep(ctx, time.Duration(r.Int64N(int64(10*time.Millisecond))))
 			gw = r.IntN(len(w.Gateways))
@@ -107,6 +118,47 @@ func (w *Workload) client(ctx context.Context, id int, r *rand.Rand) {
 			sleep(ctx, 5*time.Millisecond+time.Duration(r.Int64N(int64(25*time.Millisecond))))
 		}
 	}
+}
+
+// twins sends the same acquire twice at once, through gateway gw and
+// another one, records both, and returns what the client makes of them: a
+// grant if either was granted (the one with the higher fence, then the
+// later expiry, if both were), else a 409 if either was refused, else an
+// unknown outcome.
+func (w *Workload) twins(id int, r *rand.Rand, key, token string, wait time.Duration, gw int) Op {
+	gws := [2]int{gw, gw}
+	if n := len(w.Gateways); n > 1 {
+		gws[1] = (gw + 1 + r.IntN(n-1)) % n
+	}
+	timeouts := [2]time.Duration{w.timeout(r, wait), w.timeout(r, wait)}
+	var ops [2]Op
+	var wg sync.WaitGroup
+	for i := range ops {
+		wg.Go(func() {
+			ops[i] = w.record(w.Client.Acquire(w.Gateways[gws[i]], key, token, w.TTL, wait, timeouts[i]), id, gws[i])
+		})
+	}
+	wg.Wait()
+	rank := func(op Op) int {
+		switch op.Result {
+		case Granted, Renewed:
+			return 2
+		case Held:
+			return 1
+		}
+		return 0
+	}
+	a, b := ops[0], ops[1]
+	switch ra, rb := rank(a), rank(b); {
+	case ra != rb:
+		if rb > ra {
+			return b
+		}
+		return a
+	case ra == 2 && (b.Fence > a.Fence || b.Fence == a.Fence && b.Expires > a.Expires):
+		return b
+	}
+	return a
 }
 
 // hold is what a client does with a lease; it always ends with a release,
