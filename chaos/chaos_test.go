@@ -115,7 +115,7 @@ var (
 var scenarios = []scenario{
 	{
 		name: "contention", backends: both,
-		desc:  "no fault: 8 clients contend for one key through both gateways, half of their acquires waiting (`wait_ms` up to 300 ms); holders extend 30% of the time and 5% of them pause past their lease before writing; in every Redis scenario, a client retries half of the acquires whose answer it lost, with the same token (not on Redlock: see retry-after-503)",
+		desc:  "no fault: 8 clients contend for one key through both gateways, half of their acquires waiting (`wait_ms` up to 300 ms); holders extend 30% of the time and 5% of them pause past their lease before writing; in every scenario, a client retries half of the acquires whose answer it lost, with the same token",
 		fault: func(t *testing.T, r *run) { r.at(6 * time.Second) },
 	},
 	{
@@ -275,24 +275,49 @@ var scenarios = []scenario{
 		},
 	},
 
-	// Known-unsafe controls: each must be caught.
+	// Same-token requests racing each other and their own clean-up: a
+	// client that retries with its token, a release still on the wire, an
+	// extend that finds the lease gone.
+	{
+		name: "same-token-twins", backends: both,
+		desc: "contention as above, but every acquire is sent twice at once with the same client-chosen token, through both gateways (a client retrying a request it believes lost while the first is still in flight); the client holds the lease if either twin was granted, and releases once",
+		workload: func(r *run) {
+			r.w.Twins = 1
+		},
+		fault: func(t *testing.T, r *run) { r.at(6 * time.Second) },
+	},
 	{
 		name: "retry-after-503", backends: redlockOnly,
-		expect: []string{"overlap", "linearizability"},
-		desc:   "CONTROL, A KNOWN BUG. A client retries a PUT with its own token after a 503, which the README says is safe. Everything gateway 0 sends reaches the nodes 300 ms late (the clients' workload goes through gateway 1): its round times out (100 ms), it answers 503 and releases the token on every node, and those releases are on their way. The retry through gateway 1 is granted at once; then the releases land and delete its lease, and Q is granted while the client holds it",
+		desc: "a client retries a PUT with its own token after a 503, as the README says it may. Everything gateway 0 sends reaches the nodes 300 ms late (the clients' workload goes through gateway 1): its round times out (100 ms), it answers 503 and its clean-up is on its way to every node. The retry through gateway 1 is granted at once; then the first attempt's scripts and clean-up land, and Q tries to take the key through gateway 1 while the retry's lease is valid. Staged 3 times (up to 3 tries each until the first attempt answers 503 and the retry is granted)",
 		workload: func(r *run) {
 			r.w.Gateways = r.URLs[1:2] // gateway 0 carries only the staged requests
 		},
 		fault: func(t *testing.T, r *run) {
 			r.at(500 * time.Millisecond)
-			granted := false
-			for try := 0; try < 3 && !granted; try++ {
-				granted = retryAfter503(t, r, fmt.Sprintf("s%d", try))
-			}
-			assert.True(t, granted, "the retry's lease must be lost to the failed attempt's releases")
-			r.at(4 * time.Second)
+			staged(t, r, "retry after 503", func(key string) (bool, bool) { return retryAfter503(t, r, key) })
+			r.at(5 * time.Second)
 		},
 	},
+	{
+		name: "release-reacquire-slow-node", backends: redlockOnly,
+		desc: "a release answered 204 while it is still on its way to a slow node: everything gateway 0 sends node 0 arrives 300-500 ms late (3-5 node timeouts). H takes `s` through gateway 0 and releases it there (204 from the other four nodes); at once it takes `s` again with the same token through gateway 1, which is cut off from nodes 3 and 4, so the grant rests on nodes 0-2, node 0 included. Then the cut heals and Q tries to take `s` through gateway 1 while that lease is valid (before the fix, the late release deleted it on node 0, and Q won nodes 0, 3 and 4). Staged 3 times, up to 3 tries each, during contention through both gateways",
+		fault: func(t *testing.T, r *run) {
+			r.at(500 * time.Millisecond)
+			staged(t, r, "release and re-acquire", func(key string) (bool, bool) { return releaseReacquire(t, r, key) })
+			r.at(6 * time.Second)
+		},
+	},
+	{
+		name: "extend-vs-reacquire", backends: redlockOnly,
+		desc: "an extend that finds the lease gone races a re-acquire with the same token. H takes `s` through gateway 0 and lets the lease expire; then it extends through gateway 0, whose requests reach the nodes 60 ms late, and 90 ms later re-acquires through gateway 1: the extend finds the key free everywhere and answers 404 after cleaning up its token, while the re-acquire lands between the extend's check and its clean-up and is granted. Q tries to take `s` through gateway 1 while the re-acquired lease is valid. Staged 3 times, up to 3 tries each, during contention through both gateways",
+		fault: func(t *testing.T, r *run) {
+			r.at(500 * time.Millisecond)
+			staged(t, r, "extend vs re-acquire", func(key string) (bool, bool) { return extendReacquire(t, r, key) })
+			r.at(6 * time.Second)
+		},
+	},
+
+	// Known-unsafe controls: each must be caught.
 	{
 		name: "clock-jump", backends: both, shim: true,
 		expect: []string{"overlap", "linearizability"},
@@ -416,11 +441,6 @@ func runScenario(t *testing.T, sc scenario, backend string, i int) {
 		Hold: 30 * time.Millisecond, Wait: 300 * time.Millisecond, Extend: 0.3, Pause: 0.05, Retry: 0.5,
 		History: c.History, Client: c.Client, Seed: uint64(time.Now().UnixNano()),
 	}
-	if backend == chaos.Redlock {
-		// Same-token retries are unsafe on Redlock (the retry-after-503
-		// control): the safe scenarios leave them out there.
-		r.w.Retry = 0
-	}
 	if sc.workload != nil {
 		sc.workload(r)
 	}
@@ -534,59 +554,186 @@ func pauseGateway(t *testing.T, r *run) {
 	r.at(8 * time.Second)
 }
 
-// retryAfter503 stages the known Redlock bug: a retry with the same token
-// is granted, then the releases of the failed first attempt arrive and
-// delete its lease. It reports whether Q was granted while the retry's
-// lease was valid.
-func retryAfter503(t *testing.T, r *run, key string) bool {
-	// Gateway 0's pools get idle connections to spare: a release on a new
-	// connection would first need the node's run_id, and that answer
-	// would come too late.
+// staged runs a staging of a same-token race 3 times, on keys s0, s1, s2,
+// each up to 3 times until it ran as intended (exercised: the timing it
+// needs held). stage reports whether it was exercised and whether Q was
+// granted the key while the staged client held it. Q must never be; and at
+// least one staging must have been exercised, or the run proved nothing.
+func staged(t *testing.T, r *run, what string, stage func(key string) (exercised, doubled bool)) {
+	exercised := 0
+	for i := range 3 {
+		for try := range 3 {
+			key := fmt.Sprintf("s%d", i)
+			if try > 0 {
+				key = fmt.Sprintf("s%d-%d", i, try)
+			}
+			ok, doubled := stage(key)
+			assert.False(t, doubled, "%s on %s: Q was granted the key while the staged client held it", what, key)
+			if ok {
+				exercised++
+				break
+			}
+		}
+	}
+	r.notes = append(r.notes, fmt.Sprintf("%s: %d of 3 stagings ran as intended", what, exercised))
+	assert.NotZero(t, exercised, "%s: no staging ran as intended", what)
+}
+
+// record records a staged operation made through gateway gw.
+func (r *run) record(op chaos.Op, gw int) chaos.Op {
+	op.Client, op.Gateway = stagedClient, gw
+	r.History.Add(op)
+	return op
+}
+
+// warm gives gateway gw's pools idle connections to spare: a request on a
+// new connection would first need the node's run_id, and behind a slow
+// link that answer comes too late for the request to be sent at all.
+func warm(r *run, gw int) {
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
 			k := fmt.Sprintf("warm%d", i)
-			op := r.Client.Acquire(r.URLs[0], k, lockstore.NewToken(), ttl, 0, 2*time.Second)
-			op.Client, op.Gateway = stagedClient, 0
-			r.History.Add(op)
+			op := r.record(r.Client.Acquire(r.URLs[gw], k, lockstore.NewToken(), ttl, 0, 2*time.Second), gw)
 			if op.Result == chaos.Granted {
-				release(r.Cluster, 0, op)
+				release(r.Cluster, gw, op)
 			}
 		})
 	}
 	wg.Wait()
+}
 
-	for _, l := range r.Links[0] {
-		require.NoError(t, l.Delay(300))
-	}
-	token := lockstore.NewToken()
-	first := r.Client.Acquire(r.URLs[0], key, token, maxTTL, 0, 3*time.Second)
-	first.Client, first.Gateway = stagedClient, 0
-	r.History.Add(first)
-	retry := r.Client.Acquire(r.URLs[1], key, token, maxTTL, 0, 3*time.Second)
-	retry.Client, retry.Gateway = stagedClient, 1
-	r.History.Add(retry)
-	time.Sleep(500 * time.Millisecond) // the first attempt's scripts and releases land, in order
-	for _, l := range r.Links[0] {
-		l.Clear()
-	}
-	if first.Result != chaos.Unknown || (retry.Result != chaos.Granted && retry.Result != chaos.Renewed) {
-		t.Logf("%s: first attempt %s (wanted a 503), retry %s", key, first.Result, retry.Result)
-		if retry.Token != "" && retry.Fence != 0 {
-			release(r.Cluster, 1, retry)
-		}
-		return false
-	}
-	q, ok := acquireUntil(r.Cluster, 1, key, ttl, retry.Expires)
-	ok = ok && q.Return < retry.Expires
+// holds reports whether op gave the client the key.
+func holds(op chaos.Op) bool { return op.Result == chaos.Granted || op.Result == chaos.Renewed }
+
+// contend has Q try to take key through gateway 1 until lease (the staged
+// client's) ends; it reports whether Q was granted while the lease was
+// valid, and releases both.
+func contend(t *testing.T, r *run, key string, lease chaos.Op) bool {
+	q, ok := acquireUntil(r.Cluster, 1, key, ttl, lease.Expires)
+	ok = ok && q.Return < lease.Expires
 	if ok {
 		time.Sleep(50 * time.Millisecond) // both believe they hold it for a while
-		t.Logf("retry with the same token: %s fence %d until %s; Q %s fence %d from %s", retry.Result, retry.Fence,
-			time.Unix(0, retry.Expires).Format("15:04:05.000"), q.Result, q.Fence, time.Unix(0, q.Return).Format("15:04:05.000"))
+		t.Logf("%s: staged lease %s fence %d until %s; Q %s fence %d from %s", key, lease.Result, lease.Fence,
+			time.Unix(0, lease.Expires).Format("15:04:05.000"), q.Result, q.Fence, time.Unix(0, q.Return).Format("15:04:05.000"))
 	}
 	if q.Token != "" {
 		release(r.Cluster, 1, q)
 	}
-	release(r.Cluster, 1, retry)
+	release(r.Cluster, 1, lease)
 	return ok
+}
+
+// retryAfter503 stages a retry with the same token after a 503 whose
+// clean-up is still on its way: everything gateway 0 sends is 300 ms late,
+// so its round times out and answers 503; the retry through gateway 1 is
+// granted at once, then the first attempt's scripts and clean-up land, and
+// Q tries to take the key. It reports whether the staging ran as intended
+// (a 503, then a granted retry) and whether Q was granted while the
+// retry's lease was valid.
+func retryAfter503(t *testing.T, r *run, key string) (exercised, doubled bool) {
+	warm(r, 0)
+	for _, l := range r.Links[0] {
+		require.NoError(t, l.Delay(300))
+	}
+	token := lockstore.NewToken()
+	first := r.record(r.Client.Acquire(r.URLs[0], key, token, maxTTL, 0, 3*time.Second), 0)
+	retry := r.record(r.Client.Acquire(r.URLs[1], key, token, maxTTL, 0, 3*time.Second), 1)
+	time.Sleep(500 * time.Millisecond) // the first attempt's scripts and releases land, in order
+	for _, l := range r.Links[0] {
+		l.Clear()
+	}
+	if first.Result != chaos.Unknown || !holds(retry) {
+		t.Logf("%s: first attempt %s (wanted a 503), retry %s", key, first.Result, retry.Result)
+		if retry.Token != "" && retry.Fence != 0 {
+			release(r.Cluster, 1, retry)
+		}
+		return false, false
+	}
+	return true, contend(t, r, key, retry)
+}
+
+// releaseReacquire stages a release answered while it is still on its way
+// to a slow node, followed at once by a re-acquire with the same token
+// whose grant rests on a bare majority that includes that node. It reports
+// whether the staging ran as intended (the release answered 204 before it
+// could have reached the slow node, the re-acquire was granted and had
+// voted there before the release could land) and whether Q was granted
+// while the re-acquired lease was valid.
+func releaseReacquire(t *testing.T, r *run, key string) (exercised, doubled bool) {
+	lat := 300 + rand.IntN(201) // ms: 3-5 node timeouts
+	warm(r, 0)
+	h, ok := acquireUntil(r.Cluster, 0, key, ttl, time.Now().Add(2*time.Second).UnixNano())
+	if !ok {
+		t.Logf("%s: H never got it", key)
+		return false, false
+	}
+	slow := r.Links[0][0]
+	require.NoError(t, slow.Latency(lat, 0))
+	// The late release must reach node 0 before the latency goes: removing
+	// a toxic lets through what it held at once.
+	defer func(at time.Time) {
+		time.Sleep(time.Until(at))
+		slow.Clear()
+	}(time.Now().Add(time.Duration(lat+100) * time.Millisecond))
+	require.NoError(t, r.Links[1][3].Blackhole())
+	require.NoError(t, r.Links[1][4].Blackhole())
+	rel := release(r.Cluster, 0, h)
+	re := r.record(r.Client.Acquire(r.URLs[1], key, h.Token, time.Second, 0, 2*time.Second), 1)
+	r.Links[1][3].Clear()
+	r.Links[1][4].Clear()
+	landed := rel.Call + int64(lat)*int64(time.Millisecond) // the earliest the release reaches node 0
+	if rel.Result != chaos.Released || rel.Return >= landed || !holds(re) || re.Call+int64(20*time.Millisecond) >= landed {
+		t.Logf("%s: release %s after %v (the slow node's part lands after %d ms), re-acquire %s %v after the release's call",
+			key, rel.Result, time.Duration(rel.Return-rel.Call).Round(time.Millisecond), lat, re.Result,
+			time.Duration(re.Call-rel.Call).Round(time.Millisecond))
+		if re.Token != "" && re.Fence != 0 {
+			release(r.Cluster, 1, re)
+		}
+		return false, false
+	}
+	return true, contend(t, r, key, re)
+}
+
+// extendReacquire stages an extend that finds its lease gone racing a
+// re-acquire with the same token: the extend's check reaches the nodes
+// first and finds the key free, the re-acquire is granted before the
+// extend's clean-up of its token lands. It reports whether the staging ran
+// as intended (the extend answered 404, the re-acquire was granted after
+// the extend's check could have landed and before the extend answered) and
+// whether Q was granted while the re-acquired lease was valid.
+func extendReacquire(t *testing.T, r *run, key string) (exercised, doubled bool) {
+	const delay = 60 * time.Millisecond
+	h, ok := acquireUntil(r.Cluster, 0, key, ttl, time.Now().Add(2*time.Second).UnixNano())
+	if !ok {
+		t.Logf("%s: H never got it", key)
+		return false, false
+	}
+	// Every node set PX ttl before it answered: by then the key is gone
+	// everywhere.
+	time.Sleep(time.Until(time.Unix(0, h.Return).Add(ttl + 20*time.Millisecond)))
+	for _, l := range r.Links[0] {
+		require.NoError(t, l.Delay(int(delay.Milliseconds())))
+	}
+	var ext, re chaos.Op
+	var wg sync.WaitGroup
+	wg.Go(func() { ext = r.record(r.Client.Extend(r.URLs[0], key, h.Token, time.Second, 2*time.Second), 0) })
+	wg.Go(func() {
+		time.Sleep(delay * 3 / 2) // after the extend's check lands, before its clean-up does
+		re = r.record(r.Client.Acquire(r.URLs[1], key, h.Token, time.Second, 0, 2*time.Second), 1)
+	})
+	wg.Wait()
+	for _, l := range r.Links[0] {
+		l.Clear()
+	}
+	if ext.Result != chaos.NotHeld || !holds(re) || re.Call < ext.Call+int64(delay) || re.Return >= ext.Return {
+		t.Logf("%s: extend %s after %v; re-acquire %s, sent %v after the extend and answered %v after it",
+			key, ext.Result, time.Duration(ext.Return-ext.Call).Round(time.Millisecond), re.Result,
+			time.Duration(re.Call-ext.Call).Round(time.Millisecond), time.Duration(re.Return-ext.Call).Round(time.Millisecond))
+		if re.Token != "" && re.Fence != 0 {
+			release(r.Cluster, 1, re)
+		}
+		return false, false
+	}
+	return true, contend(t, r, key, re)
 }

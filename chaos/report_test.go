@@ -104,10 +104,15 @@ including the ones answered 409 or 503 and the ones they abandoned).
   to the first request's clean-up, and another client was granted the key (abandon,
   Redis). The gateway now releases only grants to tokens it made
   (` + "`handlers.TestGrantToAbandonedRequestWithClientTokenIsKept`" + `).
-- **Open:** on Redlock, a failed acquire round releases its token on every node,
-  in the background for the nodes that did not answer; a retry with the same token,
-  through any gateway, can be granted before those releases land, and loses its lease
-  to them (retry-after-503, reproduced every run).
+- **Fixed:** on Redlock, the clean-up of one request could delete the lease of
+  another request with the same client-chosen token: a failed acquire round released
+  its token on every node (in the background for the nodes that had not answered), a
+  release was answered 204 while its part to a slow node was still on the wire, and
+  an extend that found the lease gone released its token everywhere. A retry, a twin
+  sent at once or a re-acquire with that token, granted in the meantime, lost its
+  lease to those releases, and another client was granted the key while it held it
+  (retry-after-503, same-token-twins, release-reacquire-slow-node,
+  extend-vs-reacquire: each found overlaps in every run before the fix).
 
 ## Faults and how they are made
 
@@ -140,11 +145,11 @@ checkers:
   holder;
 - the single **Redis restarted empty with its clock behind** hands out lower fences;
 - a **resource without fences** loses updates when a holder is paused past its lease,
-  even with a correct lock service;
-- a **known bug** found by this suite: on Redlock, a client that retries an acquire
-  with the same token after a ` + "`503`" + ` (or a lost answer) can be granted a lease that
-  the failed first attempt's releases then delete (retry-after-503). The safe Redlock
-  rows therefore do not retry with the same token; the Redis rows do, half the time.
+  even with a correct lock service.
+
+In every safe row, on both backends, clients retry half of the acquires whose answer
+they lost with the same token, as the README says they may; four rows race requests
+with the same token against each other's clean-up on purpose.
 
 In every control but no-fencing, the fenced counter lost nothing: fences are what
 keeps data safe when the lock is not. A finite run shows the absence of the violations it could
