@@ -70,7 +70,7 @@ func (s *Redis) Acquire(ctx context.Context, key string, req AcquireRequest) (Le
 	}
 	start := time.Now()
 	digest := digestHex(req.Token)
-	r, err := nodeAcquire(ctx, s.client, key, digest, req.TTL, req.Owner, waitTicket{}, 0)
+	r, err := nodeAcquire(ctx, s.client, key, acquireArgs{digest: digest, ttl: req.TTL, owner: req.Owner})
 	if err != nil {
 		return Lease{}, err
 	}
@@ -89,7 +89,7 @@ func (s *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration
 		return Lease{}, err
 	}
 	start := time.Now()
-	v, err := nodeExtend(ctx, s.client, key, digestHex(token), ttl)
+	v, err := nodeExtend(ctx, s.client, key, digestHex(token), ttl, false)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -101,7 +101,7 @@ func (s *Redis) Release(ctx context.Context, key, token string) error {
 	if err := checkToken(key, token, MinTTL); err != nil {
 		return err
 	}
-	return nodeRelease(ctx, s.client, key, digestHex(token))
+	return nodeRelease(ctx, s.client, key, digestHex(token), nil)
 }
 
 // Inspect implements Store.
@@ -157,11 +157,27 @@ func (r acquireResult) lease(key, token string, ttl time.Duration, start time.Ti
 	return l
 }
 
-// seed, when positive, replaces Redis TIME as the fence seed (µs).
-func nodeAcquire(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, owner string, w waitTicket, seed int64) (acquireResult, error) {
+// acquireArgs is what one acquire script call needs besides the key.
+type acquireArgs struct {
+	digest string
+	ttl    time.Duration
+	owner  string
+	ticket waitTicket
+	// seed, when positive, replaces Redis TIME as the fence seed (µs).
+	seed int64
+	// attempt is a Redlock round's id ("" for Redis): the value records
+	// which rounds hold it, and a renewal only lengthens the lease.
+	attempt string
+}
+
+func nodeAcquire(ctx context.Context, c redis.Scripter, key string, a acquireArgs) (acquireResult, error) {
+	args := []any{a.digest, a.ttl.Milliseconds(), a.owner, (a.ttl + FenceRetention).Milliseconds(),
+		a.ticket.id, a.ticket.heartbeat.Milliseconds(), channel(key), a.seed}
+	if a.attempt != "" {
+		args = append(args, a.attempt)
+	}
 	reply, err := acquireScript.Run(ctx, c,
-		[]string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)},
-		digest, ttl.Milliseconds(), owner, (ttl + FenceRetention).Milliseconds(), w.id, w.heartbeat.Milliseconds(), channel(key), seed,
+		[]string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)}, args...,
 	).Slice()
 	if err != nil {
 		return acquireResult{}, redisErr(err)
@@ -182,8 +198,14 @@ func nodeAcquire(ctx context.Context, c redis.Scripter, key, digest string, ttl 
 	return acquireResult{}, fmt.Errorf("lockstore: acquire script replied %v", reply)
 }
 
-func nodeExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration) (lockValue, error) {
-	reply, err := extendScript.Run(ctx, c, []string{lockKey(key)}, digest, ttl.Milliseconds()).Slice()
+// nodeExtend resets the TTL of digest's lease; with longer (Redlock) it
+// only ever lengthens it.
+func nodeExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool) (lockValue, error) {
+	args := []any{digest, ttl.Milliseconds()}
+	if longer {
+		args = append(args, "1")
+	}
+	reply, err := extendScript.Run(ctx, c, []string{lockKey(key)}, args...).Slice()
 	if err != nil {
 		return lockValue{}, redisErr(err)
 	}
@@ -202,8 +224,19 @@ func nodeExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl t
 	return lockValue{}, fmt.Errorf("lockstore: extend script replied %v", reply)
 }
 
-func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string) error {
-	code, err := releaseScript.Run(ctx, c, []string{lockKey(key), queueKey(key)}, digest, channel(key)).Int64()
+// errMoved is a Redlock node's answer to a release of the value it read
+// when an acquire round took the token's lease over since. It never leaves
+// the package.
+var errMoved = errors.New("lockstore: the lease was taken over by another attempt")
+
+// nodeRelease deletes digest's lease. With attempt non-nil (Redlock) it
+// deletes it only if the value still carries that attempt field.
+func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string, attempt *string) error {
+	args := []any{digest, channel(key)}
+	if attempt != nil {
+		args = append(args, *attempt)
+	}
+	code, err := releaseScript.Run(ctx, c, []string{lockKey(key), queueKey(key)}, args...).Int64()
 	if err != nil {
 		return redisErr(err)
 	}
@@ -214,6 +247,8 @@ func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string) erro
 		return ErrNotHeld
 	case -1:
 		return ErrTokenMismatch
+	case -2:
+		return errMoved
 	}
 	return fmt.Errorf("lockstore: release script replied %d", code)
 }
@@ -251,11 +286,14 @@ func digestHex(token string) string {
 	return hex.EncodeToString(d[:])
 }
 
-// lockValue is a lock's stored value, "<digest>:<fence>:<owner>", parsed.
+// lockValue is a lock's stored value, parsed: "<digest>:<fence>:<owner>"
+// (Redis) or "<digest>:<attempt>:<fence>:<owner>" (Redlock, the attempt
+// field starting with "~"; see acquire.lua).
 type lockValue struct {
-	digest string
-	fence  int64
-	owner  string
+	digest  string
+	attempt string // Redlock's attempt field; "" in Redis's values
+	fence   int64
+	owner   string
 }
 
 func parseLockValue(reply any) (lockValue, error) {
@@ -264,12 +302,16 @@ func parseLockValue(reply any) (lockValue, error) {
 		return lockValue{}, fmt.Errorf("lockstore: lock value is %T, not a string", reply)
 	}
 	digest, rest, ok1 := strings.Cut(s, ":")
+	var attempt string
+	if strings.HasPrefix(rest, "~") {
+		attempt, rest, _ = strings.Cut(rest, ":")
+	}
 	fence, owner, ok2 := strings.Cut(rest, ":")
 	f, err := strconv.ParseInt(fence, 10, 64)
 	if !ok1 || !ok2 || err != nil || len(digest) != 64 {
 		return lockValue{}, fmt.Errorf("lockstore: malformed lock value %q", redactDigest(s))
 	}
-	return lockValue{digest: digest, fence: f, owner: owner}, nil
+	return lockValue{digest: digest, attempt: attempt, fence: f, owner: owner}, nil
 }
 
 func (v lockValue) lease(key, token string, ttl time.Duration, start time.Time) Lease {

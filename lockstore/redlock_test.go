@@ -175,6 +175,7 @@ func TestRedlockSlowNodeCostsNodeTimeout(t *testing.T) {
 	urls := urlsOf(srvs)
 	urls[0] = redistest.NewProxy(t, srvs[0].Addr(), slow/2).URL()
 	s := openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: nodeTimeout})
+	ready(t, s)
 	ctx := testCtx(t)
 
 	var worst time.Duration

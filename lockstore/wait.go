@@ -47,7 +47,7 @@ func (s *Redis) wait(ctx context.Context, key, digest string, req AcquireRequest
 	<-timer.C
 	for {
 		attempt := time.Now()
-		r, err := nodeAcquire(ctx, s.client, key, digest, req.TTL, req.Owner, ticket, 0)
+		r, err := nodeAcquire(ctx, s.client, key, acquireArgs{digest: digest, ttl: req.TTL, owner: req.Owner, ticket: ticket})
 		if err != nil {
 			return Lease{}, err
 		}
@@ -183,7 +183,10 @@ func (n *notifier) close() {
 // while the key is held, try again when wake says a release happened (after
 // a few random milliseconds, so the waiters of many gateways do not all
 // arrive at once), else after an exponential backoff with full jitter, and
-// never later than the holder's lease runs out.
+// never later than the holder's lease runs out. A try that finds the store
+// unavailable in the middle of the wait is tried again in the same way:
+// the wait ends when it runs out (with the last answer), when a try is
+// decisive, or when ctx ends.
 func retryUntil(ctx context.Context, req AcquireRequest, wake <-chan struct{}, try func() (Lease, error)) (Lease, error) {
 	deadline := time.Now().Add(req.Wait)
 	backoff := 10 * time.Millisecond
@@ -192,13 +195,17 @@ func retryUntil(ctx context.Context, req AcquireRequest, wake <-chan struct{}, t
 	<-timer.C
 	for {
 		lease, err := try()
-		held, ok := errors.AsType[*HeldError](err)
 		left := time.Until(deadline)
-		if !ok || left <= 0 {
+		next := left
+		if held, ok := errors.AsType[*HeldError](err); ok {
+			next = held.Remaining + time.Millisecond
+		} else if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
 			return lease, err
 		}
-		sleep := max(min(rand.N(backoff)+time.Millisecond, held.Remaining+time.Millisecond, left), time.Millisecond)
-		timer.Reset(sleep)
+		if left <= 0 {
+			return lease, err
+		}
+		timer.Reset(max(min(rand.N(backoff)+time.Millisecond, next, left), time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return Lease{}, ctx.Err()

@@ -3,6 +3,7 @@ package redistest
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -13,7 +14,7 @@ import (
 // in flight.
 type Proxy struct {
 	target string
-	delay  time.Duration
+	delay  atomic.Int64 // time.Duration
 	ln     net.Listener
 
 	mu    sync.Mutex
@@ -40,7 +41,8 @@ func NewProxy(t testing.TB, target string, delay time.Duration) *Proxy {
 	if ln == nil {
 		t.Fatal("redistest: proxy: no free port")
 	}
-	p := &Proxy{target: target, delay: delay, ln: ln, conns: make(map[net.Conn]struct{})}
+	p := &Proxy{target: target, ln: ln, conns: make(map[net.Conn]struct{})}
+	p.delay.Store(int64(delay))
 	p.wg.Go(p.serve)
 	t.Cleanup(p.Close)
 	return p
@@ -51,6 +53,9 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // URL is the proxy's redis:// URL.
 func (p *Proxy) URL() string { return "redis://" + p.Addr() + "/0" }
+
+// SetDelay changes the delay of everything read from now on.
+func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // Close stops accepting, cuts every proxied connection and waits for the
 // proxy's goroutines. Safe to call twice.
@@ -113,7 +118,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
-				queue <- chunk{buf[:n], time.Now().Add(p.delay)}
+				queue <- chunk{buf[:n], time.Now().Add(time.Duration(p.delay.Load()))}
 			}
 			if err != nil { // EOF, a reset, or closed by Close
 				return

@@ -1,7 +1,9 @@
 -- acquire.lua: take a free lock, or re-grant it to the token that holds it,
 -- in the order waiters queued for it.
 --
--- KEYS[1]  the lock, "lockgw:{<key>}:lock"; its value is "<digest>:<fence>:<owner>"
+-- KEYS[1]  the lock, "lockgw:{<key>}:lock"; its value is
+--          "<digest>:<fence>:<owner>" (Redis) or
+--          "<digest>:<attempt>:<fence>:<owner>" (Redlock, see ARGV[9])
 -- KEYS[2]  the key's fence counter, "lockgw:{<key>}:fence"
 -- KEYS[3]  the wait queue, "lockgw:{<key>}:queue": waiter ids by arrival (µs)
 -- KEYS[4]  the waiters' heartbeats, "lockgw:{<key>}:alive": id by deadline (ms)
@@ -16,6 +18,15 @@
 -- ARGV[8]  fence seed in microseconds, or 0 to seed from Redis TIME. Redlock
 --          passes the gateway's clock, so the nodes of one grant usually
 --          agree on the fence and need no write-back round.
+-- ARGV[9]  Redlock only (absent for Redis): this round's attempt id, 22
+--          characters of base64url. The value then carries an attempt
+--          field saying which rounds hold it on this node: "~<id>" when
+--          this round took the free key, "~<id1>.<id2>…" after other rounds
+--          of the same token took it over (renewals), and "~!<id>" once
+--          more than four did ("pinned": no round's clean-up deletes it any
+--          more; <id> is the last round that took it over). A renewal only
+--          ever lengthens the lease here: a late renewal must not shorten a
+--          later grant. See redlock.go for why.
 --
 -- Returns
 --   {1, value}        acquired: a new grant with a new fence
@@ -31,14 +42,38 @@
 -- persistence, or expired, restarts above every fence handed out before
 -- (unless the clock stepped back).
 local waiter = ARGV[5]
+local attempt = ARGV[9]
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, 64) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if waiter ~= '' then
     redis.call('ZREM', KEYS[3], waiter)
     redis.call('ZREM', KEYS[4], waiter)
   end
-  return {2, cur}
+  if not attempt then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {2, cur}
+  end
+  -- Redlock: join the rounds that hold the lease, keeping fence and owner.
+  -- The value's tail after the digest is "<fence>:<owner>" (a value from
+  -- before attempt fields) or "<field>:<fence>:<owner>".
+  local rest = string.sub(cur, 66)
+  local field = ''
+  if string.sub(rest, 1, 1) == '~' then
+    field, rest = string.match(rest, '^([^:]*):(.*)$')
+  end
+  local _, dots = string.gsub(field, '%.', '')
+  if field == '' or string.sub(field, 2, 2) == '!' or dots >= 3 then
+    field = '~!' .. attempt
+  else
+    field = field .. '.' .. attempt
+  end
+  local value = ARGV[1] .. ':' .. field .. ':' .. rest
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+  else
+    redis.call('SET', KEYS[1], value, 'KEEPTTL')
+  end
+  return {2, value}
 end
 
 local t = redis.call('TIME')
@@ -82,6 +117,9 @@ fence = string.format('%.0f', fence)
 redis.call('SET', KEYS[2], fence, 'PX', ARGV[4])
 
 local value = ARGV[1] .. ':' .. fence .. ':' .. ARGV[3]
+if attempt then
+  value = ARGV[1] .. ':~' .. attempt .. ':' .. fence .. ':' .. ARGV[3]
+end
 redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
 if waiter ~= '' then
   redis.call('ZREM', KEYS[3], waiter)

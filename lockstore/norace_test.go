@@ -1,0 +1,5 @@
+//go:build !race
+
+package lockstore_test
+
+const raceSlowdown = 1

@@ -1,0 +1,242 @@
+package lockstore_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// These tests stage the interleavings Redlock must survive: a request's
+// work still on its way to a node after the request answered, and two
+// requests with the same token at once. Two Redlock stores over the same
+// nodes stand for two gateways; a delaying proxy stands for a slow link.
+// Each asserts that a third client Q is NOT granted the key while the token
+// holds a valid lease. The staged ones do not run in parallel with other
+// tests: their timing is the point.
+
+// proxied returns the nodes' URLs, those in via through a delaying proxy
+// (no delay to start with: SetDelay), and the proxies by node.
+func proxied(t *testing.T, srvs []*redistest.Server, via ...int) ([]string, map[int]*redistest.Proxy) {
+	urls := urlsOf(srvs)
+	proxies := make(map[int]*redistest.Proxy)
+	for _, i := range via {
+		proxies[i] = redistest.NewProxy(t, srvs[i].Addr(), 0)
+		urls[i] = proxies[i].URL()
+	}
+	return urls, proxies
+}
+
+// warm opens connections in s's pools with a burst of acquires on keys of
+// their own, so that no staged request waits for a new connection's
+// handshake (which a slow link would time out).
+func warm(t *testing.T, s lockstore.Store) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			key := "warm" + strconv.Itoa(i)
+			l, err := s.Acquire(testCtx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+			if assert.NoError(t, err) {
+				assert.NoError(t, s.Release(testCtx(t), key, l.Token))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// ready waits until s answers Ping: connections open, scripts loaded.
+func ready(t *testing.T, s *lockstore.Redlock) {
+	t.Helper()
+	require.Eventually(t, func() bool { return s.Ping(testCtx(t)) == nil }, 10*time.Second, 10*time.Millisecond)
+}
+
+// assertNotGrantedTo asserts that a newcomer cannot take key while the
+// token's lease (ending at until) is valid.
+func assertNotGranted(t *testing.T, s lockstore.Store, key string, until time.Time) {
+	t.Helper()
+	l, err := s.Acquire(testCtx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	if err == nil && time.Now().Before(until) {
+		t.Fatalf("Q was granted %s (fence %d) while the token's lease is valid for %v more", key, l.Fence, time.Until(until))
+	}
+	require.ErrorIs(t, err, lockstore.ErrHeld)
+}
+
+// A release answered while its part for a slow node is still on the wire;
+// the token takes the key again through another gateway on a bare majority
+// that includes the slow node. Whatever reaches the slow node late must
+// not delete the new grant.
+func TestRedlockLateReleaseKeepsLaterGrant(t *testing.T) {
+	const timeout, delay = 100 * time.Millisecond, 400 * time.Millisecond
+	srvs := startNodes(t, 5)
+	urlsA, slow := proxied(t, srvs, 4)
+	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: timeout})
+	// Gateway B reaches nodes 0 and 1 through links that will be cut.
+	urlsB, cut := proxied(t, srvs, 0, 1)
+	b := openRedlock(t, urlsB, lockstore.RedlockOptions{NodeTimeout: timeout})
+	q := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: timeout})
+	for _, s := range []*lockstore.Redlock{a, b, q} {
+		ready(t, s)
+		warm(t, s)
+	}
+	ctx := testCtx(t)
+	token := lockstore.NewToken()
+
+	_, err := b.Acquire(ctx, "k", lockstore.AcquireRequest{Token: token, TTL: 5 * time.Second})
+	require.NoError(t, err)
+	slow[4].SetDelay(delay)
+	released := time.Now()
+	require.NoError(t, a.Release(ctx, "k", token), "released on nodes 0-3")
+
+	// B loses nodes 0 and 1: the token's new grant is nodes 2, 3 and 4.
+	cut[0].Close()
+	cut[1].Close()
+	l, err := b.Acquire(ctx, "k", lockstore.AcquireRequest{Token: token, TTL: 5 * time.Second})
+	require.NoError(t, err)
+	require.Less(t, time.Since(released), delay, "the re-acquire must come before the straggler lands; the machine is too slow for this staging")
+	time.Sleep(2*delay - time.Since(released)) // whatever was on the wire to node 4 has landed
+
+	assertNotGranted(t, q, "k", l.ExpiresAt)
+}
+
+// An acquire whose round times out (every node behind a slow link) answers
+// ErrUnavailable; the client retries with the same token through another
+// gateway and is granted. The first round's scripts and its clean-up land
+// afterwards: they must not take the retry's lease away.
+func TestRedlockRetryAfterUnavailable(t *testing.T) {
+	const timeout, delay = 100 * time.Millisecond, 300 * time.Millisecond
+	srvs := startNodes(t, 5)
+	urlsA, slow := proxied(t, srvs, 0, 1, 2, 3, 4)
+	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: timeout})
+	b := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: timeout})
+	for _, s := range []*lockstore.Redlock{a, b} {
+		ready(t, s)
+		warm(t, s)
+	}
+	ctx := testCtx(t)
+	token := lockstore.NewToken()
+
+	for _, p := range slow {
+		p.SetDelay(delay)
+	}
+	start := time.Now()
+	_, err := a.Acquire(ctx, "k", lockstore.AcquireRequest{Token: token, TTL: 5 * time.Second})
+	require.ErrorIs(t, err, lockstore.ErrUnavailable)
+	l, err := b.Acquire(ctx, "k", lockstore.AcquireRequest{Token: token, TTL: 5 * time.Second})
+	require.NoError(t, err)
+	time.Sleep(3*delay - time.Since(start)) // the first round's scripts and clean-up have landed
+
+	assertNotGranted(t, b, "k", l.ExpiresAt)
+}
+
+// An extend finds the lease gone and cleans up, while the same token takes
+// the key again through another gateway: the clean-up must not delete the
+// new grant.
+func TestRedlockFailedExtendKeepsConcurrentGrant(t *testing.T) {
+	const delay = 100 * time.Millisecond
+	srvs := startNodes(t, 5)
+	urlsA, slow := proxied(t, srvs, 0, 1, 2, 3, 4)
+	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: time.Second})
+	b := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: time.Second})
+	for _, s := range []*lockstore.Redlock{a, b} {
+		ready(t, s)
+		warm(t, s)
+	}
+	for _, p := range slow {
+		p.SetDelay(delay)
+	}
+	ctx := testCtx(t)
+	token := lockstore.NewToken()
+
+	// The extend's scripts land at +delay and find nothing; its answers
+	// are back at +2 delay, and any clean-up lands at +3 delay. The token
+	// takes the key again in between.
+	var extendErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { _, extendErr = a.Extend(ctx, "k", token, 5*time.Second) })
+	time.Sleep(delay + delay/2)
+	l, err := b.Acquire(ctx, "k", lockstore.AcquireRequest{Token: token, TTL: 5 * time.Second})
+	require.NoError(t, err)
+	wg.Wait()
+	require.ErrorIs(t, extendErr, lockstore.ErrNotHeld)
+	time.Sleep(delay) // a clean-up would have landed
+
+	assertNotGranted(t, b, "k", l.ExpiresAt)
+}
+
+// Twins: clients contend for one key through two gateways, each sending
+// every acquire twice at once with the same token (a retry of a request
+// believed lost while the first is still in flight). No fault at all.
+// Whichever twins are granted, the client holds the lease until it
+// releases it: no other client may be granted the key meanwhile.
+func TestRedlockSameTokenTwins(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	srvs := startNodes(t, 5)
+	gws := []*lockstore.Redlock{
+		openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy}),
+		openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy}),
+	}
+	ready(t, gws[0])
+	ready(t, gws[1])
+
+	var rec recorder
+	var holdLost sync.Map
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for c := range 6 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				token := lockstore.NewToken()
+				var leases [2]lockstore.Lease
+				var errs [2]error
+				var twins sync.WaitGroup
+				for i := range 2 {
+					twins.Go(func() {
+						actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+						defer cancel()
+						leases[i], errs[i] = gws[(c+i)%2].Acquire(actx, "k", lockstore.AcquireRequest{Token: token, TTL: ttl})
+					})
+				}
+				twins.Wait()
+				granted := time.Now()
+				var l lockstore.Lease
+				for i := range 2 {
+					if errs[i] == nil && (l.Token == "" || leases[i].ExpiresAt.Before(l.ExpiresAt)) {
+						l = leases[i]
+					}
+				}
+				if l.Token == "" {
+					time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+					continue
+				}
+				time.Sleep(30 * time.Millisecond)
+				rec.addUntil(l, granted, time.Now())
+				rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+				if err := gws[c%2].Release(rctx, "k", token); err != nil && !errors.Is(err, lockstore.ErrNotHeld) {
+					holdLost.Store(granted, err)
+				}
+				rcancel()
+			}
+		})
+	}
+	require.Eventually(t, func() bool { return rec.count(time.Time{}, time.Now()) >= 60 }, 30*time.Second, 10*time.Millisecond)
+	cancel()
+	wg.Wait()
+	n := rec.count(time.Time{}, time.Now())
+	t.Logf("%d grants to twins", n)
+	assert.Empty(t, rec.violations())
+	holdLost.Range(func(k, v any) bool {
+		t.Errorf("a release of a held lease failed: %v", v)
+		return true
+	})
+}

@@ -1,0 +1,117 @@
+package lockstore_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// Liveness: a minority of slow, paused or dead nodes costs a request at
+// most one node timeout, and a node that answers again counts again at
+// once.
+
+// A node paused past the node timeout while clients contend, then resumed;
+// then two other nodes die. The three that answer are a majority: every
+// acquire must be granted.
+func TestRedlockPausedNodeCountsAgain(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: 100 * time.Millisecond})
+	ready(t, s)
+
+	var rec recorder
+	ctx, cancel := context.WithCancel(context.Background())
+	stats := contend(ctx, t, s, "k", 300*time.Millisecond, 8, &rec)
+	time.Sleep(300 * time.Millisecond)
+	srvs[2].Pause()
+	time.Sleep(600 * time.Millisecond)
+	srvs[2].Resume()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	stats.wait()
+	t.Logf("contention: %v", stats)
+	assert.Empty(t, rec.violations())
+
+	srvs[0].Kill()
+	srvs[1].Kill()
+	granted := 0
+	var errs []error
+	for range 50 {
+		actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := s.Acquire(actx, "free-"+lockstore.NewToken(), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		cancel()
+		if err == nil {
+			granted++
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	assert.Equal(t, 50, granted, "acquires granted with 3 of 5 nodes answering; failures: %v", errors.Join(errs...))
+}
+
+// A waiting acquire sees nodes miss rounds while it waits (two nodes paused
+// in turn, each past the node timeout), then one node dies and the holder
+// releases: the three nodes that answer are a majority, and the waiter must
+// be granted.
+func TestRedlockWaiterGrantedWhileQuorumAnswers(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: 100 * time.Millisecond})
+	ready(t, s)
+	ctx := testCtx(t)
+	h, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
+	require.NoError(t, err)
+
+	var w lockstore.Lease
+	var werr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		w, werr = s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second, Wait: 5 * time.Second})
+	})
+	for _, i := range []int{0, 1} {
+		time.Sleep(200 * time.Millisecond)
+		srvs[i].Pause()
+		time.Sleep(400 * time.Millisecond)
+		srvs[i].Resume()
+	}
+	time.Sleep(200 * time.Millisecond)
+	srvs[4].Kill()
+	require.NoError(t, s.Release(ctx, "k", h.Token))
+	wg.Wait()
+	require.NoError(t, werr, "the waiter must be granted: nodes 0-3 answer")
+	assert.Greater(t, w.Fence, h.Fence)
+}
+
+// A burst of concurrent acquires on distinct free keys, as soon as the
+// store is ready (warm connections, scripts loaded), at the default node
+// timeout: none may fail for want of an answer. (Under the race detector
+// the client's own CPU work for 1,000 node calls takes longer than the
+// default allows on two cores, so the budget is stretched there.)
+func TestRedlockColdBurst(t *testing.T) {
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: raceSlowdown * lockstore.DefaultNodeTimeout})
+	ready(t, s)
+	const n = 200
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = s.Acquire(testCtx(t), "burst-"+lockstore.NewToken(), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		})
+	}
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	assert.Zero(t, failed, "acquires failed in a burst of %d: %v", n, errors.Join(errs...))
+}

@@ -1,0 +1,184 @@
+package lockstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redlockNode is one Redis master of a Redlock.
+type redlockNode struct {
+	addr     string
+	client   *redis.Client
+	notifier *notifier // releases on this node, for waiters
+
+	mu               sync.Mutex
+	up               bool
+	warm             bool // connections opened and scripts loaded once
+	runID            string
+	quarantinedUntil time.Time
+}
+
+// NodeStatus is one Redlock node as /readyz shows it.
+type NodeStatus struct {
+	Addr string
+	// Up is whether the node answered the last call made to it (false
+	// before the first call).
+	Up bool
+	// QuarantinedUntil is when a node seen to restart counts again in
+	// quorums; zero when it is not quarantined.
+	QuarantinedUntil time.Time
+}
+
+// Nodes reports each node's state, in the order the nodes were given.
+func (r *Redlock) Nodes() []NodeStatus {
+	now := time.Now()
+	out := make([]NodeStatus, len(r.nodes))
+	for i, n := range r.nodes {
+		n.mu.Lock()
+		out[i] = NodeStatus{Addr: n.addr, Up: n.up}
+		if now.Before(n.quarantinedUntil) {
+			out[i].QuarantinedUntil = n.quarantinedUntil.Round(0)
+		}
+		n.mu.Unlock()
+	}
+	return out
+}
+
+// observe records whether the node answered, unless the caller's own
+// context ended the call. Health is only ever the last answer: a node that
+// answers again counts again at once.
+func (n *redlockNode) observe(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	n.mu.Lock()
+	n.up = err == nil || !errors.Is(err, ErrUnavailable)
+	n.mu.Unlock()
+}
+
+func (n *redlockNode) quarantined(now time.Time) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return now.Before(n.quarantinedUntil)
+}
+
+func (n *redlockNode) isWarm() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.warm
+}
+
+// The scripts a Redlock runs, loaded on each node by the warm-up so that
+// the first requests do not pay for EVALSHA's NOSCRIPT and the EVAL after it.
+var redlockScripts = []*redis.Script{acquireScript, extendScript, releaseScript, inspectScript, raiseFenceScript, discardScript}
+
+// warmUp warms n, retrying with a backoff while n does not answer, until it
+// succeeds or the store closes. Its deadlines are generous: warming up is
+// not a request.
+func (r *Redlock) warmUp(n *redlockNode) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	backoff := 50 * time.Millisecond
+	for !n.isWarm() {
+		wctx, wcancel := context.WithTimeout(ctx, max(2*time.Second, 20*r.nodeTimeout))
+		err := r.warm(wctx, n)
+		wcancel()
+		if err == nil {
+			return
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// warm fills n's connection pool (a burst of requests then waits for no
+// dial and no handshake inside its NodeTimeout; each connection goes
+// through OnConnect, so the restart guard knows the node's run_id before
+// the first request) and loads the scripts, then marks n warm.
+func (r *Redlock) warm(ctx context.Context, n *redlockNode) error {
+	conns := n.client.Options().PoolSize
+	errs := make([]error, conns+1)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() { errs[i] = n.client.Ping(ctx).Err() })
+	}
+	wg.Go(func() {
+		for _, s := range redlockScripts {
+			if err := s.Load(ctx, n.client).Err(); err != nil {
+				errs[conns] = err
+				return
+			}
+		}
+	})
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return redisErr(err)
+	}
+	n.mu.Lock()
+	n.warm = true
+	n.mu.Unlock()
+	return nil
+}
+
+// onConnect returns the OnConnect hook that detects restarts: it runs on
+// every new connection before the connection carries any command.
+func (r *Redlock) onConnect(n *redlockNode, next func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
+	return func(ctx context.Context, cn *redis.Conn) error {
+		if next != nil {
+			if err := next(ctx, cn); err != nil {
+				return err
+			}
+		}
+		info, err := cn.Info(ctx, "server").Result()
+		if err != nil {
+			return err
+		}
+		runID := infoField(info, "run_id")
+		if runID == "" {
+			return errors.New("lockstore: INFO server reported no run_id")
+		}
+		n.mu.Lock()
+		prev := n.runID
+		n.runID = runID
+		restarted := prev != "" && prev != runID
+		var until time.Time
+		if restarted {
+			until = time.Now().Add(r.quarantine)
+			n.quarantinedUntil = until
+		}
+		n.mu.Unlock()
+		if restarted {
+			r.log.Warn().Str("node", n.addr).Time("until", until).
+				Msg("redlock: node restarted and may have lost its locks; its votes do not count until then")
+		}
+		return nil
+	}
+}
+
+// infoField returns a field of an INFO reply ("name:value" lines).
+func infoField(info, name string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}

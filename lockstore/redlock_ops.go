@@ -1,0 +1,437 @@
+package lockstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/raise_fence.lua
+	raiseFenceLua    string
+	raiseFenceScript = redis.NewScript(raiseFenceLua)
+
+	//go:embed lua/discard.lua
+	discardLua    string
+	discardScript = redis.NewScript(discardLua)
+)
+
+// Acquire implements Store.
+func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
+	if err := checkAcquire(key, req); err != nil {
+		return Lease{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	digest := digestHex(req.Token)
+	lease, err := r.acquireRounds(ctx, key, digest, req)
+	if _, held := errors.AsType[*HeldError](err); !held || req.Wait <= 0 {
+		return lease, err
+	}
+	wake, stop := r.listen(ctx, key)
+	defer stop()
+	return retryUntil(ctx, req, wake, func() (Lease, error) { return r.acquireRounds(ctx, key, digest, req) })
+}
+
+// listen subscribes to key's releases on every node it can reach, at once;
+// a node that cannot be reached only means fewer wake-ups.
+func (r *Redlock) listen(ctx context.Context, key string) (<-chan struct{}, func()) {
+	id := NewToken()
+	wake := make(chan struct{}, 1)
+	ok := make([]bool, len(r.nodes))
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		wg.Go(func() {
+			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
+			defer cancel()
+			ok[i] = n.notifier.listen(nctx, channel(key), id, wake) == nil
+		})
+	}
+	wg.Wait()
+	return wake, func() {
+		for i, n := range r.nodes {
+			if ok[i] {
+				n.notifier.stop(channel(key), id)
+			}
+		}
+	}
+}
+
+// acquireRounds runs Redlock rounds until one is decisive: a split vote
+// with no holder is retried a few times after a short random pause.
+func (r *Redlock) acquireRounds(ctx context.Context, key, digest string, req AcquireRequest) (Lease, error) {
+	for attempt := 1; ; attempt++ {
+		lease, retry, err := r.acquireOnce(ctx, key, digest, req)
+		if !retry || attempt == redlockAttempts {
+			return lease, err
+		}
+		pause := time.Millisecond + rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond))
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Lease{}, err
+		case <-t.C:
+		}
+	}
+}
+
+// acquireOnce runs one Redlock round under a fresh attempt id. retry
+// reports a split vote worth another round; err is then what to answer if
+// there is none.
+func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req AcquireRequest) (_ Lease, retry bool, _ error) {
+	start := time.Now()
+	a := acquireArgs{
+		digest: digest, ttl: req.TTL, owner: req.Owner,
+		// One seed for every node, so that they agree on the fence unless
+		// a node's counter is ahead of it, and the write-back is skipped.
+		seed:    start.UnixMicro(),
+		attempt: NewToken(),
+	}
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (acquireResult, error) {
+		return nodeAcquire(ctx, n.client, key, a)
+	})
+
+	var granted []int
+	var held []time.Duration
+	failed, quarantined := 0, 0
+	for i, v := range votes {
+		vote := "granted"
+		switch {
+		case v.err != nil:
+			failed++
+			vote = "failed"
+			if errors.Is(v.err, context.DeadlineExceeded) {
+				vote = "timeout"
+			}
+		case !v.counted:
+			quarantined++
+			vote = "quarantined"
+		case v.val.code == acquireHeld:
+			held = append(held, v.val.remaining)
+			vote = "held"
+		default:
+			granted = append(granted, i)
+		}
+		if r.onVote != nil {
+			r.onVote(r.nodes[i].addr, vote)
+		}
+	}
+
+	if ctx.Err() == nil && len(granted) >= r.quorum {
+		lease, ok := r.confirmGrant(ctx, key, a, req, votes, granted, start)
+		if ok {
+			return lease, false, nil
+		}
+	}
+
+	r.discard(ctx, key, digest, a.attempt, votes)
+	switch {
+	case ctx.Err() != nil:
+		return Lease{}, false, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case len(granted)+len(held) < r.quorum:
+		return Lease{}, false, r.quorumError(failed, quarantined)
+	case len(granted) == 0: // then len(held) ≥ quorum
+		return Lease{}, false, &HeldError{Remaining: r.heldRemaining(held)}
+	case len(held) > 0:
+		return Lease{}, true, &HeldError{Remaining: r.heldRemaining(held)}
+	default: // a majority granted, but too slowly, or the fence did not stick
+		return Lease{}, true, fmt.Errorf("%w: redlock could not confirm a majority within the lease's validity", ErrUnavailable)
+	}
+}
+
+// confirmGrant picks the grant's fence, writes it back to the granting nodes
+// that do not carry it yet, and checks that a majority confirmed it within
+// the validity.
+func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, req AcquireRequest,
+	votes []nodeResult[acquireResult], granted []int, start time.Time,
+) (Lease, bool) {
+	digest := a.digest
+	var renewed []int64
+	var all []int64
+	for _, i := range granted {
+		all = append(all, votes[i].val.value.fence)
+		if votes[i].val.code == acquireRenewed {
+			renewed = append(renewed, votes[i].val.value.fence)
+		}
+	}
+	// Re-granted on a majority: the token held the key throughout, so it
+	// keeps its fence (the highest, in case a node re-granted it anew after
+	// an intervening holder: that node's fence is above that holder's).
+	isRenewed := len(renewed) >= r.quorum
+	fence := slices.Max(all)
+	if isRenewed {
+		fence = slices.Max(renewed)
+	}
+
+	// Write F back to every node that granted (quarantined ones too, so they
+	// agree when they count again) and does not carry F yet.
+	confirmed := 0
+	rewrite := make([]bool, len(votes))
+	for i, v := range votes {
+		if v.err != nil || v.val.code == acquireHeld {
+			continue
+		}
+		if v.val.value.fence == fence {
+			if v.counted && slices.Contains(granted, i) {
+				confirmed++
+			}
+			continue
+		}
+		rewrite[i] = true
+	}
+	if confirmed < r.quorum {
+		retain := strconv.FormatInt((req.TTL + FenceRetention).Milliseconds(), 10)
+		f := strconv.FormatInt(fence, 10)
+		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, n *redlockNode) (int64, error) {
+			v, err := raiseFenceScript.Run(ctx, n.client, []string{lockKey(key), fenceKey(key)}, digest, a.attempt, f, retain).Int64()
+			return v, redisErr(err)
+		})
+		for i, v := range raised {
+			if rewrite[i] && v.err == nil && v.counted && v.val == 1 && slices.Contains(granted, i) {
+				confirmed++
+			}
+		}
+	}
+
+	validity := req.TTL - time.Since(start) - drift(req.TTL)
+	if confirmed < r.quorum || validity <= 0 || ctx.Err() != nil {
+		return Lease{}, false
+	}
+	owner := req.Owner
+	for _, i := range granted {
+		if votes[i].val.value.fence == fence {
+			owner = votes[i].val.value.owner // a re-grant keeps the stored owner
+			break
+		}
+	}
+	return Lease{
+		Key:       key,
+		Token:     req.Token,
+		Owner:     owner,
+		Fence:     fence,
+		TTL:       req.TTL,
+		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
+		Renewed:   isRenewed,
+	}, true
+}
+
+// discard takes a failed round out of every node it may hold (discard.lua):
+// a node deletes the lease once no round holds it any more, so a failed
+// round never deletes a lease another round of the same token reported,
+// and two failed rounds do not leave a minority behind. It runs under fresh
+// contexts (the caller's may be why the round failed), waits for the nodes
+// that granted, and goes on in the background for those that did not
+// answer: their script may still land, before or after the discard (then
+// that value expires on its own).
+func (r *Redlock) discard(ctx context.Context, key, digest, attempt string, votes []nodeResult[acquireResult]) {
+	detached := context.WithoutCancel(ctx)
+	del := func(n *redlockNode) {
+		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
+		defer cancel()
+		err := discardScript.Run(nctx, n.client, []string{lockKey(key), queueKey(key)}, digest, attempt, channel(key)).Err()
+		n.observe(detached, redisErr(err))
+	}
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		switch v := votes[i]; {
+		case v.err != nil:
+			r.background(func() { del(n) })
+		case v.val.code != acquireHeld:
+			wg.Go(func() { del(n) })
+		}
+	}
+	wg.Wait()
+}
+
+// Extend implements Store. On a node it only ever lengthens the lease, so
+// an extend that lands after its answer cannot cut short a later grant.
+func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
+	if err := checkToken(key, token, ttl); err != nil {
+		return Lease{}, err
+	}
+	digest := digestHex(token)
+	start := time.Now()
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (lockValue, error) {
+		return nodeExtend(ctx, n.client, key, digest, ttl, true)
+	})
+	t := tallyOwned(votes)
+	if err := ctx.Err(); err != nil {
+		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	validity := ttl - time.Since(start) - drift(ttl)
+	switch {
+	case len(t.ok) >= r.quorum && validity > 0:
+		v := majorityValue(t.ok)
+		return Lease{
+			Key: key, Token: token, Owner: v.owner, Fence: v.fence, TTL: ttl,
+			ExpiresAt: start.Add(ttl - drift(ttl)),
+		}, nil
+	case len(t.ok) >= r.quorum:
+		return Lease{}, fmt.Errorf("%w: redlock extended the lease on a majority too slowly to vouch for it", ErrUnavailable)
+	case t.mismatch >= r.quorum:
+		r.dropFound(ctx, key, digest, votes)
+		return Lease{}, ErrTokenMismatch
+	case len(t.ok)+t.unknown < r.quorum:
+		r.dropFound(ctx, key, digest, votes)
+		return Lease{}, ErrNotHeld
+	}
+	return Lease{}, t.unavailable(r)
+}
+
+// dropFound deletes the leftovers of a lease that a failed Extend found
+// (and lengthened) on a minority: on each node that answered, the value it
+// found there, and nothing a later acquire wrote since.
+func (r *Redlock) dropFound(ctx context.Context, key, digest string, votes []nodeResult[lockValue]) {
+	detached := context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		if votes[i].err != nil {
+			continue
+		}
+		attempt := votes[i].val.attempt
+		wg.Go(func() {
+			nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
+			defer cancel()
+			n.observe(detached, nodeRelease(nctx, n.client, key, digest, &attempt))
+		})
+	}
+	wg.Wait()
+}
+
+// Release implements Store.
+func (r *Redlock) Release(ctx context.Context, key, token string) error {
+	if err := checkToken(key, token, MinTTL); err != nil {
+		return err
+	}
+	digest := digestHex(token)
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (struct{}, error) {
+		return struct{}{}, releaseRead(ctx, n.client, key, digest)
+	})
+	t := tallyOwned(votes)
+	switch {
+	case len(t.ok) >= r.quorum:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case t.mismatch >= r.quorum:
+		return ErrTokenMismatch
+	case len(t.ok)+t.unknown < r.quorum:
+		return ErrNotHeld
+	}
+	return t.unavailable(r)
+}
+
+// releaseRead releases digest's lease on one node in two steps: read the
+// value, then delete it only if it still carries the attempt read. A plain
+// delete by token that timed out could run after the release answered and
+// after the same token took the key again, and delete that grant; this
+// delete can only ever delete the value it read. When a concurrent acquire
+// with the same token takes the lease over in between, it reads again, a
+// few times.
+func releaseRead(ctx context.Context, c redis.Scripter, key, digest string) error {
+	for range 3 {
+		v, _, err := nodeInspect(ctx, c, key)
+		if err != nil {
+			return err
+		}
+		if v.digest != digest {
+			return ErrTokenMismatch
+		}
+		if err := nodeRelease(ctx, c, key, digest, &v.attempt); !errors.Is(err, errMoved) {
+			return err
+		}
+	}
+	return errMoved
+}
+
+// Inspect implements Store.
+func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
+	type held struct {
+		value     lockValue
+		remaining time.Duration
+	}
+	start := time.Now()
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (held, error) {
+		v, remaining, err := nodeInspect(ctx, n.client, key)
+		return held{v, remaining}, err
+	})
+	if err := ctx.Err(); err != nil {
+		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	holders := make(map[string][]held) // by token digest
+	unknown, failed, quarantined := 0, 0, 0
+	for _, v := range votes {
+		switch {
+		case v.err != nil && !answered(v.err):
+			unknown++
+			failed++
+		case !v.counted:
+			unknown++
+			quarantined++
+		case v.err == nil:
+			holders[v.val.value.digest] = append(holders[v.val.value.digest], v.val)
+		}
+	}
+	best := 0
+	for _, hs := range holders {
+		best = max(best, len(hs))
+		if len(hs) < r.quorum {
+			continue
+		}
+		values := make([]lockValue, len(hs))
+		remaining := hs[0].remaining
+		for i, h := range hs {
+			values[i] = h.value
+			remaining = min(remaining, h.remaining)
+		}
+		v := majorityValue(values)
+		ttl := max(remaining-drift(remaining), 0)
+		return Lease{Key: key, Owner: v.owner, Fence: v.fence, TTL: ttl, ExpiresAt: start.Add(ttl)}, nil
+	}
+	if best+unknown < r.quorum {
+		return Lease{}, ErrNotHeld
+	}
+	return Lease{}, r.quorumError(failed, quarantined)
+}
+
+// Ping implements Store: nil when at least a quorum of nodes that are warm
+// (connections open, scripts loaded) and not quarantined answer, that is,
+// when a lease could be granted at once. It warms a node the background
+// warm-up has not reached yet itself, within ctx rather than NodeTimeout:
+// a readiness check may take a moment, a request may not.
+func (r *Redlock) Ping(ctx context.Context) error {
+	votes := fanOut(ctx, r, nil, func(nctx context.Context, n *redlockNode) (struct{}, error) {
+		if !n.isWarm() {
+			return struct{}{}, r.warm(ctx, n)
+		}
+		return struct{}{}, redisErr(n.client.Ping(nctx).Err())
+	})
+	ok, failed, quarantined := 0, 0, 0
+	for _, v := range votes {
+		switch {
+		case v.err != nil:
+			failed++
+		case !v.counted:
+			quarantined++
+		default:
+			ok++
+		}
+	}
+	if ok >= r.quorum {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return r.quorumError(failed, quarantined)
+}

@@ -1,0 +1,152 @@
+package lockstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// QuorumError is the ErrUnavailable a Redlock returns when too many nodes
+// failed, or are quarantined, for a majority to be possible. Its message is
+// fit for a client: it names counts, not addresses.
+type QuorumError struct {
+	Nodes       int // nodes in the Redlock
+	Quorum      int // votes needed: Nodes/2 + 1
+	Failed      int // nodes that did not answer in time
+	Quarantined int // nodes that answered but are quarantined after a restart
+}
+
+func (e *QuorumError) Error() string { return ErrUnavailable.Error() + ": " + e.QuorumDetail() }
+
+// QuorumDetail says why no majority was possible, in words fit for a
+// problem detail: "3 of 5 Redlock nodes did not answer; a majority of 3 is
+// impossible".
+func (e *QuorumError) QuorumDetail() string {
+	msg := fmt.Sprintf("%d of %d Redlock nodes did not answer", e.Failed, e.Nodes)
+	if e.Quarantined > 0 {
+		verb := "are"
+		if e.Quarantined == 1 {
+			verb = "is"
+		}
+		msg += fmt.Sprintf(" and %d %s quarantined after a restart", e.Quarantined, verb)
+	}
+	return msg + fmt.Sprintf("; a majority of %d is impossible", e.Quorum)
+}
+
+// Is makes errors.Is(err, ErrUnavailable) true.
+func (e *QuorumError) Is(target error) bool { return target == ErrUnavailable }
+
+func (r *Redlock) quorumError(failed, quarantined int) error {
+	return &QuorumError{Nodes: len(r.nodes), Quorum: r.quorum, Failed: failed, Quarantined: quarantined}
+}
+
+// nodeResult is one node's answer to one call.
+type nodeResult[T any] struct {
+	val T
+	err error
+	// counted is false when the node was quarantined when its reply
+	// arrived. It is read after the reply, so a reply from a restarted
+	// process is never counted: its connection's OnConnect had already
+	// quarantined the node.
+	counted bool
+}
+
+var errSkipped = errors.New("lockstore: node not asked")
+
+// fanOut calls every node (or those in only, when not nil) concurrently,
+// each under its own NodeTimeout, and waits for all of them.
+func fanOut[T any](ctx context.Context, r *Redlock, only []bool, call func(context.Context, *redlockNode) (T, error)) []nodeResult[T] {
+	res := make([]nodeResult[T], len(r.nodes))
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		if only != nil && !only[i] {
+			res[i].err = errSkipped
+			continue
+		}
+		wg.Go(func() {
+			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
+			defer cancel()
+			v, err := call(nctx, n)
+			n.observe(ctx, err)
+			if err != nil && !answered(err) && !errors.Is(err, ErrUnavailable) && !errors.Is(err, errMoved) {
+				r.log.Error().Err(err).Str("node", n.addr).Msg("redlock: unexpected reply")
+			}
+			res[i] = nodeResult[T]{val: v, err: err, counted: !n.quarantined(time.Now())}
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+// answered reports whether err is a node's domain answer rather than a
+// failure to answer.
+func answered(err error) bool {
+	return err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrTokenMismatch)
+}
+
+func answeredMask[T any](votes []nodeResult[T]) []bool {
+	m := make([]bool, len(votes))
+	for i, v := range votes {
+		m[i] = answered(v.err)
+	}
+	return m
+}
+
+// ownedTally counts the answers to a call that only the token's holder may
+// make (Extend, Release).
+type ownedTally[T any] struct {
+	ok                  []T
+	mismatch            int
+	unknown             int // failed + quarantined
+	failed, quarantined int
+}
+
+func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
+	var t ownedTally[T]
+	for _, v := range votes {
+		switch {
+		case !answered(v.err):
+			t.unknown++
+			t.failed++
+		case !v.counted:
+			t.unknown++
+			t.quarantined++
+		case v.err == nil:
+			t.ok = append(t.ok, v.val)
+		case errors.Is(v.err, ErrTokenMismatch):
+			t.mismatch++
+		}
+	}
+	return t
+}
+
+func (t ownedTally[T]) unavailable(r *Redlock) error {
+	return r.quorumError(t.failed, t.quarantined)
+}
+
+// majorityValue is the value most of vs carry, by fence (the highest fence
+// on a tie). After a grant, a majority carries the grant's fence; a node that
+// granted too late to be counted may carry its own.
+func majorityValue(vs []lockValue) lockValue {
+	count := make(map[int64]int, len(vs))
+	best := vs[0]
+	for _, v := range vs {
+		count[v.fence]++
+		if c, b := count[v.fence], count[best.fence]; c > b || (c == b && v.fence > best.fence) {
+			best = v
+		}
+	}
+	return best
+}
+
+// heldRemaining is how long until fewer than a majority of the nodes that
+// answered "held" still hold the key: the quorum-th longest remaining TTL,
+// or the shortest when fewer than a quorum said held.
+func (r *Redlock) heldRemaining(held []time.Duration) time.Duration {
+	slices.Sort(held)
+	slices.Reverse(held)
+	return held[min(r.quorum, len(held))-1]
+}
