@@ -87,14 +87,16 @@ type RedlockOptions struct {
 //     the node deletes the lease when no round holds it any more. A round
 //     that reported a grant never leaves, so no clean-up deletes a lease
 //     under it.
-//   - Release reads each node's value and deletes it only if its attempt
-//     field is still the one read (two steps on each node, inside one
-//     NodeTimeout). Any later acquire round changes the field, so a delete
-//     that lands late cannot remove a later grant.
+//   - Release reads every node, and only when the token holds a majority
+//     by that read deletes, on each node, the value it read: only if its
+//     attempt field is still the one read. Any later acquire round changes
+//     the field, so a delete that lands late cannot remove a later grant;
+//     and a release that fails deletes nothing, so an acquire round of the
+//     same token running at that moment keeps its majority.
 //   - The fence write-back changes a value only while its round holds it.
 //   - Extend only ever lengthens a lease on a node, so one that lands late
-//     cannot cut short a later grant; its clean-up after finding the lease
-//     gone deletes only the values it read.
+//     cannot cut short a later grant. It deletes nothing: what it finds of
+//     the token's on a minority may be a concurrent acquire round's.
 //
 // A lease may therefore live on some node longer than the Lease says
 // (ExpiresAt stays a conservative end of validity); and after more than
@@ -168,12 +170,15 @@ type RedlockOptions struct {
 //     of the nodes); ErrNotHeld when ok + unknown < q (the token cannot hold a
 //     majority, so it is not held, even if another token holds a minority);
 //     ErrUnavailable otherwise (a majority may still be the token's). After
-//     ErrTokenMismatch or ErrNotHeld the values the extend found are
-//     deleted, so a failed extend leaves no long-lived minority behind.
-//   - Release returns nil when ok ≥ q, ErrTokenMismatch when mismatch ≥ q,
-//     ErrNotHeld when ok + unknown < q, ErrUnavailable otherwise. Every node
-//     that answers is released, whatever the outcome; a node that does not
-//     answer keeps its part of the lease until it expires.
+//     ErrTokenMismatch or ErrNotHeld what the token holds on a minority is
+//     left to expire (lengthened to TTL where the extend found it), or to a
+//     Release.
+//   - Release (by its read) returns ErrTokenMismatch when mismatch ≥ q,
+//     ErrNotHeld when ok + unknown < q, ErrUnavailable when ok < q, and
+//     deletes nothing in those cases; else it deletes and returns nil when
+//     q counted nodes deleted, ErrUnavailable otherwise. A node that did
+//     not answer, and leftovers of a lease not held on a majority, keep
+//     their part until it expires.
 //   - Inspect reports the holder found on ≥ q counted nodes, with the
 //     smallest remaining TTL among them less the drift allowance, and the
 //     fence most of them carry (the highest on a tie); ErrNotHeld when no

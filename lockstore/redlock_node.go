@@ -3,6 +3,7 @@ package lockstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -112,25 +113,30 @@ func (r *Redlock) warmUp(n *redlockNode) {
 // warm fills n's connection pool (a burst of requests then waits for no
 // dial and no handshake inside its NodeTimeout; each connection goes
 // through OnConnect, so the restart guard knows the node's run_id before
-// the first request) and loads the scripts, then marks n warm.
+// the first request) and loads the scripts, then marks n warm. Filling the
+// pool is best effort: n is warm once the scripts are loaded and one
+// connection answered.
 func (r *Redlock) warm(ctx context.Context, n *redlockNode) error {
 	conns := n.client.Options().PoolSize
-	errs := make([]error, conns+1)
+	errs := make([]error, conns)
+	var loadErr error
 	var wg sync.WaitGroup
 	for i := range conns {
 		wg.Go(func() { errs[i] = n.client.Ping(ctx).Err() })
 	}
 	wg.Go(func() {
 		for _, s := range redlockScripts {
-			if err := s.Load(ctx, n.client).Err(); err != nil {
-				errs[conns] = err
+			if loadErr = s.Load(ctx, n.client).Err(); loadErr != nil {
 				return
 			}
 		}
 	})
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return redisErr(err)
+	if loadErr != nil {
+		return redisErr(loadErr)
+	}
+	if !slices.Contains(errs, nil) {
+		return redisErr(errors.Join(errs...))
 	}
 	n.mu.Lock()
 	n.warm = true

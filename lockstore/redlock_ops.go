@@ -279,67 +279,79 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	case len(t.ok) >= r.quorum:
 		return Lease{}, fmt.Errorf("%w: redlock extended the lease on a majority too slowly to vouch for it", ErrUnavailable)
 	case t.mismatch >= r.quorum:
-		r.dropFound(ctx, key, digest, votes)
 		return Lease{}, ErrTokenMismatch
 	case len(t.ok)+t.unknown < r.quorum:
-		r.dropFound(ctx, key, digest, votes)
+		// What it found of the token's on a minority is left to expire: an
+		// acquire round of the same token may have just written it, and
+		// deleting it could cut that grant's majority.
 		return Lease{}, ErrNotHeld
 	}
 	return Lease{}, t.unavailable(r)
 }
 
-// dropFound deletes the leftovers of a lease that a failed Extend found
-// (and lengthened) on a minority: on each node that answered, the value it
-// found there, and nothing a later acquire wrote since.
-func (r *Redlock) dropFound(ctx context.Context, key, digest string, votes []nodeResult[lockValue]) {
-	detached := context.WithoutCancel(ctx)
-	var wg sync.WaitGroup
-	for i, n := range r.nodes {
-		if votes[i].err != nil {
-			continue
-		}
-		attempt := votes[i].val.attempt
-		wg.Go(func() {
-			nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
-			defer cancel()
-			n.observe(detached, nodeRelease(nctx, n.client, key, digest, &attempt))
-		})
-	}
-	wg.Wait()
-}
-
-// Release implements Store.
+// Release implements Store, in two steps. It reads every node first and
+// deletes only when the token holds a majority by that read; then, on each
+// node, only the value it read (its attempt field unchanged). So a delete
+// that lands late cannot remove a later grant to the same token, and a
+// release that fails deletes nothing: an acquire round of the same token
+// running at the same moment keeps its majority.
 func (r *Redlock) Release(ctx context.Context, key, token string) error {
 	if err := checkToken(key, token, MinTTL); err != nil {
 		return err
 	}
 	digest := digestHex(token)
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, releaseRead(ctx, n.client, key, digest)
+	reads := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (lockValue, error) {
+		v, _, err := nodeInspect(ctx, n.client, key)
+		if err == nil && v.digest != digest {
+			err = ErrTokenMismatch
+		}
+		return v, err
 	})
-	t := tallyOwned(votes)
+	t := tallyOwned(reads)
 	switch {
-	case len(t.ok) >= r.quorum:
-		return nil
 	case ctx.Err() != nil:
 		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	case t.mismatch >= r.quorum:
 		return ErrTokenMismatch
 	case len(t.ok)+t.unknown < r.quorum:
 		return ErrNotHeld
+	case len(t.ok) < r.quorum:
+		return t.unavailable(r)
 	}
-	return t.unavailable(r)
+	held := make([]bool, len(reads))
+	for i, v := range reads {
+		held[i] = v.err == nil
+	}
+	dels := fanOut(ctx, r, held, func(ctx context.Context, n *redlockNode) (struct{}, error) {
+		i := slices.Index(r.nodes, n)
+		return struct{}{}, releaseRead(ctx, n.client, key, digest, reads[i].val.attempt)
+	})
+	deleted := 0
+	for _, v := range dels {
+		if v.err == nil && v.counted {
+			deleted++
+		}
+	}
+	if deleted >= r.quorum {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return fmt.Errorf("%w: redlock released the lease on %d of %d nodes; a majority of %d is needed", ErrUnavailable, deleted, len(r.nodes), r.quorum)
 }
 
-// releaseRead releases digest's lease on one node in two steps: read the
-// value, then delete it only if it still carries the attempt read. A plain
-// delete by token that timed out could run after the release answered and
-// after the same token took the key again, and delete that grant; this
-// delete can only ever delete the value it read. When a concurrent acquire
-// with the same token takes the lease over in between, it reads again, a
-// few times.
-func releaseRead(ctx context.Context, c redis.Scripter, key, digest string) error {
+// releaseRead deletes digest's lease on one node if its attempt field is
+// still attempt. When an acquire round of the same token took the lease
+// over in between, it reads again and deletes what it finds, a few times:
+// the token holds a majority, and a release concurrent with an acquire of
+// the same token may take either order.
+func releaseRead(ctx context.Context, c redis.Scripter, key, digest, attempt string) error {
 	for range 3 {
+		err := nodeRelease(ctx, c, key, digest, &attempt)
+		if !errors.Is(err, errMoved) {
+			return err
+		}
 		v, _, err := nodeInspect(ctx, c, key)
 		if err != nil {
 			return err
@@ -347,9 +359,7 @@ func releaseRead(ctx context.Context, c redis.Scripter, key, digest string) erro
 		if v.digest != digest {
 			return ErrTokenMismatch
 		}
-		if err := nodeRelease(ctx, c, key, digest, &v.attempt); !errors.Is(err, errMoved) {
-			return err
-		}
+		attempt = v.attempt
 	}
 	return errMoved
 }

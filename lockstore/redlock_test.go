@@ -597,15 +597,23 @@ func TestRedlockMixedOutcomes(t *testing.T) {
 			var err error
 			switch tc.op {
 			case "release":
+				before := leftovers(t, key)
 				err = s.Release(ctx, key, mine)
-				assert.Zero(t, leftovers(t, key), "release clears every node")
+				if err == nil {
+					assert.Zero(t, leftovers(t, key), "release clears every node")
+				} else {
+					assert.Equal(t, before, leftovers(t, key), "a failed release deletes nothing")
+				}
 			case "extend":
+				before := leftovers(t, key)
 				var l lockstore.Lease
 				l, err = s.Extend(ctx, key, mine, time.Minute)
 				if err == nil {
 					assert.Equal(t, int64(1), l.Fence)
 				} else {
-					assert.Zero(t, leftovers(t, key), "a failed extend leaves no minority behind")
+					// What it found may be a concurrent acquire round's:
+					// a failed extend deletes nothing.
+					assert.Equal(t, before, leftovers(t, key), "a failed extend deletes nothing")
 				}
 			case "inspect":
 				var l lockstore.Lease
