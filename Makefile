@@ -23,7 +23,7 @@ help:
 	@echo 'make test    install missing test tools (as root), then go test -race ./...'
 	@echo 'make lint    gofmt and go vet'
 	@echo 'make bench   benchmarks'
-	@echo 'make chaos   fault-injection suite (~10 min): real Redis and gateway processes; writes docs/safety.md'
+	@echo 'make chaos   fault-injection suite (~10 min): real Redis and gateway processes; writes docs/chaos-report.md'
 	@echo 'make generate     regenerate client/lockgateway.gen.go from openapi.yaml'
 	@echo 'make sdk-check    generate a TypeScript client from openapi.yaml (npm) and run it against a gateway'
 	@echo 'make docker  build the $(IMAGE) image'
@@ -96,12 +96,12 @@ bench-smoke:
 # gateway processes (the binary is built from the tree) through kills,
 # pauses, restarts, clock steps, latency and dropped connections, about
 # 10 minutes, one scenario at a time. It prints a table and writes it to
-# docs/safety.md. CHAOS_RUNS=N runs each scenario N times (default 2).
+# docs/chaos-report.md. CHAOS_RUNS=N runs each scenario N times (default 2).
 # Needs what make test needs: redis-server, and a C compiler for the clock
 # shim it preloads into Redis. (A 10-second smoke of it runs in make test.)
 .PHONY: chaos
 chaos: deps
-	CHAOS_REPORT=docs/safety.md $(GO) test -tags chaos -p 1 -count=1 -timeout 30m -v ./chaos/
+	CHAOS_REPORT=docs/chaos-report.md $(GO) test -tags chaos -p 1 -count=1 -timeout 30m -v ./chaos/
 
 # BuildKit for the Dockerfile's cache mounts (already the default on Docker 23+).
 docker:

@@ -81,7 +81,7 @@ func runsOf() int {
 type scenario struct {
 	name     string
 	backends []string
-	desc     string // for docs/safety.md
+	desc     string // for docs/chaos-report.md
 	// expect lists the checkers a known-unsafe control must trip; tolerate
 	// the ones that may also trip. Every other checker must find nothing.
 	expect, tolerate []string

@@ -1,6 +1,6 @@
 // Package chaos_test is lockgateway's fault-injection suite. The full suite
 // (build tag chaos, `make chaos`) runs real redis-server and gateway
-// processes through every fault and writes docs/safety.md; a smoke of it
+// processes through every fault and writes docs/chaos-report.md; a smoke of it
 // runs with every `go test` (smoke_test.go). The harness and the checkers
 // live in internal/chaos.
 package chaos_test

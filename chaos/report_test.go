@@ -12,7 +12,7 @@ import (
 	"github.com/lockgateway/lockgateway/internal/chaos"
 )
 
-// writeDoc writes docs/safety.md (path is relative to the module root)
+// writeDoc writes docs/chaos-report.md (path is relative to the module root)
 // from this run's table.
 func writeDoc(path string, took time.Duration) error {
 	if !filepath.IsAbs(path) {
@@ -33,7 +33,7 @@ numbers below are real.
 - **Date:** %s
 - **Machine:** %s
 - **Commit:** %s
-- **Command:** `+"`make chaos`"+`, that is `+"`CHAOS_REPORT=docs/safety.md go test -tags chaos -p 1 -count=1 -timeout 30m -v ./chaos/`"+` (%d runs of each scenario; `+"`CHAOS_RUNS`"+` changes it)
+- **Command:** `+"`make chaos`"+`, that is `+"`CHAOS_REPORT=docs/chaos-report.md go test -tags chaos -p 1 -count=1 -timeout 30m -v ./chaos/`"+` (%d runs of each scenario; `+"`CHAOS_RUNS`"+` changes it)
 - **Took:** %v
 
 ## Results

@@ -104,7 +104,7 @@ func (r *Report) Table() string {
 	return b.String()
 }
 
-// Machine describes where a run happened, for docs/safety.md.
+// Machine describes where a run happened, for docs/chaos-report.md.
 func Machine() string {
 	var parts []string
 	if out, err := exec.Command("uname", "-srm").Output(); err == nil {
