@@ -97,7 +97,7 @@ func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req Acqui
 		seed:    start.UnixMicro(),
 		attempt: NewToken(),
 	}
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (acquireResult, error) {
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (acquireResult, error) {
 		return nodeAcquire(ctx, n.client, key, a)
 	})
 
@@ -192,7 +192,7 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 	if confirmed < r.quorum {
 		retain := strconv.FormatInt((req.TTL + FenceRetention).Milliseconds(), 10)
 		f := strconv.FormatInt(fence, 10)
-		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, n *redlockNode) (int64, error) {
+		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
 			v, err := raiseFenceScript.Run(ctx, n.client, []string{lockKey(key), fenceKey(key)}, digest, a.attempt, f, retain).Int64()
 			return v, redisErr(err)
 		})
@@ -261,7 +261,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	}
 	digest := digestHex(token)
 	start := time.Now()
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (lockValue, error) {
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (lockValue, error) {
 		return nodeExtend(ctx, n.client, key, digest, ttl, true)
 	})
 	t := tallyOwned(votes)
@@ -300,7 +300,7 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	digest := digestHex(token)
-	reads := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (lockValue, error) {
+	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (lockValue, error) {
 		v, _, err := nodeInspect(ctx, n.client, key)
 		if err == nil && v.digest != digest {
 			err = ErrTokenMismatch
@@ -322,8 +322,7 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 	for i, v := range reads {
 		held[i] = v.err == nil
 	}
-	dels := fanOut(ctx, r, held, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		i := slices.Index(r.nodes, n)
+	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
 		return struct{}{}, releaseRead(ctx, n.client, key, digest, reads[i].val.attempt)
 	})
 	deleted := 0
@@ -371,7 +370,7 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
 		remaining time.Duration
 	}
 	start := time.Now()
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, n *redlockNode) (held, error) {
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (held, error) {
 		v, remaining, err := nodeInspect(ctx, n.client, key)
 		return held{v, remaining}, err
 	})
@@ -420,7 +419,7 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
 // warm-up has not reached yet itself, within ctx rather than NodeTimeout:
 // a readiness check may take a moment, a request may not.
 func (r *Redlock) Ping(ctx context.Context) error {
-	votes := fanOut(ctx, r, nil, func(nctx context.Context, n *redlockNode) (struct{}, error) {
+	votes := fanOut(ctx, r, nil, func(nctx context.Context, _ int, n *redlockNode) (struct{}, error) {
 		if !n.isWarm() {
 			return struct{}{}, r.warm(ctx, n)
 		}

@@ -57,8 +57,9 @@ type nodeResult[T any] struct {
 var errSkipped = errors.New("lockstore: node not asked")
 
 // fanOut calls every node (or those in only, when not nil) concurrently,
-// each under its own NodeTimeout, and waits for all of them.
-func fanOut[T any](ctx context.Context, r *Redlock, only []bool, call func(context.Context, *redlockNode) (T, error)) []nodeResult[T] {
+// each under its own NodeTimeout, and waits for all of them. call gets the
+// node and its index.
+func fanOut[T any](ctx context.Context, r *Redlock, only []bool, call func(context.Context, int, *redlockNode) (T, error)) []nodeResult[T] {
 	res := make([]nodeResult[T], len(r.nodes))
 	var wg sync.WaitGroup
 	for i, n := range r.nodes {
@@ -69,7 +70,7 @@ func fanOut[T any](ctx context.Context, r *Redlock, only []bool, call func(conte
 		wg.Go(func() {
 			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
 			defer cancel()
-			v, err := call(nctx, n)
+			v, err := call(nctx, i, n)
 			n.observe(ctx, err)
 			if err != nil && !answered(err) && !errors.Is(err, ErrUnavailable) && !errors.Is(err, errMoved) {
 				r.log.Error().Err(err).Str("node", n.addr).Msg("redlock: unexpected reply")
