@@ -115,6 +115,10 @@ func TestCheckersPassCorrectHistories(t *testing.T) {
 			grant(0, "A", 0, 3, 10, 100), lost(0, "A", 0, 200), release(0, "A", 250, 252, Released),
 			grant(1, "B", 253, 255, 11, 350),
 		}},
+		{"twins: both granted (201), the same holder", []Op{
+			grant(0, "A", 0, 3, 10, 100), grant(0, "A", 0, 5, 11, 102), release(0, "A", 50, 52, Released),
+			grant(1, "B", 51, 53, 12, 150),
+		}},
 		{"released, then taken again with the same token", []Op{
 			grant(0, "A", 0, 2, 10, 100), release(0, "A", 20, 22, Released),
 			grant(0, "A", 30, 32, 11, 130), release(0, "A", 60, 62, Released),
@@ -155,6 +159,10 @@ func TestCheckersCatchViolations(t *testing.T) {
 		{"a retry renewed while another surely holds", []Op{
 			lost(1, "B", 0, 10), grant(0, "A", 20, 22, 10, 100), renewed(1, "B", 30, 32, 11, 130),
 		}, map[string]int{"overlap": 1, "linearizability": 1}},
+		{"twins both granted, then a lower fence", []Op{
+			grant(0, "A", 0, 3, 10, 100), grant(0, "A", 0, 5, 12, 102), release(0, "A", 50, 52, Released),
+			grant(1, "B", 60, 62, 11, 150),
+		}, map[string]int{"fences": 1, "linearizability": 1}},
 		{"a second holder while a same-token re-acquire surely holds", []Op{
 			grant(0, "A", 0, 2, 10, 100), release(0, "A", 20, 22, Released),
 			grant(0, "A", 30, 32, 11, 130), grant(1, "B", 60, 62, 12, 160),

@@ -60,7 +60,11 @@ type leaseOutput struct {
 //     (no holder, or t is past the holder's Sure), and F is above every
 //     fence granted before. The caller becomes the holder, surely until E.
 //     A renewal (200) to a token that retried after losing an answer is
-//     the same (see grants); a renewal to the holder extends its lease.
+//     the same (see grants); a renewal to the holder extends its lease, and
+//     so does a grant (201) to the holder while it may still hold the key
+//     (twins sent at once that each created the lease on some nodes; the
+//     highest fence counts). Which of 200 and 201 the holder is told is
+//     not a safety matter, and Workload.TwinStats counts these.
 //   - extend → extended(E): the caller is the holder and may still hold
 //     the key (t before Maybe); it now holds surely until E.
 //   - release → released: likewise the caller may still hold it; then
@@ -133,6 +137,12 @@ func leaseStep(s leaseState, in leaseInput, out leaseOutput) (bool, leaseState) 
 		return true, s
 	}
 	switch {
+	case in.Kind == Acquire && out.Result == Granted && mine && lo < s.Maybe:
+		// A 201 to the holder's own token while its lease may still be
+		// held: a twin sent at once, or a retry, that took part of the
+		// nodes itself. It is the same holder; the highest fence counts.
+		s.Sure, s.Maybe, s.Fence, s.At = out.Expires, hi+in.TTL+int64(expirySlack), max(s.Fence, out.Fence), lo
+		return true, s
 	case in.Kind == Acquire && (out.Result == Granted || out.Result == Renewed && !mine):
 		// A renewal to a token the model does not know as the holder is
 		// a retry whose first attempt took the key unseen (see grants).

@@ -76,6 +76,13 @@ func (l *Link) Delay(ms int) error {
 	return l.add("delay_up", "latency", "upstream", map[string]int{"latency": ms})
 }
 
+// DelayReplies holds everything the node sends back for ms milliseconds,
+// in order; the gateway's requests are not delayed: the node acts at
+// once, the gateway learns it late.
+func (l *Link) DelayReplies(ms int) error {
+	return l.add("delay_down", "latency", "downstream", map[string]int{"latency": ms})
+}
+
 // Blackhole drops everything the gateway sends, without closing anything:
 // a partition, as the gateway sees it (its calls time out).
 func (l *Link) Blackhole() error {

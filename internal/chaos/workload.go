@@ -46,6 +46,16 @@ type Workload struct {
 	Seed      uint64
 
 	rejected atomic.Int64
+	// Twins whose requests were both answered 201, and those of them with
+	// two different fences.
+	twinsGranted, twinsFences atomic.Int64
+}
+
+// TwinStats reports how many twins were both answered 201 (the contract
+// says the second should be a 200 with the same fence), and how many of
+// those carried two different fences.
+func (w *Workload) TwinStats() (bothGranted, twoFences int64) {
+	return w.twinsGranted.Load(), w.twinsFences.Load()
 }
 
 // Start runs the clients until ctx ends and returns a function that waits
@@ -149,6 +159,12 @@ func (w *Workload) twins(id int, r *rand.Rand, key, token string, wait time.Dura
 		return 0
 	}
 	a, b := ops[0], ops[1]
+	if a.Result == Granted && b.Result == Granted {
+		w.twinsGranted.Add(1)
+		if a.Fence != b.Fence {
+			w.twinsFences.Add(1)
+		}
+	}
 	switch ra, rb := rank(a), rank(b); {
 	case ra != rb:
 		if rb > ra {
