@@ -58,6 +58,25 @@ func CheckKey(key string) error {
 	return nil
 }
 
+// CheckKeyPrefix says why no lock key can start with prefix (an API key's
+// allowed prefix), or nil: some key does. Prefixes are plain strings, not
+// patterns, and keys never start with "/".
+func CheckKeyPrefix(prefix string) error {
+	if prefix == "" {
+		return fmt.Errorf("the prefix is empty")
+	}
+	// Some key prefix+rest is valid iff the prefix is a key itself or
+	// prefix+"x" is one: "x" closes the last segment as any rest would,
+	// without making it empty, "." or "..".
+	if CheckKey(prefix) == nil {
+		return nil
+	}
+	if err := CheckKey(prefix + "x"); err != nil {
+		return fmt.Errorf("no lock key starts with it (a prefix is plain text, not a pattern): %w", err)
+	}
+	return nil
+}
+
 func keyByte(c byte) bool {
 	switch {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':

@@ -13,23 +13,34 @@ import (
 	"strings"
 )
 
-// APIKey is one user's key, as its SHA-256 digest, and the lock-key
-// prefixes the user may lock (none: any key).
+// APIKey is one user's key, as its SHA-256 digest, and what the user may
+// lock: every key (AllKeys), or keys starting with one of Prefixes. A user
+// with neither may lock nothing, and APIKeys refuses to be built with one:
+// "everything" is never what an empty list or an empty prefix stands for.
 type APIKey struct {
 	User     string
 	Digest   [sha256.Size]byte
+	AllKeys  bool
 	Prefixes []string
 }
+
+// AllKeysPrefix, alone in a keys file's "prefixes", lets a user lock every
+// key. It is the only way to: a prefix list that is missing or empty, or
+// holds "", is refused, since each reads as "nothing" or was a template
+// left blank, and would otherwise match everything.
+const AllKeysPrefix = "*"
 
 // LoadAPIKeys reads a keys file:
 //
 //	{"users": [
 //	  {"user": "checkout", "key_sha256": "<64 hex digits>", "prefixes": ["sku/"]},
-//	  {"user": "cron", "key_sha256": "<64 hex digits>"}
+//	  {"user": "ops", "key_sha256": "<64 hex digits>", "prefixes": ["*"]}
 //	]}
 //
 // The file holds digests only (sha256sum of the key), so reading it does
-// not reveal a key.
+// not reveal a key. Every user names its prefixes; ["*"] (AllKeysPrefix)
+// is every key, and an entry that would allow every key by accident (no
+// "prefixes", [], or a "" prefix) is an error.
 func LoadAPIKeys(path string) ([]APIKey, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -37,9 +48,9 @@ func LoadAPIKeys(path string) ([]APIKey, error) {
 	}
 	var file struct {
 		Users []struct {
-			User      string   `json:"user"`
-			KeySHA256 string   `json:"key_sha256"`
-			Prefixes  []string `json:"prefixes"`
+			User      string    `json:"user"`
+			KeySHA256 string    `json:"key_sha256"`
+			Prefixes  *[]string `json:"prefixes"` // nil: missing
 		} `json:"users"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
@@ -63,11 +74,38 @@ func LoadAPIKeys(path string) ([]APIKey, error) {
 			return nil, fmt.Errorf("%s: user %q: key_sha256 must be 64 hex digits (sha256sum of the key)", path, u.User)
 		}
 		seen[u.User] = true
-		k := APIKey{User: u.User, Prefixes: u.Prefixes}
+		k := APIKey{User: u.User}
+		if u.Prefixes == nil {
+			return nil, fmt.Errorf(`%s: user %q has no "prefixes": list the lock-key prefixes it may use (["jobs/"]), or ["*"] for every key`, path, u.User)
+		}
+		k.AllKeys, k.Prefixes, err = prefixes(*u.Prefixes)
+		if err != nil {
+			return nil, fmt.Errorf("%s: user %q: %w", path, u.User, err)
+		}
 		copy(k.Digest[:], d)
 		keys = append(keys, k)
 	}
 	return keys, nil
+}
+
+// prefixes reads a user's "prefixes": ["*"] alone is every key; anything
+// else is a list of non-empty prefixes.
+func prefixes(list []string) (all bool, _ []string, _ error) {
+	switch {
+	case len(list) == 0:
+		return false, nil, errors.New(`"prefixes" is empty; list the lock-key prefixes the user may use (["jobs/"]), or ["*"] for every key`)
+	case len(list) == 1 && list[0] == AllKeysPrefix:
+		return true, nil, nil
+	}
+	for _, p := range list {
+		switch p {
+		case "":
+			return false, nil, errors.New(`an empty prefix would match every key; write ["*"] if the user may lock every key`)
+		case AllKeysPrefix:
+			return false, nil, errors.New(`"*" (every key) cannot be listed with other prefixes`)
+		}
+	}
+	return false, list, nil
 }
 
 type principalKey struct{}
@@ -81,8 +119,14 @@ func GetPrincipal(ctx context.Context) string {
 // APIKeysConfig is what APIKeys needs besides the keys.
 type APIKeysConfig struct {
 	// LockKey returns the lock key a request names; an error lets the
-	// request through for the handler to refuse.
+	// request through for the handler to refuse. Nil guards a route that
+	// is about the whole service, not one lock (the profiler): only users
+	// allowed every key (AllKeys) pass.
 	LockKey func(r *http.Request) (string, error)
+	// CheckPrefix, when set, says why no lock key can start with a prefix
+	// (a leading "/", a "*" meant as a wildcard): APIKeys then refuses to
+	// be built rather than answer 403 to everything that user sends.
+	CheckPrefix func(prefix string) error
 	// Unauthorized and Forbidden write the 401 and 403 responses; the
 	// WWW-Authenticate header is already set on a 401.
 	Unauthorized, Forbidden http.Handler
@@ -93,8 +137,13 @@ type APIKeysConfig struct {
 // constant time against every user, so timing tells nothing of which
 // users exist. The key itself is never stored or logged.
 func APIKeys(keys []APIKey, c APIKeysConfig) (func(http.Handler) http.Handler, error) {
-	if len(keys) == 0 || c.LockKey == nil || c.Unauthorized == nil || c.Forbidden == nil {
-		return nil, errors.New("middleware.APIKeys: needs keys, LockKey, Unauthorized and Forbidden")
+	if len(keys) == 0 || c.Unauthorized == nil || c.Forbidden == nil {
+		return nil, errors.New("middleware.APIKeys: needs keys, Unauthorized and Forbidden")
+	}
+	for _, k := range keys {
+		if err := checkScope(k, c.CheckPrefix); err != nil {
+			return nil, fmt.Errorf("user %q: %w", k.User, err)
+		}
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -110,9 +159,15 @@ func APIKeys(keys []APIKey, c APIKeysConfig) (func(http.Handler) http.Handler, e
 				c.Unauthorized.ServeHTTP(w, r)
 				return
 			}
-			if key, err := c.LockKey(r); err == nil && !allowed(user.Prefixes, key) {
-				c.Forbidden.ServeHTTP(w, r)
-				return
+			if !user.AllKeys {
+				if c.LockKey == nil {
+					c.Forbidden.ServeHTTP(w, r)
+					return
+				}
+				if key, err := c.LockKey(r); err == nil && !allowed(user.Prefixes, key) {
+					c.Forbidden.ServeHTTP(w, r)
+					return
+				}
 			}
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, user.User)))
 		})
@@ -136,10 +191,37 @@ func match(keys []APIKey, digest [sha256.Size]byte) *APIKey {
 	return found
 }
 
-func allowed(prefixes []string, key string) bool {
-	if len(prefixes) == 0 {
-		return true
+// checkScope refuses a key whose scope is empty or would match every key
+// without saying so (AllKeys), whoever built it.
+func checkScope(k APIKey, check func(string) error) error {
+	if k.AllKeys {
+		if len(k.Prefixes) > 0 {
+			return errors.New("AllKeys with prefixes: say one or the other")
+		}
+		return nil
 	}
+	if len(k.Prefixes) == 0 {
+		return errors.New("no prefixes and not AllKeys: the user could lock nothing")
+	}
+	for _, p := range k.Prefixes {
+		switch p {
+		case "":
+			return errors.New(`an empty prefix would match every key; set AllKeys (["*"] in a keys file) if the user may lock every key`)
+		case AllKeysPrefix:
+			return errors.New(`"*" is not a wildcard among other prefixes; set AllKeys (["*"] alone in a keys file) for every key`)
+		}
+		if check != nil {
+			if err := check(p); err != nil {
+				return fmt.Errorf("prefix %q can start no lock key: %w", p, err)
+			}
+		}
+	}
+	return nil
+}
+
+// allowed reports whether key starts with one of prefixes; checkScope made
+// sure there is at least one and none is empty.
+func allowed(prefixes []string, key string) bool {
 	for _, p := range prefixes {
 		if strings.HasPrefix(key, p) {
 			return true

@@ -21,11 +21,12 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 		}
 		d.auth, err = middleware.APIKeys(keys, middleware.APIKeysConfig{
 			LockKey:      handlers.KeyFromPath,
+			CheckPrefix:  handlers.CheckKeyPrefix,
 			Unauthorized: handlers.Refuse(handlers.KindUnauthorized, `send a valid API key as "Authorization: Bearer <key>"`),
 			Forbidden:    handlers.Refuse(handlers.KindForbidden, "your API key may not lock this key"),
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("--api-keys-file: %s: %w", cfg.APIKeysFile, err)
 		}
 	}
 	if cfg.RateLimitWindow <= 0 {

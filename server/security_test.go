@@ -369,7 +369,7 @@ func headerText(h http.Header) string {
 // would refuse, keyed by the authenticated user).
 func apiKeyEnv(t *testing.T, bearer, scoped string) map[string]string {
 	keys := fmt.Sprintf(`{"users":[
-		{"user":"security-test","key_sha256":%q},
+		{"user":"security-test","key_sha256":%q,"prefixes":["*"]},
 		{"user":"scoped","key_sha256":%q,"prefixes":["elsewhere/"]}]}`, digestHex(bearer), digestHex(scoped))
 	path := filepath.Join(t.TempDir(), "api-keys.json")
 	require.NoError(t, os.WriteFile(path, []byte(keys), 0o600))
