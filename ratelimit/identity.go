@@ -17,7 +17,9 @@ type KeyFunc func(r *http.Request) (string, bool)
 //  1. the authenticated principal (an API key's user), when Principal
 //     returns one;
 //  2. the UserHeader, only when the connection comes from a TrustedProxies
-//     range: anyone else could set it to anything;
+//     range: anyone else could set it to anything. It must hold one name:
+//     several values (field lines, or a comma list) or a name over 256
+//     bytes leave the request without an identity (see user);
 //  3. the client IP, as chi's ClientIPFrom* middleware stored it (the TCP
 //     peer, or X-Forwarded-For read through trusted ranges only). IPv6
 //     clients count per /64, since one host usually holds a whole /64.
@@ -35,7 +37,11 @@ func (id Identity) Key(r *http.Request) (string, bool) {
 		}
 	}
 	if id.UserHeader != "" && id.fromTrustedProxy(r) {
-		if u := strings.TrimSpace(r.Header.Get(id.UserHeader)); u != "" && len(u) <= 256 {
+		u, ok := id.user(r)
+		if !ok {
+			return "", false
+		}
+		if u != "" {
 			return "user:" + u, true
 		}
 	}
@@ -46,6 +52,31 @@ func (id Identity) Key(r *http.Request) (string, bool) {
 		return IPKey(ip), true
 	}
 	return "", false
+}
+
+// user reads the user header from a trusted proxy: "" when there is none,
+// false when it is not exactly one name. A proxy that appends to the header
+// instead of overwriting it passes the client's own value on too, first
+// (X-User: victim, then X-User: attacker), and an intermediary may join
+// the two into one line with a comma (RFC 9110, section 5.3). Believing
+// the first would let a client spend anyone's window, believing the last
+// is right only if every proxy appends at the end, and believing the
+// joined text would give a client a fresh window for each value it makes
+// up. So more than one value is refused, as an unparseable
+// X-Forwarded-For is: a user name cannot hold a comma.
+func (id Identity) user(r *http.Request) (string, bool) {
+	values := r.Header.Values(id.UserHeader)
+	if len(values) == 0 {
+		return "", true
+	}
+	if len(values) > 1 {
+		return "", false
+	}
+	u := strings.TrimSpace(values[0])
+	if strings.Contains(u, ",") || len(u) > 256 {
+		return "", false
+	}
+	return u, true
 }
 
 // trustedClient covers what chi's ClientIPFromXFF leaves unset when every

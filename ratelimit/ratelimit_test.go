@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -159,6 +160,42 @@ func TestIdentity(t *testing.T) {
 		mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, ok = id.Key(r) })).
 			ServeHTTP(httptest.NewRecorder(), req)
 		assert.False(t, ok, "never one shared bucket for everyone behind the proxy")
+	})
+
+	// A proxy that appends rather than overwrites passes the client's own
+	// value on first: believing either one, or the joined text, would let
+	// a client spend another user's window or make up fresh ones.
+	for name, values := range map[string][]string{
+		"doubled user header":       {"victim", "attacker"},
+		"doubled, first empty":      {"", "attacker"},
+		"user header as a list":     {"victim, attacker"},
+		"user header over 256 B":    {strings.Repeat("u", 257)},
+		"doubled, same value twice": {"bob", "bob"},
+	} {
+		t.Run(name+" has no identity", func(t *testing.T) {
+			req := httptest.NewRequest("PUT", "/locks/k", nil)
+			req.RemoteAddr = "10.1.2.3:5000"
+			for _, v := range values {
+				req.Header.Add("X-User", v)
+			}
+			var got string
+			ok := true
+			mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, ok = id.Key(r) })).
+				ServeHTTP(httptest.NewRecorder(), req)
+			assert.False(t, ok, "counted as %q", got)
+		})
+	}
+	t.Run("doubled user header from an untrusted peer is ignored", func(t *testing.T) {
+		req := httptest.NewRequest("PUT", "/locks/k", nil)
+		req.RemoteAddr = "203.0.113.7:5000"
+		req.Header.Add("X-User", "victim")
+		req.Header.Add("X-User", "attacker")
+		var got string
+		var ok bool
+		mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, ok = id.Key(r) })).
+			ServeHTTP(httptest.NewRecorder(), req)
+		require.True(t, ok)
+		assert.Equal(t, "ip:203.0.113.7", got)
 	})
 }
 

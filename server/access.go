@@ -59,7 +59,7 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 		Observe:      d.metrics.RateLimit,
 		Refused:      handlers.Refuse(handlers.KindRateLimited, "one request per window for each user; retry after Retry-After seconds"),
 		Unavailable:  handlers.Refuse(handlers.KindUnavailable, "the rate limit could not be checked; retry shortly"),
-		Unidentified: handlers.Refuse(handlers.KindMalformed, "the client could not be identified (a malformed X-Forwarded-For from a trusted proxy?)"),
+		Unidentified: handlers.Refuse(handlers.KindMalformed, unidentified(cfg.UserHeader)),
 	}
 	if d.limit, err = ratelimit.Middleware(limiter, rc); err != nil {
 		return err
@@ -68,6 +68,16 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 	rc.Refused = handlers.CheckRefused("one request per window for each user; retry after Retry-After seconds")
 	d.check, err = ratelimit.Middleware(limiter, rc)
 	return err
+}
+
+// unidentified is the detail of a 400 to a request whose client has no
+// identity: what a trusted proxy sent that the gateway would not guess at.
+func unidentified(userHeader string) string {
+	if userHeader == "" {
+		return "the client could not be identified: a trusted proxy sent a malformed X-Forwarded-For"
+	}
+	return "the client could not be identified: a trusted proxy sent a malformed X-Forwarded-For, or a user header (" +
+		userHeader + ") that is not exactly one name (more than one value, a comma, or over 256 bytes)"
 }
 
 func prefixStrings(ps []netip.Prefix) []string {
