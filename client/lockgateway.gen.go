@@ -671,6 +671,12 @@ type ClientInterface interface {
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
 	//
+	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
+	// included) is `400` (problem `malformed-request`) and takes nothing. A request
+	// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
+	// neither ignored nor read as the token; send the token in `Lock-Token` to retry,
+	// or `PATCH` with `If-Match` to extend.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /locks/{key} (the `AcquireLock` operationId).
@@ -695,6 +701,12 @@ type ClientInterface interface {
 	// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
+	//
+	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
+	// included) is `400` (problem `malformed-request`) and takes nothing. A request
+	// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
+	// neither ignored nor read as the token; send the token in `Lock-Token` to retry,
+	// or `PATCH` with `If-Match` to extend.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -884,6 +896,12 @@ func (c *APIClient) ExtendLock(ctx context.Context, key Key, params *ExtendLockP
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
 //
+// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
+// included) is `400` (problem `malformed-request`) and takes nothing. A request
+// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
+// neither ignored nor read as the token; send the token in `Lock-Token` to retry,
+// or `PATCH` with `If-Match` to extend.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /locks/{key} (the `AcquireLock` operationId).
@@ -918,6 +936,12 @@ func (c *APIClient) AcquireLockWithBody(ctx context.Context, key Key, params *Ac
 // same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
+//
+// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
+// included) is `400` (problem `malformed-request`) and takes nothing. A request
+// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
+// neither ignored nor read as the token; send the token in `Lock-Token` to retry,
+// or `PATCH` with `If-Match` to extend.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1666,6 +1690,12 @@ type ClientWithResponsesInterface interface {
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
 	//
+	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
+	// included) is `400` (problem `malformed-request`) and takes nothing. A request
+	// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
+	// neither ignored nor read as the token; send the token in `Lock-Token` to retry,
+	// or `PATCH` with `If-Match` to extend.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /locks/{key} (the `AcquireLock` operationId).
@@ -1690,6 +1720,12 @@ type ClientWithResponsesInterface interface {
 	// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
+	//
+	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
+	// included) is `400` (problem `malformed-request`) and takes nothing. A request
+	// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
+	// neither ignored nor read as the token; send the token in `Lock-Token` to retry,
+	// or `PATCH` with `If-Match` to extend.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3163,6 +3199,12 @@ func (c *ClientWithResponses) ExtendLockWithResponse(ctx context.Context, key Ke
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
 //
+// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
+// included) is `400` (problem `malformed-request`) and takes nothing. A request
+// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
+// neither ignored nor read as the token; send the token in `Lock-Token` to retry,
+// or `PATCH` with `If-Match` to extend.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /locks/{key} (the `AcquireLock` operationId).
@@ -3193,6 +3235,12 @@ func (c *ClientWithResponses) AcquireLockWithBodyWithResponse(ctx context.Contex
 // same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
+//
+// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
+// included) is `400` (problem `malformed-request`) and takes nothing. A request
+// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
+// neither ignored nor read as the token; send the token in `Lock-Token` to retry,
+// or `PATCH` with `If-Match` to extend.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -85,6 +85,8 @@ func TestBadInput(t *testing.T) {
 		{"two If-Match tags", "DELETE", held, "", []string{"If-Match", `"` + token + `", "` + token + `x"`}, 400, "malformed-request"},
 		{"headers disagree", "DELETE", held, "", []string{"Lock-Token", token, "If-Match", `"` + token + `-other"`}, 400, "malformed-request"},
 		{"two Lock-Token headers", "DELETE", held, "", []string{"Lock-Token", token, "Lock-Token", token + "x"}, 400, "malformed-request"},
+		{"If-Match on acquire", "PUT", "/locks/k", "", []string{"If-Match", `"` + token + `"`}, 400, "malformed-request"},
+		{"If-Match star on acquire", "PUT", "/locks/k", "", []string{"If-Match", "*"}, 400, "malformed-request"},
 		{"missing token on extend", "PATCH", held, "", nil, 428, "token-required"},
 		{"missing token on release", "DELETE", held, "", nil, 428, "token-required"},
 		{"wrong token on release", "DELETE", held, "", []string{"Lock-Token", token}, 412, "token-mismatch"},
@@ -119,6 +121,35 @@ func TestBadInput(t *testing.T) {
 	// None of it touched the held lock.
 	r = c.Do(t, "GET", held, nil)
 	require.Equal(t, http.StatusOK, r.Status)
+}
+
+// TestIfMatchOnAcquireIsRefused: a PUT is not conditional, so an If-Match
+// on it is a 400 that takes nothing, neither on a free key (it used to be
+// granted with a fresh token, the condition ignored) nor on a key held by
+// the very token named (no renewal), and says what to send instead.
+func TestIfMatchOnAcquireIsRefused(t *testing.T) {
+	g := apitest.Start(t, nil)
+	c := apitest.NewClient(g.URL)
+	path := "/locks/" + apitest.Key(t)
+
+	r := c.Do(t, "PUT", path, nil, "If-Match", `"q3kVf1xZ8uQm2Rb7Lw0TnA"`)
+	require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+	assert.Equal(t, "malformed-request", r.ProblemType(t))
+	assert.Contains(t, r.Problem(t)["detail"], "Lock-Token")
+	assert.NotContains(t, string(r.Body), "q3kVf1xZ8uQm2Rb7Lw0TnA")
+	assert.Empty(t, r.Header.Get("ETag"))
+	r = c.Do(t, "GET", path, nil)
+	require.Equal(t, http.StatusNotFound, r.Status, "the refused PUT took the lock: %s", r.Body)
+
+	r = c.Do(t, "PUT", path, []byte(`{"ttl_ms":60000}`), apitest.JSON...)
+	require.Equal(t, http.StatusCreated, r.Status)
+	etag := r.Header.Get("ETag")
+	r = c.Do(t, "PUT", path, []byte(`{"ttl_ms":5000}`), "If-Match", etag, "Content-Type", "application/json")
+	require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+	assert.Equal(t, "malformed-request", r.ProblemType(t))
+	r = c.Do(t, "GET", path, nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Greater(t, r.JSON(t)["ttl_ms"], float64(5000), "the refused PUT renewed the lease")
 }
 
 // TestValidationNamesEveryField: one 422 lists each bad field once.

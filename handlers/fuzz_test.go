@@ -221,8 +221,8 @@ func FuzzCheckToken(f *testing.F) {
 
 // FuzzTokenFromHeaders: for any Lock-Token and If-Match headers (values
 // separated by newlines, which no real header value holds), the token read
-// is one the caller sent and a valid one; a refusal is a 400 that repeats
-// none of the values.
+// is one the caller sent and a valid one; an If-Match where it is not
+// accepted is refused; a refusal is a 400 that repeats none of the values.
 func FuzzTokenFromHeaders(f *testing.F) {
 	tok := "q3kVf1xZ8uQm2Rb7Lw0TnA"
 	for _, s := range []struct {
@@ -264,6 +264,9 @@ func FuzzTokenFromHeaders(f *testing.F) {
 			r.Header["If-Match"] = ifMatches
 		}
 		token, err := tokenFromHeaders(r, allowIfMatch)
+		if !allowIfMatch && len(ifMatches) > 0 && err == nil {
+			t.Fatalf("If-Match %q where it is not accepted (an acquire) was not refused", ifMatches)
+		}
 		if err != nil {
 			var e *Error
 			if !errors.As(err, &e) || e.Kind != KindMalformed {

@@ -108,7 +108,11 @@ func CheckToken(token string) error {
 
 // tokenFromHeaders reads the caller's token from Lock-Token or If-Match
 // ("<token>", the ETag an acquire returned). It returns "" when neither is
-// present; a malformed value, or two that disagree, is a 400.
+// present; a malformed value, or two that disagree, is a 400. Where If-Match
+// is not allowed (an acquire) it is a 400 too: RFC 9110 says a request whose
+// If-Match fails must not be carried out, so ignoring it would answer a
+// conditional request as if it were unconditional, and treating it as the
+// acquire's Lock-Token would take a lock the condition said not to.
 func tokenFromHeaders(r *http.Request, allowIfMatch bool) (string, error) {
 	token := r.Header.Get("Lock-Token")
 	if token != "" || len(r.Header.Values("Lock-Token")) > 0 {
@@ -120,6 +124,10 @@ func tokenFromHeaders(r *http.Request, allowIfMatch bool) (string, error) {
 		}
 	}
 	if !allowIfMatch {
+		if len(r.Header.Values("If-Match")) > 0 {
+			return "", newError(KindMalformed, "If-Match is not accepted on an acquire: a PUT is not conditional. "+
+				"To retry an acquire, send the same Lock-Token; to extend a lease you hold, PATCH it with If-Match or Lock-Token")
+		}
 		return token, nil
 	}
 	ifMatch := strings.TrimSpace(strings.Join(r.Header.Values("If-Match"), ","))
