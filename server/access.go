@@ -28,6 +28,17 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 		if err != nil {
 			return fmt.Errorf("--api-keys-file: %s: %w", cfg.APIKeysFile, err)
 		}
+		if cfg.PProf {
+			// No LockKey: the profiler shows the whole process, every
+			// user's work, so only a user allowed every key may use it.
+			d.pprofAuth, err = middleware.APIKeys(keys, middleware.APIKeysConfig{
+				Unauthorized: handlers.Refuse(handlers.KindUnauthorized, `send a valid API key as "Authorization: Bearer <key>"`),
+				Forbidden:    handlers.Refuse(handlers.KindForbidden, `the profiler needs the API key of a user allowed every lock key ("prefixes": ["*"])`),
+			})
+			if err != nil {
+				return err
+			}
+		}
 	}
 	if cfg.RateLimitWindow <= 0 {
 		return nil

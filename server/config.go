@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -69,7 +70,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		rateLimitTimeout = fs.String("rate-limit-timeout", "100ms", "deadline for one rate-limit store call (LOCKGW_RATE_LIMIT_TIMEOUT)")
 		userHeader       = fs.String("user-header", "", "header naming the user, honoured only from trusted proxies (LOCKGW_USER_HEADER)")
 		trustedProxies   = fs.String("trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For and user header are believed (LOCKGW_TRUSTED_PROXIES)")
-		pprof            = fs.String("pprof", "false", "serve Go's profiler at /debug/pprof/ (LOCKGW_PPROF); never expose it publicly")
+		pprof            = fs.String("pprof", "false", "serve Go's profiler at /debug/pprof/, without cmdline (LOCKGW_PPROF); needs API keys or a loopback --addr")
 		apiKeysFile      = fs.String("api-keys-file", "", "JSON file of users and key digests; set, every /locks request needs a key (LOCKGW_API_KEYS_FILE)")
 		logLevel         = fs.String("log-level", "info", "debug, info, warn or error (LOCKGW_LOG_LEVEL)")
 		logFormat        = fs.String("log-format", "json", "json or console (LOCKGW_LOG_FORMAT)")
@@ -177,6 +178,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	if c.PProf, err = strconv.ParseBool(pp); err != nil {
 		errs = append(errs, fmt.Errorf("%s: %q: want true or false", src, pp))
 	}
+	if c.PProf && c.APIKeysFile == "" && !loopback(c.Addr) {
+		// Profiles show the whole process; with no key to ask for, only
+		// the machine itself may see them.
+		errs = append(errs, fmt.Errorf("%s: the profiler needs API keys (LOCKGW_API_KEYS_FILE) or a loopback listen address (LOCKGW_ADDR=127.0.0.1:8080), not %q", src, c.Addr))
+	}
 
 	level, src := value("log-level", logLevel)
 	if c.LogLevel, err = zerolog.ParseLevel(level); err != nil || level == "" {
@@ -201,6 +207,20 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		errs = append(errs, fmt.Errorf("%s: %q is not a byte count of at least 1024", src, body))
 	}
 	return c, errors.Join(errs...)
+}
+
+// loopback reports whether addr (host:port) listens on loopback only: an
+// empty host is every interface.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 func checkRedisURL(raw string) error {

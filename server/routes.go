@@ -2,9 +2,9 @@ package server
 
 import (
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/go-chi/chi/v5"
-	chimw "github.com/go-chi/chi/v5/middleware"
 
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/middleware"
@@ -18,7 +18,24 @@ func addRoutes(r chi.Router, d deps) {
 	r.Get("/healthz", handlers.Healthz().ServeHTTP)
 	r.Get("/metrics", d.metrics.Handler().ServeHTTP)
 	if d.pprof {
-		r.Mount("/debug", chimw.Profiler())
+		// Go's profiler, but not cmdline, whose arguments may hold a Redis
+		// password, nor expvar's /debug/vars, which repeats them. With API
+		// keys only a user allowed every key may use it; without, the
+		// gateway must listen on loopback (config.go).
+		r.Route("/debug/pprof", func(r chi.Router) {
+			r.Use(middleware.NoStore)
+			if d.pprofAuth != nil {
+				r.Use(d.pprofAuth)
+			}
+			r.Get("/", pprof.Index)
+			for _, name := range []string{"allocs", "block", "goroutine", "heap", "mutex", "threadcreate"} {
+				r.Get("/"+name, pprof.Handler(name).ServeHTTP)
+			}
+			r.Get("/profile", pprof.Profile)
+			r.Get("/trace", pprof.Trace)
+			r.Get("/symbol", pprof.Symbol)
+			r.Post("/symbol", pprof.Symbol)
+		})
 	}
 	r.Get("/readyz", handlers.Readyz(d.store, d.backend, d.nodes, d.limits.BackendTimeout, d.log).ServeHTTP)
 	r.Get("/openapi.yaml", handlers.OpenAPI(d.spec).ServeHTTP)

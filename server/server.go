@@ -36,10 +36,13 @@ type deps struct {
 	stopping <-chan struct{}
 	clientIP func(http.Handler) http.Handler
 	auth     func(http.Handler) http.Handler // nil without API keys
-	limit    func(http.Handler) http.Handler // nil with rate limiting off
-	check    func(http.Handler) http.Handler // the limiter for /ratelimit/check
-	metrics  *metrics.Metrics
-	pprof    bool
+	// pprofAuth guards the profiler: nil without API keys, when the
+	// configuration allows pprof on a loopback address only.
+	pprofAuth func(http.Handler) http.Handler
+	limit     func(http.Handler) http.Handler // nil with rate limiting off
+	check     func(http.Handler) http.Handler // the limiter for /ratelimit/check
+	metrics   *metrics.Metrics
+	pprof     bool
 }
 
 // New returns the gateway's HTTP handler.
