@@ -304,6 +304,13 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		}
 		n.client = redis.NewClient(&o)
 		n.notifier = newNotifier(n.client)
+		probe := o
+		probe.OnConnect = nil
+		// One connection at a time; the large pool size only keeps
+		// go-redis's dial breaker (it stops dialing for a second after
+		// PoolSize failed dials) shut for minutes of probing.
+		probe.PoolSize, probe.MinIdleConns, probe.MaxIdleConns = 4096, 0, 1
+		n.probe = redis.NewClient(&probe)
 		r.nodes = append(r.nodes, n)
 	}
 	for _, n := range r.nodes {
@@ -338,7 +345,7 @@ func (r *Redlock) Close() error {
 	var errs []error
 	for _, n := range r.nodes {
 		n.notifier.close()
-		errs = append(errs, n.client.Close())
+		errs = append(errs, n.client.Close(), n.probe.Close())
 	}
 	return errors.Join(errs...)
 }

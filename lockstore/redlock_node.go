@@ -3,6 +3,7 @@ package lockstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -16,13 +17,22 @@ type redlockNode struct {
 	addr     string
 	client   *redis.Client
 	notifier *notifier // releases on this node, for waiters
+	// probe is a client of its own for the prober (see observe), so that
+	// its dials neither wait for client's pool nor count towards the
+	// failed dials after which go-redis stops dialing client for a second.
+	probe *redis.Client
 
 	mu               sync.Mutex
 	up               bool
-	warm             bool // connections opened and scripts loaded once
+	lastOK           time.Time // the last answer (monotonic)
+	down             bool      // calls are skipped until the prober hears it
+	warm             bool      // connections opened and scripts loaded once
 	runID            string
 	quarantinedUntil time.Time
 }
+
+// errNodeDown is the answer of a node that is down: it was not asked.
+var errNodeDown = fmt.Errorf("%w: node down (it did not answer its last calls; probing it)", ErrUnavailable)
 
 // NodeStatus is one Redlock node as /readyz shows it.
 type NodeStatus struct {
@@ -51,15 +61,62 @@ func (r *Redlock) Nodes() []NodeStatus {
 }
 
 // observe records whether the node answered, unless the caller's own
-// context ended the call. Health is only ever the last answer: a node that
-// answers again counts again at once.
-func (n *redlockNode) observe(ctx context.Context, err error) {
+// context ended the call.
+//
+// A node that has not answered for a whole NodeTimeout is marked down: the
+// calls of every operation skip it (it counts as not answering, which is
+// never unsafe), and one prober PINGs it, over a client of its own, every
+// half NodeTimeout until it answers; then it counts again. Without this,
+// every request would open a connection to a paused node, each left in its
+// accept queue when the call times out, until the queue is full and dials
+// fail; go-redis then stops dialing for a second at a time, and the node,
+// resumed, would not count for that second.
+func (r *Redlock) observe(ctx context.Context, n *redlockNode, err error) {
 	if ctx.Err() != nil {
 		return
 	}
+	now := time.Now()
 	n.mu.Lock()
-	n.up = err == nil || !errors.Is(err, ErrUnavailable)
-	n.mu.Unlock()
+	defer n.mu.Unlock()
+	if err == nil || !errors.Is(err, ErrUnavailable) {
+		n.up, n.lastOK = true, now
+		return
+	}
+	n.up = false
+	if !n.down && now.Sub(n.lastOK) >= r.nodeTimeout {
+		n.down = true
+		r.background(func() { r.probeUntilUp(n) })
+	}
+}
+
+func (n *redlockNode) isDown() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.down
+}
+
+// probeUntilUp PINGs a down node until it answers, then lets it count
+// again, or until the store closes.
+func (r *Redlock) probeUntilUp(n *redlockNode) {
+	every := max(r.nodeTimeout/2, 5*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), r.nodeTimeout)
+		err := n.probe.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			n.mu.Lock()
+			n.down, n.up, n.lastOK = false, true, time.Now()
+			n.mu.Unlock()
+			return
+		}
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (n *redlockNode) quarantined(now time.Time) bool {
@@ -139,7 +196,7 @@ func (r *Redlock) warm(ctx context.Context, n *redlockNode) error {
 		return redisErr(errors.Join(errs...))
 	}
 	n.mu.Lock()
-	n.warm = true
+	n.warm, n.up, n.lastOK = true, true, time.Now()
 	n.mu.Unlock()
 	return nil
 }

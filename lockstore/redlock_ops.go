@@ -239,11 +239,13 @@ func (r *Redlock) discard(ctx context.Context, key, digest, attempt string, vote
 		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
 		defer cancel()
 		err := discardScript.Run(nctx, n.client, []string{lockKey(key), queueKey(key)}, digest, attempt, channel(key)).Err()
-		n.observe(detached, redisErr(err))
+		r.observe(detached, n, redisErr(err))
 	}
 	var wg sync.WaitGroup
 	for i, n := range r.nodes {
 		switch v := votes[i]; {
+		case errors.Is(v.err, errNodeDown):
+			// Never asked: nothing of this round's there.
 		case v.err != nil:
 			r.background(func() { del(n) })
 		case v.val.code != acquireHeld:

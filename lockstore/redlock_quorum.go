@@ -67,11 +67,15 @@ func fanOut[T any](ctx context.Context, r *Redlock, only []bool, call func(conte
 			res[i].err = errSkipped
 			continue
 		}
+		if n.isDown() {
+			res[i] = nodeResult[T]{err: errNodeDown, counted: !n.quarantined(time.Now())}
+			continue
+		}
 		wg.Go(func() {
 			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
 			defer cancel()
 			v, err := call(nctx, i, n)
-			n.observe(ctx, err)
+			r.observe(ctx, n, err)
 			if err != nil && !answered(err) && !errors.Is(err, ErrUnavailable) && !errors.Is(err, errMoved) {
 				r.log.Error().Err(err).Str("node", n.addr).Msg("redlock: unexpected reply")
 			}

@@ -28,29 +28,25 @@ import (
 // 500 ms would hide what they look for.
 
 // TestRedlockLivenessPausedNodeThenTwoDead is issue 12, item 5, over HTTP:
-// one node SIGSTOPped for a second (twenty node timeouts) while 8 clients
+// one node SIGSTOPped for a second (twenty node timeouts) while 32 clients
 // contend for a key, then resumed; then two other nodes are killed. The
 // three nodes that answer are a majority, so every uncontended acquire
 // afterwards must be granted. The report had 0 of 50 granted, each a 503
 // "3 of 5 Redlock nodes did not answer".
 //
-// What this load does not reach: a paused Redis still completes TCP
-// handshakes (the kernel does) until its accept queue is full, 512
-// connections with Redis's default tcp-backlog of 511. Every call to the
-// paused node opens a connection (the one before was closed when its call
-// timed out), so past about 512 + PoolSize calls during one pause, dials
-// time out and go-redis's dial circuit breaker opens: once a client has
-// seen PoolSize failed dials, every dial fails at once until a background
-// probe, made once a second, succeeds. The resumed node then "does not
-// answer" for up to a second more, and acquires fail in that window. 8
-// clients make about 200 calls a second to the paused node and stay below
-// the queue's size, so this test passes on the code before the rework of
-// issue 12 too; with 32 clients, or these 8 for 3 s, it fails on the code
-// before and after the rework alike (pausedNodeThenTwoDead(t, 32,
-// time.Second) reproduces the report's 0 of 50).
+// Why it needs 32 clients: a paused Redis still completes TCP handshakes
+// (the kernel does) until its accept queue is full, 512 connections with
+// Redis's default tcp-backlog of 511. Before nodes were marked down, every
+// call to the paused node opened a connection (the one before was closed
+// when its call timed out), so past about 512 + PoolSize calls during one
+// pause dials timed out and go-redis's dial circuit breaker opened: every
+// dial then fails at once until a probe, made once a second, succeeds, and
+// the resumed node did not count for up to a second more. 32 clients make
+// enough calls in a second to get there (8 do not); this test failed so,
+// 0 of 50, on the code before the fix.
 func TestRedlockLivenessPausedNodeThenTwoDead(t *testing.T) {
 	t.Parallel()
-	pausedNodeThenTwoDead(t, 8, time.Second)
+	pausedNodeThenTwoDead(t, 32, time.Second)
 }
 
 // pausedNodeThenTwoDead runs issue 12, item 5 with the given number of
