@@ -13,12 +13,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// FenceRetention is how long a key's fence counter outlives the key's last
-// grant in Redis. Fences are also seeded from Redis TIME, so a counter that
-// is gone (expired, or lost in a restart) still restarts above every fence
-// it handed out; keeping it a day only guards against the clock stepping
-// back while the key is in use.
-const FenceRetention = 24 * time.Hour
+// FenceMargin bounds what a key leaves in Redis: its fence counter lives
+// until the key's lease ends and Redis TIME has passed the counter, plus
+// FenceMargin, so a released key is gone from Redis a second later. Fences
+// are seeded from the clock, and a counter expires only once the clock is
+// FenceMargin past it, so the next grant's fence is still higher, unless the
+// clock steps back by more than FenceMargin (docs/safety.md, "Fences").
+const FenceMargin = time.Second
 
 var (
 	//go:embed lua/acquire.lua
@@ -170,15 +171,19 @@ type acquireArgs struct {
 	attempt string
 }
 
-func nodeAcquire(ctx context.Context, c redis.Scripter, key string, a acquireArgs) (acquireResult, error) {
-	args := []any{a.digest, a.ttl.Milliseconds(), a.owner, (a.ttl + FenceRetention).Milliseconds(),
+// call is acquire.lua's KEYS and ARGV for key.
+func (a acquireArgs) call(key string) (keys []string, args []any) {
+	args = []any{a.digest, a.ttl.Milliseconds(), a.owner, FenceMargin.Milliseconds(),
 		a.ticket.id, a.ticket.heartbeat.Milliseconds(), channel(key), a.seed}
 	if a.attempt != "" {
 		args = append(args, a.attempt)
 	}
-	reply, err := acquireScript.Run(ctx, c,
-		[]string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)}, args...,
-	).Slice()
+	return []string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)}, args
+}
+
+func nodeAcquire(ctx context.Context, c redis.Scripter, key string, a acquireArgs) (acquireResult, error) {
+	keys, args := a.call(key)
+	reply, err := acquireScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return acquireResult{}, redisErr(err)
 	}
@@ -232,11 +237,8 @@ var errMoved = errors.New("lockstore: the lease was taken over by another attemp
 // nodeRelease deletes digest's lease. With attempt non-nil (Redlock) it
 // deletes it only if the value still carries that attempt field.
 func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string, attempt *string) error {
-	args := []any{digest, channel(key)}
-	if attempt != nil {
-		args = append(args, *attempt)
-	}
-	code, err := releaseScript.Run(ctx, c, []string{lockKey(key), queueKey(key)}, args...).Int64()
+	keys, args := releaseCall(key, digest, attempt)
+	code, err := releaseScript.Run(ctx, c, keys, args...).Int64()
 	if err != nil {
 		return redisErr(err)
 	}
@@ -251,6 +253,15 @@ func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string, atte
 		return errMoved
 	}
 	return fmt.Errorf("lockstore: release script replied %d", code)
+}
+
+// releaseCall is release.lua's KEYS and ARGV for key.
+func releaseCall(key, digest string, attempt *string) (keys []string, args []any) {
+	args = []any{digest, channel(key), FenceMargin.Milliseconds()}
+	if attempt != nil {
+		args = append(args, *attempt)
+	}
+	return []string{lockKey(key), queueKey(key), fenceKey(key)}, args
 }
 
 func nodeInspect(ctx context.Context, c redis.Scripter, key string) (lockValue, time.Duration, error) {

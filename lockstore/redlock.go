@@ -129,7 +129,9 @@ type RedlockOptions struct {
 //
 // # Fences
 //
-// Each node keeps its own counter and grants max(counter+1, its clock in µs).
+// Each node keeps its own counter and votes max(counter+1, seed, its clock
+// in µs less FenceMargin), the seed being the gateway's clock at the start of
+// the round (one seed for all nodes, so they usually agree).
 // The grant's fence F is the maximum over the counted granting nodes (or,
 // when a majority re-granted, the maximum of their kept fences); before
 // Acquire returns, raise_fence.lua raises the counter to at least F and
@@ -142,12 +144,14 @@ type RedlockOptions struct {
 // node with the majority that confirmed F, that node's counter was ≥ F before
 // B ran there, so it voted > F and B's fence (a maximum) is > F. The argument
 // needs no timing assumption, only that the shared node still has its
-// counter: it holds unless the node lost its data and is counted anyway
-// (quarantine disabled, or the restart not seen by this process; then the
-// clock-seeded fence is still > F unless that host's clock is behind the
-// clock that produced F), or the counter expired (FenceRetention after the
-// key's last grant). So a fenced resource stays safe even when Redlock's
-// mutual exclusion fails.
+// counter, or let it expire: a counter expires only once the node's clock
+// has passed it by FenceMargin, and a node votes at least its clock less
+// FenceMargin, so after the expiry its vote is still > F unless its clock
+// stepped back. The argument fails only when the node lost its data and is
+// counted anyway (quarantine disabled, or the restart not seen by this
+// process; then the clock-seeded fence is still > F unless that host's clock
+// is behind the clock that produced F). So a fenced resource stays safe even
+// when Redlock's mutual exclusion fails.
 //
 // Not guaranteed: the order of fences between acquires that overlap in time.
 // Two grants can only overlap when Redlock's assumptions broke (a clock jump,

@@ -190,10 +190,10 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 		rewrite[i] = true
 	}
 	if confirmed < r.quorum {
-		retain := strconv.FormatInt((req.TTL + FenceRetention).Milliseconds(), 10)
+		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
 		f := strconv.FormatInt(fence, 10)
 		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
-			v, err := raiseFenceScript.Run(ctx, n.client, []string{lockKey(key), fenceKey(key)}, digest, a.attempt, f, retain).Int64()
+			v, err := raiseFenceScript.Run(ctx, n.client, []string{lockKey(key), fenceKey(key)}, digest, a.attempt, f, margin).Int64()
 			return v, redisErr(err)
 		})
 		for i, v := range raised {

@@ -28,9 +28,9 @@ import (
 // baseline uses the same for its Redis client and each script run.
 const backendTimeout = time.Second
 
-// fenceRetention mirrors lockstore.FenceRetention: how long a fence counter
-// outlives a grant. It is an argument of acquire.lua, not a cost.
-const fenceRetention = 24 * time.Hour
+// fenceMargin mirrors lockstore.FenceMargin: how long a fence counter
+// outlives its lease. It is an argument of acquire.lua and release.lua.
+const fenceMargin = time.Second
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("lockbench-baseline", flag.ContinueOnError)
@@ -164,13 +164,14 @@ func loadScript(path string, nValues int) (script, error) {
 // for a caller that does not wait, by position; a script's ARGV that name
 // a key or a channel come from its header instead.
 func acquireValues(digest string, ttl time.Duration) []any {
-	// digest, TTL, owner, fence retention, waiter id, waiter heartbeat,
+	// digest, TTL, owner, fence margin, waiter id, waiter heartbeat,
 	// (channel: from the header), fence seed (0: Redis TIME)
-	return []any{digest, ttl.Milliseconds(), "", (ttl + fenceRetention).Milliseconds(), "", 0, "", 0}
+	return []any{digest, ttl.Milliseconds(), "", fenceMargin.Milliseconds(), "", 0, "", 0}
 }
 
 func releaseValues(digest string) []any {
-	return []any{digest}
+	// digest, (channel: from the header), fence margin
+	return []any{digest, "", fenceMargin.Milliseconds()}
 }
 
 func (s script) run(ctx context.Context, c *redis.Client, key string, values []any) *redis.Cmd {

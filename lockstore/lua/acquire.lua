@@ -10,7 +10,8 @@
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  owner label (may be empty)
--- ARGV[4]  how long the fence counter outlives this grant, in milliseconds
+-- ARGV[4]  the fence margin in milliseconds: the counter lives until the
+--          lease ends and Redis TIME has passed the fence, plus this margin
 -- ARGV[5]  waiter id, or "" for a caller that does not wait
 -- ARGV[6]  waiter heartbeat in milliseconds: a waiter not seen again within
 --          it is dropped from the queue (its gateway died)
@@ -37,10 +38,11 @@
 --
 -- A free lock goes to the first waiter in the queue, never to a newcomer,
 -- so waiters are granted in arrival order across every gateway sharing this
--- Redis. The fence is max(counter + 1, seed), the seed being Redis TIME in
--- microseconds (or ARGV[8]), so a counter lost in a restart without
--- persistence, or expired, restarts above every fence handed out before
--- (unless the clock stepped back).
+-- Redis. The fence is max(counter + 1, seed, TIME - margin), the seed being
+-- Redis TIME in microseconds (or ARGV[8]), so a counter lost in a restart
+-- without persistence, or expired, restarts above every fence handed out
+-- before (unless the clock stepped back): a counter expires only once TIME
+-- has passed it by the margin (docs/safety.md, "Fences").
 local waiter = ARGV[5]
 local attempt = ARGV[9]
 local cur = redis.call('GET', KEYS[1])
@@ -107,14 +109,19 @@ if head and head ~= waiter then
   return {0, 0, 0}
 end
 
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local margin = tonumber(ARGV[4])
 local seed = tonumber(ARGV[8]) or 0
 if seed <= 0 then
-  seed = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  seed = now_us
 end
-local fence = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, seed)
+local fence = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, seed, now_us - margin * 1000)
+-- The counter lives past the lease's end, and past the moment TIME reaches
+-- the fence (a Redlock seed may be ahead of this clock), by the margin.
+local ahead = math.ceil((fence - now_us) / 1000)
 -- %.0f: tostring would print 1.7e+15 and lose digits; fences stay below 2^53.
 fence = string.format('%.0f', fence)
-redis.call('SET', KEYS[2], fence, 'PX', ARGV[4])
+redis.call('SET', KEYS[2], fence, 'PX', math.max(tonumber(ARGV[2]), ahead) + margin)
 
 local value = ARGV[1] .. ':' .. fence .. ':' .. ARGV[3]
 if attempt then

@@ -8,7 +8,9 @@
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
 -- ARGV[2]  the round's attempt id
 -- ARGV[3]  the grant's fence F, a decimal integer
--- ARGV[4]  how long a raised counter lives, in milliseconds
+-- ARGV[4]  the fence margin in milliseconds (see acquire.lua): a raised
+--          counter lives until the lease ends and Redis TIME has passed F,
+--          plus this margin
 --
 -- Returns
 --   1  the round still holds the value (its id is in the attempt field,
@@ -36,7 +38,10 @@ end
 -- Fences stay below 2^53, so the comparison as Lua numbers is exact; the
 -- counter is written from ARGV[3] as given, never through tostring.
 if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[3]) then
-  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+  local t = redis.call('TIME')
+  local ahead = math.ceil((tonumber(ARGV[3]) - (tonumber(t[1]) * 1000000 + tonumber(t[2]))) / 1000)
+  local lease = math.max(redis.call('PTTL', KEYS[1]), 0)
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', math.max(lease, ahead) + tonumber(ARGV[4]))
 end
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. field .. ':' .. ARGV[3] .. ':' .. owner, 'KEEPTTL')
 return 1

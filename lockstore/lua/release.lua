@@ -2,9 +2,13 @@
 --
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"
 -- KEYS[2]  the wait queue, "lockgw:{<key>}:queue"
+-- KEYS[3]  the key's fence counter, "lockgw:{<key>}:fence"
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
 -- ARGV[2]  the key's notification channel, "lockgw:{<key>}:released"
--- ARGV[3]  Redlock only (absent for Redis): the attempt field the value must
+-- ARGV[3]  the fence margin in milliseconds (see acquire.lua): the lease is
+--          over, so the counter now lives until Redis TIME has passed it,
+--          plus this margin
+-- ARGV[4]  Redlock only (absent for Redis): the attempt field the value must
 --          carry (see acquire.lua; "" for a value without one), as Release
 --          read it a moment before. Any acquire round that takes the lease
 --          over changes the field, so a delete that lands late cannot
@@ -14,7 +18,7 @@
 --   1   released
 --   0   not held (never taken, released, or expired)
 --   -1  held by another digest; left as it is
---   -2  held by the same digest, but its attempt field is no longer ARGV[3]
+--   -2  held by the same digest, but its attempt field is no longer ARGV[4]
 --       (an acquire round took it over since); left as it is
 --
 -- Only the first waiter is told (the message is its id), so a release costs
@@ -28,16 +32,22 @@ end
 if string.sub(cur, 1, 64) ~= ARGV[1] then
   return -1
 end
-if ARGV[3] then
+if ARGV[4] then
   local field = ''
   if string.sub(cur, 66, 66) == '~' then
     field = string.match(string.sub(cur, 66), '^([^:]*):')
   end
-  if field ~= ARGV[3] then
+  if field ~= ARGV[4] then
     return -2
   end
 end
 redis.call('DEL', KEYS[1])
+local counter = tonumber(redis.call('GET', KEYS[3]))
+if counter then
+  local t = redis.call('TIME')
+  local ahead = math.ceil((counter - (tonumber(t[1]) * 1000000 + tonumber(t[2]))) / 1000)
+  redis.call('PEXPIRE', KEYS[3], math.max(ahead, 0) + tonumber(ARGV[3]))
+end
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 redis.call('PUBLISH', ARGV[2], head or '*')
 return 1

@@ -1,0 +1,153 @@
+package lockstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
+)
+
+// TestReleasedKeysLeaveRedisMemoryFlat: 200 000 acquire/release cycles on
+// fresh keys in a Redis of 8 MB that refuses writes past it (noeviction,
+// as the README advises for lock nodes). A released key keeps its fence
+// counter for FenceMargin only, so memory stays flat, no acquire is
+// refused, and once the margin has passed nothing of them is left. With
+// counters kept a day, 200 000 of them fill the 8 MB and acquires fail.
+//
+// The cycles run the scripts Redis.Acquire and Release run, with the same
+// arguments, in pipelines of 500 (one call at a time would take a minute
+// under the race detector), at most 12 500 a second: the counters alive at
+// any moment are those released in the last FenceMargin, about 3 MB at
+// that rate.
+func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "8mb").Err())
+	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, acquireScript.Load(ctx, rdb).Err())
+	require.NoError(t, releaseScript.Load(ctx, rdb).Err())
+	base := usedMemory(t, rdb)
+
+	const cycles, batch, rate = 200_000, 500, 12_500
+	// The most used memory from two margins in, when counters expire as
+	// fast as they come, to half way; and in the second half.
+	var early, late int64
+	start := time.Now()
+	next := start
+	for first := 0; first < cycles; first += batch {
+		time.Sleep(time.Until(next))
+		// Never faster than rate: a batch that ran late is not caught up.
+		if next = next.Add(batch * time.Second / rate); next.Before(time.Now()) {
+			next = time.Now()
+		}
+		keys := make([]string, batch)
+		digests := make([]string, batch)
+		acquires := make([]*redis.Cmd, batch)
+		pipe := rdb.Pipeline()
+		for i := range batch {
+			keys[i], digests[i] = fmt.Sprintf("fresh/%d", first+i), digestHex(NewToken())
+			k, a := acquireArgs{digest: digests[i], ttl: 30 * time.Second}.call(keys[i])
+			acquires[i] = pipe.EvalSha(ctx, acquireScript.Hash(), k, a...)
+		}
+		_, err := pipe.Exec(ctx)
+		require.NoError(t, err, "acquires from cycle %d (used memory %d KiB)", first, usedMemory(t, rdb)>>10)
+		releases := make([]*redis.Cmd, batch)
+		pipe = rdb.Pipeline()
+		for i := range batch {
+			require.Equal(t, int64(acquireNew), acquires[i].Val().([]any)[0], "cycle %d granted", first+i)
+			k, a := releaseCall(keys[i], digests[i], nil)
+			releases[i] = pipe.EvalSha(ctx, releaseScript.Hash(), k, a...)
+		}
+		_, err = pipe.Exec(ctx)
+		require.NoError(t, err, "releases from cycle %d", first)
+		for i := range batch {
+			require.Equal(t, int64(1), releases[i].Val(), "cycle %d released", first+i)
+		}
+		switch {
+		case first == 2*rate:
+			n, _ := rdb.DBSize(ctx).Result()
+			t.Logf("after %d cycles: %d keys, used memory %d KiB (%d KiB before)", first, n, usedMemory(t, rdb)>>10, base>>10)
+			fallthrough
+		case first > 2*rate && first < cycles/2 && first%(4*batch) == 0:
+			early = max(early, usedMemory(t, rdb))
+		case first >= cycles/2 && first%(4*batch) == 0:
+			late = max(late, usedMemory(t, rdb))
+		}
+	}
+	took := time.Since(start)
+	t.Logf("%d cycles in %v (%.0f/s); used memory at most %d KiB in the first half, %d KiB in the second",
+		cycles, took.Round(time.Millisecond), cycles/took.Seconds(), early>>10, late>>10)
+	assert.Less(t, late-early, int64(512<<10), "used memory stays flat")
+
+	require.Eventually(t, func() bool {
+		n, err := rdb.DBSize(ctx).Result()
+		return err == nil && n == 0
+	}, FenceMargin+2*time.Second, 20*time.Millisecond, "a released key leaves nothing after the fence margin")
+	t.Logf("used memory %d KiB once the margin has passed", usedMemory(t, rdb)>>10)
+}
+
+// usedMemory is Redis's used_memory, from INFO memory.
+func usedMemory(t testing.TB, rdb *redis.Client) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	require.NoError(t, err)
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("no used_memory in INFO memory")
+	return 0
+}
+
+// TestFenceCounterLifetime: a released key's counter goes FenceMargin
+// after the release, and fences still increase once it has gone. A fence
+// ahead of Redis's clock (a Redlock seed from a gateway whose clock is
+// ahead) keeps its counter until the clock has passed it, so the next
+// clock-seeded fence is still higher.
+func TestFenceCounterLifetime(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	grant := func(key string, seed int64) (digest string, fence int64) {
+		t.Helper()
+		digest = digestHex(NewToken())
+		r, err := nodeAcquire(ctx, rdb, key, acquireArgs{digest: digest, ttl: time.Minute, seed: seed})
+		require.NoError(t, err)
+		require.Equal(t, acquireNew, r.code)
+		return digest, r.value.fence
+	}
+
+	digest, first := grant("k", 0)
+	pttl, err := rdb.PTTL(ctx, fenceKey("k")).Result()
+	require.NoError(t, err)
+	assert.InDelta(t, time.Minute+FenceMargin, pttl, float64(100*time.Millisecond), "the counter outlives the lease by the margin")
+	require.NoError(t, nodeRelease(ctx, rdb, "k", digest, nil))
+	pttl, err = rdb.PTTL(ctx, fenceKey("k")).Result()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, pttl, FenceMargin, "released: the counter has the margin left")
+	require.Eventually(t, func() bool { return rdb.Exists(ctx, fenceKey("k")).Val() == 0 }, 2*FenceMargin, 10*time.Millisecond)
+	_, second := grant("k", 0)
+	assert.Greater(t, second, first, "a fence after the counter went")
+
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	ahead := now.Add(3 * time.Second).UnixMicro()
+	digest, fence := grant("ahead", ahead)
+	require.Equal(t, ahead, fence)
+	require.NoError(t, nodeRelease(ctx, rdb, "ahead", digest, nil))
+	time.Sleep(FenceMargin + 100*time.Millisecond)
+	_, next := grant("ahead", 0)
+	assert.Greater(t, next, fence, "the counter lived until Redis's clock passed the fence")
+}
