@@ -57,8 +57,13 @@ func Readyz(store lockstore.Store, backend string, nodes func() []Node, timeout 
 			if q, ok := errors.AsType[quorumError](err); ok {
 				detail = q.QuorumDetail()
 			}
+			e := &Error{Kind: KindUnavailable, Detail: detail, RetryAfter: time.Second, Nodes: list}
+			if errors.Is(err, lockstore.ErrRefused) { // it answers, but could not take a lock
+				refused := fromDomain(err)
+				e.Kind, e.Detail = refused.Kind, refused.Detail
+			}
 			// The nodes matter most when the answer is no.
-			WriteProblem(w, r, &Error{Kind: KindUnavailable, Detail: detail, RetryAfter: time.Second, Nodes: list})
+			WriteProblem(w, r, e)
 			return
 		}
 		encode(w, http.StatusOK, "application/json", response{Status: "ok", Backend: backend, Nodes: list})

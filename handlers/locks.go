@@ -54,6 +54,9 @@ type Observer interface {
 	LockGone(op string)
 	// BackendError: the backend did not answer op.
 	BackendError(op string)
+	// Refused: the backend refused op's write, for reason (see
+	// lockstore.RefusedError).
+	Refused(op, reason string)
 }
 
 type nopObserver struct{}
@@ -64,6 +67,7 @@ func (nopObserver) Extended(string, time.Time)           {}
 func (nopObserver) Released(string)                      {}
 func (nopObserver) LockGone(string)                      {}
 func (nopObserver) BackendError(string)                  {}
+func (nopObserver) Refused(string, string)               {}
 
 // NewLocks returns the lock endpoints over store. When stopping closes
 // (the server is shutting down) waiting acquires give up at once.
@@ -135,6 +139,9 @@ func (h *Locks) Acquire() http.Handler {
 		start := time.Now()
 		lease, err := h.acquire(r.Context(), key, ar)
 		h.obs.Acquired(acquireOutcome(lease, err), time.Since(start), ar.Wait > 0)
+		if r, ok := errors.AsType[*lockstore.RefusedError](err); ok {
+			h.obs.Refused("acquire", r.Reason)
+		}
 		if err != nil {
 			WriteError(w, r, h.log, err)
 			return
@@ -237,9 +244,12 @@ func acquireOutcome(lease lockstore.Lease, err error) string {
 }
 
 func (h *Locks) observeFailure(op string, err error) {
+	refused, isRefused := errors.AsType[*lockstore.RefusedError](err)
 	switch {
 	case errors.Is(err, lockstore.ErrNotHeld):
 		h.obs.LockGone(op)
+	case isRefused:
+		h.obs.Refused(op, refused.Reason)
 	case errors.Is(err, lockstore.ErrUnavailable):
 		h.obs.BackendError(op)
 	}

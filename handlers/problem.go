@@ -45,6 +45,7 @@ var (
 	KindRateLimited      = Kind{"rate-limited", http.StatusTooManyRequests, "Rate limited"}
 	KindInternal         = Kind{"internal", http.StatusInternalServerError, "Internal error"}
 	KindUnavailable      = Kind{"backend-unavailable", http.StatusServiceUnavailable, "Backend unavailable"}
+	KindRefused          = Kind{"backend-refuses-writes", http.StatusServiceUnavailable, "Backend refuses writes"}
 )
 
 // Problem is an RFC 9457 problem details body.
@@ -93,11 +94,24 @@ var domainErrors = []struct {
 	{lockstore.ErrHeld, KindLockHeld, "the lock is held by another token"},
 	{lockstore.ErrNotHeld, KindLockNotFound, "the lock is not held: it was never taken, was released, or expired"},
 	{lockstore.ErrTokenMismatch, KindTokenMismatch, "the lock is held by another token"},
+	// Before ErrUnavailable, which it also is; refusalDetails says why.
+	{lockstore.ErrRefused, KindRefused, "the lock backend refuses writes; nothing was written"},
 	{lockstore.ErrUnavailable, KindUnavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
 	// A client that went away, or a deadline we set, ends the request
 	// before the backend answered.
 	{context.Canceled, KindUnavailable, "the request was cancelled before the backend answered; retry with the same Lock-Token"},
 	{context.DeadlineExceeded, KindUnavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
+}
+
+// refusalDetails says why the backend refuses writes, by
+// lockstore.RefusedError.Reason: what the operator has to fix. Nothing was
+// written, so a retry with the same token is as safe as ever.
+var refusalDetails = map[string]string{
+	"oom":        "the lock backend is out of memory (Redis maxmemory with noeviction) and refuses new locks until memory is freed or maxmemory raised; releases and extends still work",
+	"readonly":   "the lock backend is a read-only replica; point the gateway at the primary, or wait for the failover to finish",
+	"misconf":    "the lock backend stopped writes because it cannot save its snapshot (Redis MISCONF); fix its disk or persistence settings",
+	"noreplicas": "the lock backend has fewer replicas than its min-replicas-to-write and refuses writes",
+	"busy":       "the lock backend is busy running a long script; it answers again once the script ends or is killed",
 }
 
 // quorumError is a multi-node store's "no majority possible", with a detail
@@ -141,6 +155,9 @@ func fromDomain(err error) *Error {
 			// node counts only, never addresses or internals.
 			if q, ok := errors.AsType[quorumError](err); ok {
 				e.Detail = q.QuorumDetail()
+			}
+			if r, ok := errors.AsType[*lockstore.RefusedError](err); ok && refusalDetails[r.Reason] != "" {
+				e.Detail = refusalDetails[r.Reason]
 			}
 			e.RetryAfter = time.Second
 		}

@@ -81,7 +81,8 @@ type Store interface {
 	Release(ctx context.Context, key, token string) error
 	// Inspect reports who holds key, without its token; ErrNotHeld when free.
 	Inspect(ctx context.Context, key string) (Lease, error)
-	// Ping reports whether the backend answers.
+	// Ping reports whether the backend answers (ErrUnavailable when it does
+	// not) and, where the store can tell, takes writes (ErrRefused).
 	Ping(ctx context.Context) error
 	// Close releases the store's resources (not the locks it holds).
 	Close() error
@@ -128,6 +129,13 @@ var (
 	// outcome of the operation is unknown; retrying with the same token is
 	// safe.
 	ErrUnavailable = errors.New("lockstore: backend unavailable")
+	// ErrRefused means the backend answered but refused to write, so
+	// nothing was written: Redis out of memory (maxmemory with noeviction),
+	// a read-only replica, a failed snapshot that stops writes (MISCONF),
+	// fewer replicas than min-replicas-to-write, or a script running too
+	// long (BUSY). It lasts until an operator or Redis itself fixes the
+	// cause. The error is a *RefusedError, which is also ErrUnavailable.
+	ErrRefused = errors.New("lockstore: backend refuses writes")
 	// ErrInvalid means the request breaks a rule the store enforces
 	// (an empty key or token, a TTL below MinTTL).
 	ErrInvalid = errors.New("lockstore: invalid request")
@@ -145,6 +153,20 @@ func (e *HeldError) Error() string {
 
 // Is makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// RefusedError is returned when the backend refuses writes (ErrRefused).
+type RefusedError struct {
+	// Reason is Redis's error code in lower case: "oom", "readonly",
+	// "misconf", "noreplicas" or "busy".
+	Reason string
+	msg    string
+}
+
+func (e *RefusedError) Error() string { return ErrRefused.Error() + ": " + e.msg }
+
+// Is makes errors.Is true for ErrRefused and ErrUnavailable: callers that
+// only know "the backend cannot serve this now" treat it like an outage.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused || target == ErrUnavailable }
 
 // NewToken returns a fresh random token: 128 bits from crypto/rand, encoded
 // as 22 characters of URL-safe base64.

@@ -115,10 +115,15 @@ func (s *Redis) Inspect(ctx context.Context, key string) (Lease, error) {
 	return v.lease(key, "", remaining, start), nil
 }
 
-// Ping implements Store.
+// Ping implements Store with a write, so a Redis that answers but refuses
+// writes (ErrRefused) is not ready either: it could not grant a lock. (In
+// a Cluster the write reaches the one shard that owns readyKey.)
 func (s *Redis) Ping(ctx context.Context) error {
-	return redisErr(s.client.Ping(ctx).Err())
+	return redisErr(s.client.Set(ctx, readyKey, "1", time.Minute).Err())
 }
+
+// readyKey is what Ping writes; lock keys always carry a hash tag.
+const readyKey = "lockgw:ready"
 
 // Close implements Store.
 func (s *Redis) Close() error {
@@ -354,26 +359,27 @@ func redactDigest(s string) string {
 
 // redisErr translates a go-redis error into the domain's errors: a Redis
 // that cannot answer is ErrUnavailable (the caller's own cancellation stays
-// visible through errors.Is); an error reply from a script is a bug, returned
-// for the caller to log. redis.Nil cannot occur: every script replies.
+// visible through errors.Is), one that refuses writes a *RefusedError; any
+// other error reply from a script is a bug, returned for the caller to log.
+// redis.Nil cannot occur: every script replies.
 func redisErr(err error) error {
 	if err == nil {
 		return nil
 	}
 	var rerr redis.Error
-	if errors.As(err, &rerr) && !transientRedisError(rerr.Error()) {
-		return fmt.Errorf("lockstore: redis: %w", err)
+	if errors.As(err, &rerr) {
+		// Redis 7 keeps a command's error code when a script's call fails:
+		// "OOM command not allowed … script: …".
+		code, _, _ := strings.Cut(rerr.Error(), " ")
+		switch code {
+		case "OOM", "READONLY", "MISCONF", "NOREPLICAS", "BUSY":
+			return &RefusedError{Reason: strings.ToLower(code), msg: rerr.Error()}
+		case "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "TIMEOUT":
+		default:
+			return fmt.Errorf("lockstore: redis: %w", err)
+		}
 	}
 	// Timeouts, refused or broken connections, a closed client, a Redis
 	// still loading or failing over: Redis did not answer.
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
-}
-
-func transientRedisError(msg string) bool {
-	for _, prefix := range []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "TIMEOUT"} {
-		if strings.HasPrefix(msg, prefix) {
-			return true
-		}
-	}
-	return false
 }

@@ -1,7 +1,8 @@
 // Package metrics exports what operators of a lock service watch, in the
 // Prometheus format at /metrics: how long acquires take and how they end,
 // how long clients wait and hold locks, contention, leases found gone,
-// rate-limit decisions, backend errors and Redlock's per-node votes.
+// rate-limit decisions, backend errors and refusals, and Redlock's per-node
+// votes.
 //
 // Labels never carry a lock key, a user or a token: those are unbounded,
 // and the last two are secrets. A Redlock node's address is a label: there
@@ -33,6 +34,7 @@ type Metrics struct {
 	conflicts prometheus.Counter
 	gone      *prometheus.CounterVec
 	backend   *prometheus.CounterVec
+	refused   *prometheus.CounterVec
 	ratelimit *prometheus.CounterVec
 	votes     *prometheus.CounterVec
 	requests  *prometheus.HistogramVec
@@ -88,6 +90,10 @@ func New() *Metrics {
 			Name: "lockgw_backend_errors_total",
 			Help: "Operations the backend did not answer in time, by op.",
 		}, []string{"op"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgw_backend_refusals_total",
+			Help: "Operations the backend answered but refused to write, by op and reason: oom (out of memory), readonly (a replica), misconf (cannot persist), noreplicas, busy (a long script). Each needs an operator.",
+		}, []string{"op", "reason"}),
 		ratelimit: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgw_ratelimit_decisions_total",
 			Help: "Rate-limit decisions: admitted, refused, refused_cached (no store round trip), shadow_refused, error.",
@@ -103,7 +109,7 @@ func New() *Metrics {
 		}, []string{"route", "method", "status"}),
 		holds: newHolds(1 << 17),
 	}
-	reg.MustRegister(m.acquire, m.wait, m.hold, m.conflicts, m.gone, m.backend, m.ratelimit, m.votes, m.requests)
+	reg.MustRegister(m.acquire, m.wait, m.hold, m.conflicts, m.gone, m.backend, m.refused, m.ratelimit, m.votes, m.requests)
 	m.outcomes = make(map[string]prometheus.Observer)
 	for _, o := range []string{"acquired", "renewed", "held", "unavailable", "error"} {
 		m.outcomes[o] = m.acquire.WithLabelValues(o)
@@ -157,6 +163,9 @@ func (m *Metrics) LockGone(op string) { m.gone.WithLabelValues(op).Inc() }
 
 // BackendError counts an operation the backend did not answer.
 func (m *Metrics) BackendError(op string) { m.backend.WithLabelValues(op).Inc() }
+
+// Refused counts an operation whose write the backend refused.
+func (m *Metrics) Refused(op, reason string) { m.refused.WithLabelValues(op, reason).Inc() }
 
 // RateLimit counts a rate-limit decision.
 func (m *Metrics) RateLimit(decision string) { m.ratelimit.WithLabelValues(decision).Inc() }

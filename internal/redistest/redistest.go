@@ -143,6 +143,48 @@ func (s *Server) CommandCalls(ctx context.Context) (map[string]int64, error) {
 	return calls, nil
 }
 
+// Fill limits the server to maxmemory (e.g. "8mb") with maxmemory-policy
+// noeviction, as the README advises for lock nodes, and fills it with
+// junk until it refuses writes: out of memory.
+func (s *Server) Fill(maxmemory string) {
+	s.t.Helper()
+	ctx := context.Background()
+	c := s.Client()
+	if err := c.ConfigSet(ctx, "maxmemory", maxmemory).Err(); err != nil {
+		s.t.Fatalf("redistest: CONFIG SET maxmemory: %v", err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		s.t.Fatalf("redistest: CONFIG SET maxmemory-policy: %v", err)
+	}
+	// Refused commands count while they sit in the query buffer, and
+	// Redis is back under the limit once it has dropped them: fill in
+	// batches of 100 KB, then one small value at a time, so what is left
+	// is less than any lock script needs.
+	i := 0
+	for _, batch := range []struct {
+		n    int
+		junk string
+	}{{100, strings.Repeat("x", 1000)}, {1, "x"}} {
+		for ; ; i += batch.n {
+			if i > 10_000_000 {
+				s.t.Fatalf("redistest: junk did not fill Redis to maxmemory %s", maxmemory)
+			}
+			pipe := c.Pipeline()
+			for j := range batch.n {
+				pipe.Set(ctx, fmt.Sprintf("redistest:fill:%d", i+j), batch.junk, 0)
+			}
+			_, err := pipe.Exec(ctx)
+			if err == nil {
+				continue
+			}
+			if !strings.HasPrefix(err.Error(), "OOM") {
+				s.t.Fatalf("redistest: filling Redis: %v", err)
+			}
+			break
+		}
+	}
+}
+
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
