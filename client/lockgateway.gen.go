@@ -770,8 +770,10 @@ type ClientInterface interface {
 
 	// GetReadiness Readiness
 	//
-	// The backend answers. With the `redlock` backend, ready means a quorum of nodes
-	// answers, and `nodes` shows each node; a node that is down is `up: false`.
+	// The backend answers. With the `redis` backend the check is a write, so a Redis
+	// that answers but refuses writes (full, read-only, …) is not ready either. With the
+	// `redlock` backend, ready means a quorum of nodes answers, and `nodes` shows each
+	// node; a node that is down is `up: false`.
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1045,8 +1047,10 @@ func (c *APIClient) CheckRateLimit(ctx context.Context, params *CheckRateLimitPa
 
 // GetReadiness Readiness
 //
-// The backend answers. With the `redlock` backend, ready means a quorum of nodes
-// answers, and `nodes` shows each node; a node that is down is `up: false`.
+// The backend answers. With the `redis` backend the check is a write, so a Redis
+// that answers but refuses writes (full, read-only, …) is not ready either. With the
+// `redlock` backend, ready means a quorum of nodes answers, and `nodes` shows each
+// node; a node that is down is `up: false`.
 //
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *APIClient) GetReadiness(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1795,8 +1799,10 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadinessWithResponse Readiness
 	//
-	// The backend answers. With the `redlock` backend, ready means a quorum of nodes
-	// answers, and `nodes` shows each node; a node that is down is `up: false`.
+	// The backend answers. With the `redis` backend the check is a write, so a Redis
+	// that answers but refuses writes (full, read-only, …) is not ready either. With the
+	// `redlock` backend, ready means a quorum of nodes answers, and `nodes` shows each
+	// node; a node that is down is `up: false`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3334,8 +3340,10 @@ func (c *ClientWithResponses) CheckRateLimitWithResponse(ctx context.Context, pa
 
 // GetReadinessWithResponse Readiness
 //
-// The backend answers. With the `redlock` backend, ready means a quorum of nodes
-// answers, and `nodes` shows each node; a node that is down is `up: false`.
+// The backend answers. With the `redis` backend the check is a write, so a Redis
+// that answers but refuses writes (full, read-only, …) is not ready either. With the
+// `redlock` backend, ready means a quorum of nodes answers, and `nodes` shows each
+// node; a node that is down is `up: false`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
