@@ -251,7 +251,7 @@ func OpenRedlock(urls []string, opts RedlockOptions) (*Redlock, error) {
 // NewRedlock returns a Redlock over one client per element of nodes, which it
 // copies; Close closes the clients. Whatever nodes say, each client gets
 // MaxRetries -1, ContextTimeoutEnabled, a single dial attempt per call when
-// DialerRetries is unset, a pool of at least 64 connections when PoolSize
+// DialerRetries is unset, a pool of at least 128 connections when PoolSize
 // is unset, idle connections kept when ConnMaxIdleTime is unset, and
 // (unless the restart
 // guard is off) an OnConnect hook that runs after the caller's own.
@@ -296,7 +296,7 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		// is sized for bursts rather than for go-redis's default of 10 per
 		// CPU.
 		if o.PoolSize <= 0 {
-			o.PoolSize = max(64, 10*runtime.GOMAXPROCS(0))
+			o.PoolSize = max(128, 10*runtime.GOMAXPROCS(0))
 		}
 		// The warm-up fills the pool; keep it filled through quiet hours.
 		if o.ConnMaxIdleTime == 0 {

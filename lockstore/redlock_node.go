@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +20,8 @@ type redlockNode struct {
 	// its dials neither wait for client's pool nor count towards the
 	// failed dials after which go-redis stops dialing client for a second.
 	probe *redis.Client
+
+	warmMu sync.Mutex // one warm-up at a time: two would share the pool
 
 	mu               sync.Mutex
 	up               bool
@@ -51,7 +52,7 @@ func (r *Redlock) Nodes() []NodeStatus {
 	out := make([]NodeStatus, len(r.nodes))
 	for i, n := range r.nodes {
 		n.mu.Lock()
-		out[i] = NodeStatus{Addr: n.addr, Up: n.up}
+		out[i] = NodeStatus{Addr: n.addr, Up: n.up && !n.down}
 		if now.Before(n.quarantinedUntil) {
 			out[i].QuarantinedUntil = n.quarantinedUntil.Round(0)
 		}
@@ -167,32 +168,47 @@ func (r *Redlock) warmUp(n *redlockNode) {
 	}
 }
 
-// warm fills n's connection pool (a burst of requests then waits for no
+// warm opens most of n's connection pool (a burst of requests then waits for no
 // dial and no handshake inside its NodeTimeout; each connection goes
 // through OnConnect, so the restart guard knows the node's run_id before
-// the first request) and loads the scripts, then marks n warm. Filling the
-// pool is best effort: n is warm once the scripts are loaded and one
-// connection answered.
+// the first request) and loads the scripts, then marks n warm. It dials one
+// connection at a time, holding each until the pool is full: dials made all
+// at once queue behind one another inside their DialTimeout (NodeTimeout),
+// time out, and count towards go-redis's dial breaker. A few are left for
+// the requests that arrive meanwhile. Opening connections is best
+// effort: n is warm once the scripts are loaded and one connection
+// answered.
 func (r *Redlock) warm(ctx context.Context, n *redlockNode) error {
-	conns := n.client.Options().PoolSize
-	errs := make([]error, conns)
-	var loadErr error
-	var wg sync.WaitGroup
-	for i := range conns {
-		wg.Go(func() { errs[i] = n.client.Ping(ctx).Err() })
+	n.warmMu.Lock()
+	defer n.warmMu.Unlock()
+	if n.isWarm() {
+		return nil
 	}
-	wg.Go(func() {
-		for _, s := range redlockScripts {
-			if loadErr = s.Load(ctx, n.client).Err(); loadErr != nil {
-				return
-			}
+	for _, s := range redlockScripts {
+		if err := s.Load(ctx, n.client).Err(); err != nil {
+			return redisErr(err)
 		}
-	})
-	wg.Wait()
-	if loadErr != nil {
-		return redisErr(loadErr)
 	}
-	if !slices.Contains(errs, nil) {
+	conns := make([]*redis.Conn, 0, max(n.client.Options().PoolSize-16, 1))
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close() // back to the pool
+		}
+	}()
+	var errs []error
+	for range cap(conns) {
+		c := n.client.Conn()
+		if err := c.Ping(ctx).Err(); err != nil {
+			_ = c.Close()
+			errs = append(errs, err)
+			if ctx.Err() != nil || len(errs) > 3 {
+				break
+			}
+			continue
+		}
+		conns = append(conns, c)
+	}
+	if len(conns) == 0 {
 		return redisErr(errors.Join(errs...))
 	}
 	n.mu.Lock()

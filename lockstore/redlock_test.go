@@ -205,6 +205,7 @@ func TestRedlockTwoOfFiveDown(t *testing.T) {
 	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: 250 * time.Millisecond})
 	srvs[1].Kill()
 	srvs[3].Kill()
+	ready(t, s)
 	ctx := testCtx(t)
 
 	const n = 200
