@@ -262,6 +262,15 @@ type Problem struct {
 	// Example: Lock held
 	Title string `json:"title"`
 
+	// Token Only on a `503` `backend-unavailable` to a `PUT` without `Lock-Token`: the
+	// token the gateway made for the attempt, whose outcome is unknown. The lock may
+	// be held with it, now or once the backend catches up: retry the `PUT` with it as
+	// `Lock-Token` (`200` if so), or `DELETE` with it.
+	//
+	//
+	// Example: S5AVAEDUcOOjXQDZZICoWQ
+	Token *string `json:"token,omitempty"`
+
 	// Type A stable URI per kind of problem, `https://lockgateway.dev/problems/<slug>`.
 	//
 	// Example: https://lockgateway.dev/problems/lock-held
@@ -671,6 +680,15 @@ type ClientInterface interface {
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
 	//
+	// A `503` `backend-unavailable` leaves the outcome unknown: the backend may still
+	// grant the lock once it catches up. For a `PUT` without `Lock-Token` the problem
+	// then carries `token`, the token the gateway made for this attempt: retry with it
+	// as `Lock-Token` (`200` if the lock was granted) or `DELETE` with it, so no lease
+	// is left that nobody can release. If the client has gone before the answer, the
+	// gateway releases that token itself until the backend has answered for a second.
+	// A lock granted to a client that has gone (a waiter that disconnected) is
+	// released at once.
+	//
 	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 	// included) is `400` (problem `malformed-request`) and takes nothing. A request
 	// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
@@ -701,6 +719,15 @@ type ClientInterface interface {
 	// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
+	//
+	// A `503` `backend-unavailable` leaves the outcome unknown: the backend may still
+	// grant the lock once it catches up. For a `PUT` without `Lock-Token` the problem
+	// then carries `token`, the token the gateway made for this attempt: retry with it
+	// as `Lock-Token` (`200` if the lock was granted) or `DELETE` with it, so no lease
+	// is left that nobody can release. If the client has gone before the answer, the
+	// gateway releases that token itself until the backend has answered for a second.
+	// A lock granted to a client that has gone (a waiter that disconnected) is
+	// released at once.
 	//
 	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 	// included) is `400` (problem `malformed-request`) and takes nothing. A request
@@ -898,6 +925,15 @@ func (c *APIClient) ExtendLock(ctx context.Context, key Key, params *ExtendLockP
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
 //
+// A `503` `backend-unavailable` leaves the outcome unknown: the backend may still
+// grant the lock once it catches up. For a `PUT` without `Lock-Token` the problem
+// then carries `token`, the token the gateway made for this attempt: retry with it
+// as `Lock-Token` (`200` if the lock was granted) or `DELETE` with it, so no lease
+// is left that nobody can release. If the client has gone before the answer, the
+// gateway releases that token itself until the backend has answered for a second.
+// A lock granted to a client that has gone (a waiter that disconnected) is
+// released at once.
+//
 // An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 // included) is `400` (problem `malformed-request`) and takes nothing. A request
 // whose `If-Match` fails must not be carried out (RFC 9110), so the header is
@@ -938,6 +974,15 @@ func (c *APIClient) AcquireLockWithBody(ctx context.Context, key Key, params *Ac
 // same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
+//
+// A `503` `backend-unavailable` leaves the outcome unknown: the backend may still
+// grant the lock once it catches up. For a `PUT` without `Lock-Token` the problem
+// then carries `token`, the token the gateway made for this attempt: retry with it
+// as `Lock-Token` (`200` if the lock was granted) or `DELETE` with it, so no lease
+// is left that nobody can release. If the client has gone before the answer, the
+// gateway releases that token itself until the backend has answered for a second.
+// A lock granted to a client that has gone (a waiter that disconnected) is
+// released at once.
 //
 // An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 // included) is `400` (problem `malformed-request`) and takes nothing. A request
@@ -1694,6 +1739,15 @@ type ClientWithResponsesInterface interface {
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
 	//
+	// A `503` `backend-unavailable` leaves the outcome unknown: the backend may still
+	// grant the lock once it catches up. For a `PUT` without `Lock-Token` the problem
+	// then carries `token`, the token the gateway made for this attempt: retry with it
+	// as `Lock-Token` (`200` if the lock was granted) or `DELETE` with it, so no lease
+	// is left that nobody can release. If the client has gone before the answer, the
+	// gateway releases that token itself until the backend has answered for a second.
+	// A lock granted to a client that has gone (a waiter that disconnected) is
+	// released at once.
+	//
 	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 	// included) is `400` (problem `malformed-request`) and takes nothing. A request
 	// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
@@ -1724,6 +1778,15 @@ type ClientWithResponsesInterface interface {
 	// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
+	//
+	// A `503` `backend-unavailable` leaves the outcome unknown: the backend may still
+	// grant the lock once it catches up. For a `PUT` without `Lock-Token` the problem
+	// then carries `token`, the token the gateway made for this attempt: retry with it
+	// as `Lock-Token` (`200` if the lock was granted) or `DELETE` with it, so no lease
+	// is left that nobody can release. If the client has gone before the answer, the
+	// gateway releases that token itself until the backend has answered for a second.
+	// A lock granted to a client that has gone (a waiter that disconnected) is
+	// released at once.
 	//
 	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 	// included) is `400` (problem `malformed-request`) and takes nothing. A request
@@ -3205,6 +3268,15 @@ func (c *ClientWithResponses) ExtendLockWithResponse(ctx context.Context, key Ke
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
 //
+// A `503` `backend-unavailable` leaves the outcome unknown: the backend may still
+// grant the lock once it catches up. For a `PUT` without `Lock-Token` the problem
+// then carries `token`, the token the gateway made for this attempt: retry with it
+// as `Lock-Token` (`200` if the lock was granted) or `DELETE` with it, so no lease
+// is left that nobody can release. If the client has gone before the answer, the
+// gateway releases that token itself until the backend has answered for a second.
+// A lock granted to a client that has gone (a waiter that disconnected) is
+// released at once.
+//
 // An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 // included) is `400` (problem `malformed-request`) and takes nothing. A request
 // whose `If-Match` fails must not be carried out (RFC 9110), so the header is
@@ -3241,6 +3313,15 @@ func (c *ClientWithResponses) AcquireLockWithBodyWithResponse(ctx context.Contex
 // same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
+//
+// A `503` `backend-unavailable` leaves the outcome unknown: the backend may still
+// grant the lock once it catches up. For a `PUT` without `Lock-Token` the problem
+// then carries `token`, the token the gateway made for this attempt: retry with it
+// as `Lock-Token` (`200` if the lock was granted) or `DELETE` with it, so no lease
+// is left that nobody can release. If the client has gone before the answer, the
+// gateway releases that token itself until the backend has answered for a second.
+// A lock granted to a client that has gone (a waiter that disconnected) is
+// released at once.
 //
 // An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 // included) is `400` (problem `malformed-request`) and takes nothing. A request

@@ -139,18 +139,28 @@ func (h *Locks) Acquire() http.Handler {
 		start := time.Now()
 		lease, err := h.acquire(r.Context(), key, ar)
 		h.obs.Acquired(acquireOutcome(lease, err), time.Since(start), ar.Wait > 0)
-		if r, ok := errors.AsType[*lockstore.RefusedError](err); ok {
-			h.obs.Refused("acquire", r.Reason)
+		if refused, ok := errors.AsType[*lockstore.RefusedError](err); ok {
+			h.obs.Refused("acquire", refused.Reason)
 		}
-		if err != nil {
+		// A token the client chose is its own to act on, whatever happens
+		// here: the client may already have retried with it and been told
+		// it holds the lease. Ours must reach the client with the answer, or
+		// the lease must go.
+		switch {
+		case err != nil && ours && outcomeUnknown(err) && clientGone(r):
+			// The grant may still land, late, and nobody could release it.
+			go h.releaseLate(key, token)
 			WriteError(w, r, h.log, err)
 			return
-		}
-		if ours && !lease.Renewed && r.Context().Err() != nil {
+		case err != nil && ours && outcomeUnknown(err):
+			WriteError(w, r, h.log, withToken(err, token))
+			return
+		case err != nil:
+			WriteError(w, r, h.log, err)
+			return
+		case ours && !lease.Renewed && clientGone(r):
 			// The client left while we took the lock: it will never learn
-			// the token, so nobody could release it before it expires. A
-			// token the client chose stays: the client may already have
-			// retried with it and been told it holds this very lease.
+			// the token, so nobody could release it before it expires.
 			h.releaseAbandoned(key, token)
 			return
 		}
@@ -255,10 +265,68 @@ func (h *Locks) observeFailure(op string, err error) {
 	}
 }
 
+// outcomeUnknown: the store did not answer in time, so a grant may have
+// been made (or still be on its way) that the caller was not told of.
+func outcomeUnknown(err error) bool {
+	if _, ours := errors.AsType[*Error](err); ours { // shutting down: nothing in flight
+		return false
+	}
+	return errors.Is(err, lockstore.ErrUnavailable) && !errors.Is(err, lockstore.ErrRefused) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+// releaseLate releases a grant that may land after its acquire gave up
+// (a Redis busy past the backend timeout runs the script when it catches
+// up) for a client that left without the token. It releases until a
+// release frees the lease, or the store has answered for a second (by then
+// what was on its way to it has run), or the longest lease has passed, or
+// the server stops.
+func (h *Locks) releaseLate(key, token string) {
+	giveUp := time.Now().Add(h.limits.MaxTTL)
+	var answered time.Time
+	pause := 25 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), h.limits.BackendTimeout)
+		err := h.store.Release(ctx, key, token)
+		cancel()
+		switch {
+		case err == nil:
+			h.log.Warn().Msg("released a lock granted to a client that had left")
+			return
+		case errors.Is(err, lockstore.ErrNotHeld), errors.Is(err, lockstore.ErrTokenMismatch):
+			if answered.IsZero() {
+				answered = time.Now()
+			}
+			if time.Since(answered) >= time.Second {
+				return
+			}
+			pause = 100 * time.Millisecond
+		default: // no answer: back off while the store is down
+			pause = min(2*pause, time.Second)
+		}
+		if time.Now().After(giveUp) {
+			h.log.Warn().Msg("gave up releasing a lock whose client left while the backend did not answer; if it was granted, it expires")
+			return
+		}
+		select {
+		case <-time.After(pause):
+		case <-h.stopping:
+			return
+		}
+	}
+}
+
+// releaseAbandoned releases a lock granted to a client that has gone. A
+// release that gets no answer is retried in the background (releaseLate).
 func (h *Locks) releaseAbandoned(key, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.limits.BackendTimeout)
 	defer cancel()
-	if err := h.store.Release(ctx, key, token); err != nil && !errors.Is(err, lockstore.ErrNotHeld) {
+	err := h.store.Release(ctx, key, token)
+	switch {
+	case err == nil, errors.Is(err, lockstore.ErrNotHeld):
+	case errors.Is(err, lockstore.ErrUnavailable):
+		go h.releaseLate(key, token)
+	default:
 		h.log.Warn().Err(err).Msg("could not release a lock its client abandoned; it will expire")
 	}
 }

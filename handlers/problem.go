@@ -58,6 +58,7 @@ type Problem struct {
 	RequestID string       `json:"request_id,omitempty"`
 	Errors    []FieldError `json:"errors,omitempty"`
 	Nodes     []nodeJSON   `json:"nodes,omitempty"` // /readyz of a Redlock
+	Token     string       `json:"token,omitempty"` // see withToken
 }
 
 // FieldError names one field that failed validation and why.
@@ -74,6 +75,7 @@ type Error struct {
 	Fields     []FieldError
 	RetryAfter time.Duration // sent as Retry-After when positive
 	Nodes      []nodeJSON
+	Token      string
 }
 
 func (e *Error) Error() string { return e.Kind.Slug + ": " + e.Detail }
@@ -112,6 +114,17 @@ var refusalDetails = map[string]string{
 	"misconf":    "the lock backend stopped writes because it cannot save its snapshot (Redis MISCONF); fix its disk or persistence settings",
 	"noreplicas": "the lock backend has fewer replicas than its min-replicas-to-write and refuses writes",
 	"busy":       "the lock backend is busy running a long script; it answers again once the script ends or is killed",
+}
+
+// withToken is the 503 of an acquire whose outcome is unknown, for a
+// client that sent no Lock-Token: it carries the token the gateway made, so
+// the client can retry with it (200 if the lock was granted after all) or
+// release it, and no lease is left that nobody can act on.
+func withToken(err error, token string) *Error {
+	e := fromDomain(err)
+	e.Token = token
+	e.Detail += "; the token this attempt used is in token"
+	return e
 }
 
 // quorumError is a multi-node store's "no majority possible", with a detail
@@ -187,6 +200,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *Error) {
 		RequestID: middleware.GetRequestID(r.Context()),
 		Errors:    e.Fields,
 		Nodes:     e.Nodes,
+		Token:     e.Token,
 	})
 }
 

@@ -127,6 +127,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		IdleTimeout:    120 * time.Second,
 		MaxHeaderBytes: 32 << 10,
 		ErrorLog:       log.New(logWriter{logger}, "", 0),
+		// Lets an acquire see that its client left just before its grant.
+		ConnContext: handlers.ConnContext,
 	}
 
 	serveErr := make(chan error, 1)

@@ -1,0 +1,122 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/apitest"
+	"github.com/lockgateway/lockgateway/internal/redistest"
+)
+
+// TestWaiterThatLeftIsNotGranted: a waiting PUT whose client disconnects
+// just before the lock is released (the grant follows within a
+// millisecond) must not keep the lock: the key is free again within a
+// second, 40 times in a row on each backend. net/http notices the closed
+// connection a moment after it happens, sometimes after the grant; the
+// gateway also looks at the socket itself.
+func TestWaiterThatLeftIsNotGranted(t *testing.T) {
+	backends(t, func(t *testing.T, g *apitest.Gateway) {
+		c := apitest.NewClient(g.URL)
+		for i := range 40 {
+			path := lockPath(fmt.Sprintf("%s/%d", apitest.Key(t), i))
+			r := c.Do(t, "PUT", path, []byte(`{"ttl_ms":20000}`), apitest.JSON...)
+			require.Equal(t, http.StatusCreated, r.Status)
+			holder := r.JSON(t)["token"].(string)
+
+			waiter, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
+			require.NoError(t, err)
+			body := `{"wait_ms":10000,"ttl_ms":20000}`
+			_, err = fmt.Fprintf(waiter, "PUT %s HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
+			require.NoError(t, err)
+			time.Sleep(30 * time.Millisecond) // queued
+			require.NoError(t, waiter.Close())
+			require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", path, nil, "Lock-Token", holder).Status)
+
+			require.Eventually(t, func() bool { return c.Do(t, "GET", path, nil).Status == http.StatusNotFound },
+				time.Second, 10*time.Millisecond, "round %d: the key is held by a waiter that left", i)
+		}
+	})
+}
+
+// TestAcquireTimeoutHandsBackItsToken: Redis stops answering while it has
+// an acquire (a PUT without Lock-Token) in hand; the gateway answers 503
+// after the backend timeout, and Redis grants the lock when it resumes.
+// The 503 carries the token the gateway made, so the client can act on
+// that lease: a retry with it is told it holds the lock, a release with it
+// frees the key. Without the token nobody could, for the lease's TTL.
+func TestAcquireTimeoutHandsBackItsToken(t *testing.T) {
+	srv := redistest.Start(t)
+	g := apitest.Start(t, map[string]string{
+		"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL(), "LOCKGW_BACKEND_TIMEOUT": "300ms",
+	})
+	c := apitest.NewClient(g.URL)
+	path := lockPath(apitest.Key(t))
+	warmUp(t, c, path+"-warm-up")
+
+	srv.Pause()
+	r := c.Do(t, "PUT", path, []byte(`{"ttl_ms":60000}`), apitest.JSON...)
+	srv.Resume()
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	assert.Equal(t, "backend-unavailable", r.ProblemType(t))
+	token, _ := r.Problem(t)["token"].(string)
+	require.NotEmpty(t, token, "the 503 carries the token: %s", r.Body)
+
+	// Redis ran the script when it resumed: the lease is the client's.
+	require.Eventually(t, func() bool { return c.Do(t, "GET", path, nil).Status == http.StatusOK },
+		5*time.Second, 10*time.Millisecond, "the late grant landed")
+	r = c.Do(t, "PUT", path, []byte(`{"ttl_ms":60000}`), "Content-Type", "application/json", "Lock-Token", token)
+	require.Equal(t, http.StatusOK, r.Status, "the retry with the token holds the lease: %s", r.Body)
+	require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", path, nil, "Lock-Token", token).Status)
+	require.Equal(t, http.StatusNotFound, c.Do(t, "GET", path, nil).Status)
+}
+
+// TestAcquireTimeoutForClientThatLeft: as above, but the client gave up
+// before the gateway answered, so it can never learn the token. The
+// gateway releases the late grant: the key is free within the backend
+// timeout plus a second of Redis answering again, and stays free.
+func TestAcquireTimeoutForClientThatLeft(t *testing.T) {
+	srv := redistest.Start(t)
+	g := apitest.Start(t, map[string]string{
+		"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL(), "LOCKGW_BACKEND_TIMEOUT": "300ms",
+	})
+	c := apitest.NewClient(g.URL)
+	key := apitest.Key(t)
+	path := lockPath(key)
+	warmUp(t, c, path+"-warm-up")
+
+	srv.Pause()
+	impatient := apitest.NewClient(g.URL)
+	impatient.HTTP.Timeout = 100 * time.Millisecond
+	_, err := impatient.Try(t, "PUT", path, []byte(`{"ttl_ms":60000}`), apitest.JSON...)
+	require.Error(t, err, "the client gave up")
+	time.Sleep(500 * time.Millisecond) // the gateway's call times out too
+	srv.Resume()
+	resumed := time.Now()
+
+	require.Eventually(t, func() bool { return c.Do(t, "GET", path, nil).Status == http.StatusNotFound },
+		300*time.Millisecond+time.Second, 10*time.Millisecond, "the key is free again")
+	t.Logf("free %v after Redis resumed", time.Since(resumed).Round(time.Millisecond))
+	fence, err := srv.Client().Exists(context.Background(), "lockgw:{"+key+"}:fence").Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), fence, "the late grant did land (its fence counter is there): it was released")
+	time.Sleep(time.Second)
+	require.Equal(t, http.StatusNotFound, c.Do(t, "GET", path, nil).Status, "and stays free")
+}
+
+// warmUp takes and releases path's lock once, so Redis has the scripts
+// loaded: a paused Redis then holds a script it will run, not an EVALSHA
+// it would refuse for a script it does not know yet.
+func warmUp(t *testing.T, c *apitest.Client, path string) {
+	t.Helper()
+	r := c.Do(t, "PUT", path, nil)
+	require.Equal(t, http.StatusCreated, r.Status)
+	require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", path, nil, "Lock-Token", r.JSON(t)["token"].(string)).Status)
+}
