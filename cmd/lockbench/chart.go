@@ -63,9 +63,11 @@ func chart(res results) []byte {
 
 	var plain, waits []row
 	for _, r := range res.Rows {
-		if r.Measures == "wait" {
+		switch r.Measures {
+		case "flood": // in the targets, as ratios
+		case "wait":
 			waits = append(waits, r)
-		} else {
+		default:
 			plain = append(plain, r)
 		}
 	}

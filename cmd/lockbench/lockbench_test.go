@@ -28,6 +28,8 @@ func TestSmoke(t *testing.T) {
 	err := run(ctx, []string{
 		"-duration", "300ms", "-warmup", "50ms", "-rounds", "1",
 		"-c", "4", "-contended-clients", "4",
+		// The floods' plumbing, at a size that costs nothing.
+		"-flood-clients", "2", "-flood-locks", "50", "-flood-waiters", "8", "-flood-conns", "8", "-flood-settle", "0",
 		"-redis-server", redistest.Binary(t),
 		// Only plumbing is under test: on a machine busy with the other
 		// packages' tests, Redlock's 50 ms per node could run out.
@@ -43,10 +45,17 @@ func TestSmoke(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &res))
 
 	haveEtcd := etcdBinary("") != ""
-	require.Len(t, res.Rows, len(rowSpecs), "every row is in the results")
+	var specs []rowSpec // as the rows come: a flood gives two
+	for _, spec := range rowSpecs {
+		specs = append(specs, spec)
+		if spec.flood {
+			specs = append(specs, spec)
+		}
+	}
+	require.Len(t, res.Rows, len(specs), "every row is in the results")
 	for i, r := range res.Rows {
-		spec := rowSpecs[i]
-		assert.Equal(t, spec.id, r.ID)
+		spec := specs[i]
+		assert.Contains(t, r.ID, spec.id)
 		assert.Contains(t, stdout.String(), r.Label, "the table lists row %s", r.No)
 		if spec.needsEtcd && !haveEtcd {
 			assert.Equal(t, "skipped: no etcd binary", r.Skipped, "row %s", r.No)
@@ -60,6 +69,11 @@ func TestSmoke(t *testing.T) {
 		assert.Zero(t, r.Errors, "row %s errors: %v", r.No, r.ErrorKinds)
 		if spec.contended {
 			assert.NotNil(t, r.HandoffP50, "row %s reports handoffs", r.No)
+		}
+		if spec.flood {
+			if r.ID == spec.id { // the flooded one
+				assert.Positive(t, r.FloodHeld, "row %s: the flood held something", r.No)
+			}
 		}
 	}
 	assert.NotEmpty(t, res.Ratios)

@@ -15,6 +15,9 @@
 //  4. the gateway, Redlock over 5 masters
 //  5. etcd 3.4's lock API over its JSON gateway
 //  6. contended: all clients on one key with waiting acquires, gateway and etcd
+//  7. 8. 9. floods: a small client alone, then while another client holds
+//     150 k locks, keeps 3 000 acquires waiting or keeps 6 000 idle
+//     connections, each on a gateway of its own (flood.go)
 //
 // It prints one table, the ratios the project targets (information, never a
 // failure), the gateway's memory before and after, and writes the results
@@ -72,6 +75,12 @@ type config struct {
 	profileDir  string
 	keep        bool
 	gatewayEnv  []string // KEY=VALUE added to the gateways' production defaults
+	// The flood rows (flood.go).
+	floodClients int
+	floodLocks   int
+	floodWaiters int
+	floodConns   int
+	floodSettle  time.Duration
 }
 
 func parseConfig(args []string, stderr io.Writer) (config, error) {
@@ -85,6 +94,11 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.concurrency, "c", 32, "concurrent keep-alive clients, each on its own key (uncontended rows)")
 	fs.IntVar(&c.contended, "contended-clients", 32, "clients sharing one key in the contended rows")
 	fs.IntVar(&c.waitMs, "wait-ms", 5000, "wait_ms of the gateway's contended acquires")
+	fs.IntVar(&c.floodClients, "flood-clients", 4, "keep-alive clients of the small client in the flood rows")
+	fs.IntVar(&c.floodLocks, "flood-locks", 150_000, "locks the flooding client holds in row 7")
+	fs.IntVar(&c.floodWaiters, "flood-waiters", 3000, "waiting acquires the flooding client keeps in row 8")
+	fs.IntVar(&c.floodConns, "flood-conns", 6000, "idle keep-alive connections the flooding client keeps in row 9")
+	fs.DurationVar(&c.floodSettle, "flood-settle", 2*time.Second, "pause between the flood being in place and the measured load")
 	fs.StringVar(&rows, "rows", "all", "comma-separated rows to run: all, or "+strings.Join(rowIDs(), ", "))
 	fs.StringVar(&c.out, "out", "", "JSON results file; the SVG chart goes beside it (default bench-results/<UTC time>.json)")
 	fs.StringVar(&c.gatewayBin, "gateway-bin", "", "lockgateway binary to measure (default: go build ./cmd/lockgateway)")
@@ -117,8 +131,11 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if c.rounds < 1 {
 		errs = append(errs, errors.New("-rounds must be at least 1"))
 	}
-	if c.concurrency < 1 || c.contended < 1 {
-		errs = append(errs, errors.New("-c and -contended-clients must be at least 1"))
+	if c.concurrency < 1 || c.contended < 1 || c.floodClients < 1 {
+		errs = append(errs, errors.New("-c, -contended-clients and -flood-clients must be at least 1"))
+	}
+	if c.floodLocks < 1 || c.floodWaiters < 1 || c.floodConns < 1 || c.floodSettle < 0 {
+		errs = append(errs, errors.New("-flood-locks, -flood-waiters and -flood-conns must be at least 1, -flood-settle not negative"))
 	}
 	if c.waitMs < 1 {
 		errs = append(errs, errors.New("-wait-ms must be at least 1"))

@@ -87,6 +87,13 @@ type row struct {
 	// in microseconds: where the machine's work went.
 	CPUPerCycle map[string]float64 `json:"cpu_us_per_cycle,omitempty"`
 	ErrorKinds  map[string]int     `json:"error_kinds,omitempty"`
+	// Flood rows (measures "flood"): what the flood was, how much of it
+	// the gateway held, the gateway's CPU per small-client cycle and its
+	// RSS with the flood in place.
+	Flood         string  `json:"flood,omitempty"`
+	FloodHeld     int64   `json:"flood_held,omitempty"`
+	GatewayCPU    float64 `json:"gateway_cpu_us_per_cycle,omitempty"`
+	GatewayRSSMiB float64 `json:"gateway_rss_mib,omitempty"`
 }
 
 func (r *row) fill(m measurement, cpu cpuUse) {
@@ -196,6 +203,26 @@ func ratios(rows []row, procs []processStats) []ratio {
 	add("gateway / etcd, cycles/s", gw, etcd, perSec, true, 2.5)
 	add("redlock / gateway, cycles/s", rl, gw, perSec, true, 0.5)
 	add("contended gateway / etcd, grants/s", cgw, cetcd, perSec, true, 5)
+	for _, kind := range []string{"locks", "waiters", "conns"} {
+		var quiet, loud *row
+		for i := range rows {
+			if rows[i].Flood == kind && rows[i].Count > 0 {
+				if strings.HasSuffix(rows[i].ID, "-quiet") {
+					quiet = &rows[i]
+				} else {
+					loud = &rows[i]
+				}
+			}
+		}
+		if quiet == nil || loud == nil {
+			continue
+		}
+		gwCPU := func(a, b *row) float64 { return a.GatewayCPU / b.GatewayCPU }
+		add(fmt.Sprintf("flood %s: gateway CPU per cycle ×", kind), loud, quiet, gwCPU, false, 1.3)
+		r := &out[len(out)-1]
+		r.Note = fmt.Sprintf("%.0f → %.0f µs; p99 %s → %s; flood held %s", quiet.GatewayCPU, loud.GatewayCPU,
+			fmtMs(quiet.P99), fmtMs(loud.P99), thousands(float64(loud.FloodHeld)))
+	}
 
 	for _, p := range procs {
 		if p.InProcess || p.RSSEndMiB == 0 {
@@ -244,13 +271,26 @@ func printReport(w io.Writer, res results) {
 	header := func(rate, lat string) {
 		fmt.Fprintf(w, head, "", "", rate, lat+"p50", lat+"p99", lat+"p99.9", "errors", "")
 	}
-	header("cycles/s", "")
+	plain := false
+	for _, r := range res.Rows {
+		plain = plain || r.Measures == "cycle"
+	}
+	if plain {
+		header("cycles/s", "")
+	}
 	waitHeader := false
+	floodHeader := false
 	for _, r := range res.Rows {
 		if r.Measures == "wait" && !waitHeader {
 			fmt.Fprintln(w)
 			header("grants/s", "wait ")
 			waitHeader = true
+		}
+		if r.Measures == "flood" && !floodHeader {
+			fmt.Fprintf(w, "\nfloods: a small client (%d keep-alive clients, a key each) on a gateway of its own, alone and beside another client's flood\n",
+				r.Clients)
+			header("cycles/s", "")
+			floodHeader = true
 		}
 		if r.Skipped != "" {
 			fmt.Fprintf(w, "%-3s %-40s %s\n", r.No, r.Label, r.Skipped)
@@ -259,6 +299,15 @@ func printReport(w io.Writer, res results) {
 		note := ""
 		if r.HandoffP50 != nil {
 			note = fmt.Sprintf("handoff p50 %s, p99 %s", fmtMs(*r.HandoffP50), fmtMs(*r.HandoffP99))
+		}
+		if r.Measures == "flood" {
+			note = fmt.Sprintf("gateway %.0f µs/cycle", r.GatewayCPU)
+			if r.GatewayRSSMiB > 0 {
+				note += fmt.Sprintf(", RSS %.0f MiB", r.GatewayRSSMiB)
+			}
+			if r.FloodHeld > 0 {
+				note += fmt.Sprintf(", flood held %s", thousands(float64(r.FloodHeld)))
+			}
 		}
 		fmt.Fprintf(w, line, r.No, r.Label, thousands(r.PerSecond), fmtMs(r.P50), fmtMs(r.P99), fmtMs(r.P999), r.Errors, note)
 	}

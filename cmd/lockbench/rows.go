@@ -22,6 +22,10 @@ type rowSpec struct {
 	contended bool
 	// needsEtcd rows are skipped without an etcd binary.
 	needsEtcd bool
+	// flood rows (flood.go) run once each, after the others, on a gateway
+	// of their own, and give two lines: the small client alone and beside
+	// the flood.
+	flood bool
 	// clients makes n clients, client i on spec.key(prefix, i), and names
 	// the gateway they load, if any.
 	clients func(ctx context.Context, b *bench, spec rowSpec, n int, prefix string) ([]client, *target, error)
@@ -35,6 +39,9 @@ var rowSpecs = []rowSpec{
 	{id: "etcd", no: "5", label: "etcd 3.4 lock API (JSON gateway)", needsEtcd: true, clients: etcdClients},
 	{id: "contended", no: "6a", label: "contended: gateway, wait_ms", contended: true, clients: gatewayClients},
 	{id: "contended-etcd", no: "6b", label: "contended: etcd 3.4 blocking lock", contended: true, needsEtcd: true, clients: etcdClients},
+	{id: "flood-locks", no: "7", flood: true},
+	{id: "flood-waiters", no: "8", flood: true},
+	{id: "flood-conns", no: "9", flood: true},
 }
 
 func rowIDs() []string {
@@ -65,7 +72,15 @@ func (s rowSpec) key(prefix string, i int) string {
 // runRows measures every row. Rounds interleave the rows in time, so that
 // a burst of other work on the machine spreads over all of them instead of
 // sinking one.
-func (b *bench) runRows(ctx context.Context, specs []rowSpec) ([]row, error) {
+func (b *bench) runRows(ctx context.Context, all []rowSpec) ([]row, error) {
+	var specs, floodSpecs []rowSpec
+	for _, spec := range all {
+		if spec.flood {
+			floodSpecs = append(floodSpecs, spec)
+		} else {
+			specs = append(specs, spec)
+		}
+	}
 	rows := make([]row, len(specs))
 	ms := make([]measurement, len(specs))
 	cpus := make([]cpuUse, len(specs))
@@ -106,6 +121,13 @@ func (b *bench) runRows(ctx context.Context, specs []rowSpec) ([]row, error) {
 		if rows[i].Skipped == "" {
 			rows[i].fill(ms[i], cpus[i])
 		}
+	}
+	for _, spec := range floodSpecs {
+		fr, err := b.floodRows(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("row %s (%s): %w", spec.no, spec.id, err)
+		}
+		rows = append(rows, fr...)
 	}
 	return rows, nil
 }
