@@ -42,6 +42,12 @@ type Config struct {
 	MaxBodyBytes     int64
 	BackendTimeout   time.Duration
 	ShutdownTimeout  time.Duration
+	// What one client can make the gateway hold (limits.go): MaxConns and
+	// MaxWaiting are 0 for "auto", derived from the memory limit.
+	MemoryLimit string // "auto" or a size, as GOMEMLIMIT reads it
+	MaxConns    int
+	MaxWaiting  int
+	IdleTimeout time.Duration
 }
 
 // Backends the gateway can run on.
@@ -80,6 +86,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		maxBody          = fs.String("max-body-bytes", "65536", "request body limit in bytes (LOCKGW_MAX_BODY_BYTES)")
 		backendTimeout   = fs.String("backend-timeout", "1s", "deadline for one backend call (LOCKGW_BACKEND_TIMEOUT)")
 		shutdownTimeout  = fs.String("shutdown-timeout", "15s", "how long a SIGTERM waits for in-flight requests (LOCKGW_SHUTDOWN_TIMEOUT)")
+		memoryLimit      = fs.String("memory-limit", "auto", "Go's soft memory limit: auto (90% of the cgroup's limit, else of the machine's memory) or a size such as 512MiB (LOCKGW_MEMORY_LIMIT)")
+		maxConns         = fs.String("max-conns", "auto", fmt.Sprintf("most connections open at once; auto: one per %d KiB of the memory limit, %d to %d (LOCKGW_MAX_CONNS)", connBudget>>10, minConns, maxConns))
+		maxWaiting       = fs.String("max-waiting", "auto", fmt.Sprintf("most acquires waiting at once; auto: one per %d KiB of the memory limit, %d to %d (LOCKGW_MAX_WAITING)", waiterBudget>>10, minWaiting, maxWaiting))
+		idleTimeout      = fs.String("idle-timeout", "30s", "how long a keep-alive connection may sit idle (LOCKGW_IDLE_TIMEOUT)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -201,6 +211,27 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	c.MaxWait = duration("max-wait", maxWait, 0)
 	c.BackendTimeout = duration("backend-timeout", backendTimeout, time.Millisecond)
 	c.ShutdownTimeout = duration("shutdown-timeout", shutdownTimeout, 0)
+
+	c.MemoryLimit, src = value("memory-limit", memoryLimit)
+	if c.MemoryLimit != "auto" {
+		if _, err := parseByteSize(c.MemoryLimit); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w, or auto", src, err))
+		}
+	}
+	count := func(name string, p *string) int {
+		v, src := value(name, p)
+		if v == "auto" {
+			return 0
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("%s: %q: want auto or a whole number of at least 1", src, v))
+		}
+		return n
+	}
+	c.MaxConns = count("max-conns", maxConns)
+	c.MaxWaiting = count("max-waiting", maxWaiting)
+	c.IdleTimeout = duration("idle-timeout", idleTimeout, time.Second)
 
 	body, src := value("max-body-bytes", maxBody)
 	if c.MaxBodyBytes, err = strconv.ParseInt(body, 10, 64); err != nil || c.MaxBodyBytes < 1024 {

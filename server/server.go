@@ -72,6 +72,10 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger, flushLog := newLogger(cfg, stdout)
 	defer flushLog()
+	bounds, err := setLimits(cfg, getenv, logger)
+	if err != nil {
+		return err
+	}
 	m := metrics.New()
 	// go-redis has one logger per process, not per client: the last Run's
 	// logger wins, which is only ever a concern in tests.
@@ -84,7 +88,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer store.Close()
 
 	d := deps{
-		store:   store,
+		store:   newWaitLimit(store, bounds.maxWaiting),
 		backend: cfg.Backend,
 		nodes:   nodes,
 		limits: handlers.Limits{
@@ -107,10 +111,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
+	tcp, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	ln := newConnLimit(tcp, bounds.maxConns)
 
 	stopping := make(chan struct{})
 	d.stopping = stopping
@@ -123,8 +128,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// A waiting acquire may take MaxWait plus one backend call; the
 		// write deadline leaves room for both so a wait ends in a 409, not
 		// a cut connection.
-		WriteTimeout:   cfg.MaxWait + cfg.BackendTimeout + 10*time.Second,
-		IdleTimeout:    120 * time.Second,
+		WriteTimeout: cfg.MaxWait + cfg.BackendTimeout + 10*time.Second,
+		// An idle keep-alive connection costs memory and a place under
+		// the connection cap; a client that wants it kept sends a request.
+		IdleTimeout:    cfg.IdleTimeout,
+		ConnState:      ln.track,
 		MaxHeaderBytes: 32 << 10,
 		ErrorLog:       log.New(logWriter{logger}, "", 0),
 		// Lets an acquire see that its client left just before its grant.

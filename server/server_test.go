@@ -395,6 +395,11 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown flag", []string{"--nope"}, nil, "flag provided but not defined"},
 		{"stray argument", []string{"serve"}, nil, "unexpected argument"},
 		{"flag beats env", []string{"--backend", "nosql"}, map[string]string{"LOCKGW_BACKEND": "memory"}, `--backend: unknown backend "nosql"`},
+		{"bad memory limit", nil, map[string]string{"LOCKGW_MEMORY_LIMIT": "1GB"}, `LOCKGW_MEMORY_LIMIT: "1GB" is not a memory size`},
+		{"no connections", []string{"--max-conns", "0"}, nil, `--max-conns: "0": want auto or a whole number`},
+		{"bad waiting cap", nil, map[string]string{"LOCKGW_MAX_WAITING": "many"}, `LOCKGW_MAX_WAITING: "many"`},
+		{"idle timeout too short", []string{"--idle-timeout", "100ms"}, nil, "below the minimum 1s"},
+		{"bounds past the memory limit", []string{"--memory-limit", "64MiB", "--max-conns", "5000"}, nil, "more than half the memory limit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
