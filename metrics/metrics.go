@@ -38,6 +38,8 @@ type Metrics struct {
 	ratelimit *prometheus.CounterVec
 	votes     *prometheus.CounterVec
 	requests  *prometheus.HistogramVec
+	replaced  prometheus.Counter
+	crowded   prometheus.Counter
 
 	// The series a request touches, looked up once rather than hashed from
 	// their labels on every request.
@@ -107,9 +109,18 @@ func New() *Metrics {
 			Help:    "HTTP requests by route pattern, method and status.",
 			Buckets: latencyBuckets,
 		}, []string{"route", "method", "status"}),
+		replaced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgw_connections_replaced_total",
+			Help: "Idle connections closed to make room for a new one at LOCKGW_MAX_CONNS.",
+		}),
+		crowded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgw_waiting_refused_total",
+			Help: "Acquires that would have waited, refused (503 too-many-waiters) because LOCKGW_MAX_WAITING acquires were waiting.",
+		}),
 		holds: newHolds(1 << 17),
 	}
-	reg.MustRegister(m.acquire, m.wait, m.hold, m.conflicts, m.gone, m.backend, m.refused, m.ratelimit, m.votes, m.requests)
+	reg.MustRegister(m.acquire, m.wait, m.hold, m.conflicts, m.gone, m.backend, m.refused, m.ratelimit, m.votes, m.requests,
+		m.replaced, m.crowded)
 	m.outcomes = make(map[string]prometheus.Observer)
 	for _, o := range []string{"acquired", "renewed", "held", "unavailable", "error"} {
 		m.outcomes[o] = m.acquire.WithLabelValues(o)
@@ -166,6 +177,27 @@ func (m *Metrics) BackendError(op string) { m.backend.WithLabelValues(op).Inc() 
 
 // Refused counts an operation whose write the backend refused.
 func (m *Metrics) Refused(op, reason string) { m.refused.WithLabelValues(op, reason).Inc() }
+
+// Bounds exports what the gateway holds against its bounds: connections
+// open and acquires waiting, read when /metrics is scraped.
+func (m *Metrics) Bounds(conns, waiting func() int) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "lockgw_connections_open",
+			Help: "Client connections open, of at most LOCKGW_MAX_CONNS.",
+		}, func() float64 { return float64(conns()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "lockgw_waiting_acquires",
+			Help: "Acquires waiting for a lock, of at most LOCKGW_MAX_WAITING.",
+		}, func() float64 { return float64(waiting()) }),
+	)
+}
+
+// ConnectionReplaced counts an idle connection closed to make room.
+func (m *Metrics) ConnectionReplaced() { m.replaced.Inc() }
+
+// WaitingRefused counts an acquire refused a place among the waiters.
+func (m *Metrics) WaitingRefused() { m.crowded.Inc() }
 
 // RateLimit counts a rate-limit decision.
 func (m *Metrics) RateLimit(decision string) { m.ratelimit.WithLabelValues(decision).Inc() }

@@ -24,7 +24,8 @@ import (
 // which have closed.
 type connLimit struct {
 	net.Listener
-	max int
+	max      int
+	replaced func() // an idle connection was closed to make room
 
 	mu   sync.Mutex
 	room *sync.Cond // signalled when a connection closes or goes idle
@@ -36,8 +37,8 @@ type connLimit struct {
 	closed  bool
 }
 
-func newConnLimit(l net.Listener, max int) *connLimit {
-	c := &connLimit{Listener: l, max: max, idle: make(map[net.Conn]time.Time), evicted: make(map[net.Conn]bool)}
+func newConnLimit(l net.Listener, max int, replaced func()) *connLimit {
+	c := &connLimit{Listener: l, max: max, replaced: replaced, idle: make(map[net.Conn]time.Time), evicted: make(map[net.Conn]bool)}
 	c.room = sync.NewCond(&c.mu)
 	return c
 }
@@ -58,6 +59,7 @@ func (l *connLimit) Accept() (net.Conn, error) {
 			l.evicted[oldest] = true
 			l.open--
 			_ = oldest.Close()
+			l.replaced()
 			break
 		}
 		l.room.Wait()
@@ -79,6 +81,13 @@ func (l *connLimit) oldestIdle() net.Conn {
 		}
 	}
 	return oldest
+}
+
+// Open is how many connections are open.
+func (l *connLimit) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
 }
 
 // Close stops accepting; an Accept waiting for room returns.

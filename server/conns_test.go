@@ -195,6 +195,10 @@ func TestWaitingCap(t *testing.T) {
 	assert.Equal(t, "too-many-waiters", r.ProblemType(t))
 	assert.Equal(t, "1", r.Header.Get("Retry-After"))
 	assert.Equal(t, http.StatusConflict, c.Do(t, "PUT", path, nil).Status, "an acquire that does not wait is answered as ever")
+	series, _ := scrape(t, c)
+	assert.Equal(t, float64(1), series["lockgw_waiting_acquires"])
+	assert.GreaterOrEqual(t, series["lockgw_waiting_refused_total"], float64(1))
+	assert.Positive(t, series["lockgw_connections_open"])
 
 	require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", path, nil, "Lock-Token", token).Status)
 	select {

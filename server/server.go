@@ -87,8 +87,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer store.Close()
 
+	waiting := newWaitLimit(store, bounds.maxWaiting, m.WaitingRefused)
 	d := deps{
-		store:   newWaitLimit(store, bounds.maxWaiting),
+		store:   waiting,
 		backend: cfg.Backend,
 		nodes:   nodes,
 		limits: handlers.Limits{
@@ -115,7 +116,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	ln := newConnLimit(tcp, bounds.maxConns)
+	ln := newConnLimit(tcp, bounds.maxConns, m.ConnectionReplaced)
+	m.Bounds(ln.Open, waiting.Waiting)
 
 	stopping := make(chan struct{})
 	d.stopping = stopping

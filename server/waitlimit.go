@@ -27,14 +27,16 @@ var kindTooManyWaiters = handlers.Kind{Slug: "too-many-waiters", Status: http.St
 // 13). An acquire that does not wait is never refused here.
 type waitLimit struct {
 	lockstore.Store
-	slots  chan struct{}
-	refuse *handlers.Error
+	slots   chan struct{}
+	refuse  *handlers.Error
+	refused func() // counts a refusal
 }
 
-func newWaitLimit(store lockstore.Store, max int) waitLimit {
+func newWaitLimit(store lockstore.Store, max int, refused func()) waitLimit {
 	return waitLimit{
-		Store: store,
-		slots: make(chan struct{}, max),
+		Store:   store,
+		refused: refused,
+		slots:   make(chan struct{}, max),
 		refuse: &handlers.Error{
 			Kind: kindTooManyWaiters,
 			Detail: fmt.Sprintf("the gateway has %d acquires waiting, its limit (LOCKGW_MAX_WAITING); "+
@@ -53,7 +55,11 @@ func (s waitLimit) Acquire(ctx context.Context, key string, req lockstore.Acquir
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
 	default:
+		s.refused()
 		return lockstore.Lease{}, s.refuse
 	}
 	return s.Store.Acquire(ctx, key, req)
 }
+
+// Waiting is how many acquires are waiting.
+func (s waitLimit) Waiting() int { return len(s.slots) }
