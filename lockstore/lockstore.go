@@ -96,6 +96,11 @@ type AcquireRequest struct {
 	// Wait is how long to wait for a key held by another token; 0 tries
 	// once. The context may end the wait sooner.
 	Wait time.Duration
+	// Quota, when its Max is positive, caps the live locks of its user: a
+	// new grant that would pass it fails with ErrUserQuota (checked when
+	// the key could be granted, so a held key is still ErrHeld). Memory
+	// and Redis count; Redlock refuses a quota (ErrInvalid).
+	Quota Quota
 }
 
 // Lease describes a held lock.

@@ -3,6 +3,7 @@ package lockstore
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,12 +17,17 @@ import (
 // are reclaimed by every call from a queue ordered by expiry, so memory
 // stays proportional to the locks currently held and no goroutine runs per
 // lock (or at all).
+//
+// Caps on live locks (a user's Quota, MemoryOptions.MaxLocks) are exact:
+// every lock counts from its grant until its release or expiry.
 type Memory struct {
-	mu     sync.Mutex
-	locks  map[string]*memLock
-	queues map[string][]*memWaiter // waiters per key, in arrival order
-	expiry expiry.Queue[string]
-	fence  int64 // last fence handed out, shared by all keys
+	mu       sync.Mutex
+	locks    map[string]*memLock
+	queues   map[string][]*memWaiter // waiters per key, in arrival order
+	expiry   expiry.Queue[string]
+	fence    int64 // last fence handed out, shared by all keys
+	maxLocks int
+	users    map[string]*memUser // users with a counted lock
 }
 
 type memLock struct {
@@ -30,6 +36,25 @@ type memLock struct {
 	owner   string
 	fence   int64
 	expires *expiry.Entry[string] // its At carries a monotonic reading
+	// user is whom the lock counts against (nil: granted without a
+	// quota); counted is its place in the user's queue.
+	user    *memUser
+	counted *expiry.Entry[string]
+}
+
+// memUser is one user's counted locks by expiry: their number is the count,
+// the first the soonest one frees by itself.
+type memUser struct {
+	name  string
+	locks expiry.Queue[string]
+}
+
+// MemoryOptions configures a Memory store.
+type MemoryOptions struct {
+	// MaxLocks caps the locks the store holds at once (0: no cap), so a
+	// client cannot make it hold more memory than the operator allowed.
+	// Rate-limit windows (TakeWindow) are never refused, but take places.
+	MaxLocks int
 }
 
 // memWaiter is a request waiting for a key; wake tells it to try again.
@@ -37,15 +62,26 @@ type memWaiter struct{ wake chan struct{} }
 
 var _ Store = (*Memory)(nil)
 
-// NewMemory returns an empty Memory store.
-func NewMemory() *Memory {
-	return &Memory{locks: make(map[string]*memLock), queues: make(map[string][]*memWaiter)}
+// NewMemory returns an empty Memory store without a cap on its locks.
+func NewMemory() *Memory { return NewMemoryWith(MemoryOptions{}) }
+
+// NewMemoryWith returns an empty Memory store configured by o.
+func NewMemoryWith(o MemoryOptions) *Memory {
+	return &Memory{
+		locks:    make(map[string]*memLock),
+		queues:   make(map[string][]*memWaiter),
+		maxLocks: max(o.MaxLocks, 0),
+		users:    make(map[string]*memUser),
+	}
 }
 
 // Acquire implements Store. Waiters queue per key and are woken, in
 // order, by the release that frees the key or at the holder's expiry.
 func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
 	if err := checkAcquire(key, req); err != nil {
+		return Lease{}, err
+	}
+	if err := checkQuota(req.Quota); err != nil {
 		return Lease{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -104,7 +140,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 		if l.digest != digest {
 			return Lease{}, head, &HeldError{Remaining: l.expires.At.Sub(now)}
 		}
-		m.expiry.Move(l.expires, now.Add(req.TTL))
+		m.move(l, now.Add(req.TTL))
 		lease := l.lease(req.Token, req.TTL)
 		lease.Renewed = true
 		return lease, head, nil
@@ -112,16 +148,71 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 	if len(q) > 0 && !head { // free, but promised to the first waiter
 		return Lease{}, false, &HeldError{}
 	}
+	if err := m.checkCaps(key, req.Quota, now); err != nil {
+		return Lease{}, head, err
+	}
 
 	// One counter for all keys: strictly increasing per key a fortiori, and
 	// nothing to remember once a key is free.
 	m.fence = nextFence(m.fence, now.UnixMicro())
 	l := &memLock{key: key, digest: digest, owner: req.Owner, fence: m.fence, expires: m.expiry.Add(key, now.Add(req.TTL))}
 	m.locks[key] = l
+	m.count(l, req.Quota)
 	if head {
 		m.dequeue(key, w)
 	}
 	return l.lease(req.Token, req.TTL), head, nil
+}
+
+// checkCaps refuses a new grant of key that would pass the store's cap or
+// q's. m.mu must be held, and expired locks reclaimed.
+func (m *Memory) checkCaps(key string, q Quota, now time.Time) error {
+	if m.maxLocks > 0 && len(m.locks) >= m.maxLocks && !strings.HasPrefix(key, windowPrefix) {
+		at, _ := m.expiry.Earliest()
+		return &CapError{Err: ErrFull, Max: m.maxLocks, Next: at.Sub(now)}
+	}
+	if q.Max <= 0 {
+		return nil
+	}
+	if u := m.users[q.User]; u != nil && u.locks.Len() >= q.Max {
+		at, _ := u.locks.Earliest()
+		return &CapError{Err: ErrUserQuota, Max: q.Max, Next: at.Sub(now)}
+	}
+	return nil
+}
+
+// count makes l count against q's user, when q caps anything. m.mu must be
+// held.
+func (m *Memory) count(l *memLock, q Quota) {
+	if q.Max <= 0 {
+		return
+	}
+	u := m.users[q.User]
+	if u == nil {
+		u = &memUser{name: q.User}
+		m.users[q.User] = u
+	}
+	l.user, l.counted = u, u.locks.Add(l.key, l.expires.At)
+}
+
+// forget takes l out of the store and out of its user's count. m.mu must
+// be held.
+func (m *Memory) forget(l *memLock) {
+	delete(m.locks, l.key)
+	if u := l.user; u != nil {
+		u.locks.Remove(l.counted)
+		if u.locks.Len() == 0 {
+			delete(m.users, u.name)
+		}
+	}
+}
+
+// move sets l's expiry, in its user's count too. m.mu must be held.
+func (m *Memory) move(l *memLock, at time.Time) {
+	m.expiry.Move(l.expires, at)
+	if l.user != nil {
+		l.user.locks.Move(l.counted, at)
+	}
 }
 
 // leave takes w out of key's queue if it is still there.
@@ -178,7 +269,7 @@ func (m *Memory) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	if err != nil {
 		return Lease{}, err
 	}
-	m.expiry.Move(l.expires, now.Add(ttl))
+	m.move(l, now.Add(ttl))
 	return l.lease(token, ttl), nil
 }
 
@@ -198,7 +289,7 @@ func (m *Memory) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	m.expiry.Remove(l.expires)
-	delete(m.locks, key)
+	m.forget(l)
 	m.wakeHead(key)
 	return nil
 }
@@ -248,7 +339,7 @@ func (m *Memory) owned(key, token string) (*memLock, error) {
 // m.mu must be held.
 func (m *Memory) reclaim() time.Time {
 	now := time.Now()
-	m.expiry.PopExpired(now, func(key string) { delete(m.locks, key) })
+	m.expiry.PopExpired(now, func(key string) { m.forget(m.locks[key]) })
 	return now
 }
 

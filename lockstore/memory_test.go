@@ -17,6 +17,11 @@ func TestMemoryConformance(t *testing.T) {
 	lockstoretest.Run(t, func(t *testing.T) lockstore.Store { return lockstore.NewMemory() })
 }
 
+func TestMemoryQuota(t *testing.T) {
+	s := lockstore.NewMemory()
+	lockstoretest.RunQuota(t, func(t *testing.T) lockstore.Store { return s })
+}
+
 func TestMemoryWait(t *testing.T) {
 	lockstoretest.RunWait(t, func(t *testing.T) lockstore.Store { return lockstore.NewMemory() }, true)
 }

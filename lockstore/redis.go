@@ -47,6 +47,11 @@ var (
 // redis.UniversalClient reaches (Sentinel, Cluster). Every operation is one
 // Lua script, so no read-then-write can interleave with another client's.
 // Redis keeps only a SHA-256 digest of each token.
+//
+// Per-user quotas (AcquireRequest.Quota) are counted in Redis, in one set
+// per user changed by the same script as the lock, so they are exact
+// across every gateway on the Redis. A user's set and a lock hash to
+// different Redis Cluster slots: quotas need a single Redis or Sentinel.
 type Redis struct {
 	client   redis.UniversalClient
 	notifier *notifier
@@ -69,19 +74,40 @@ func (s *Redis) Acquire(ctx context.Context, key string, req AcquireRequest) (Le
 	if err := checkAcquire(key, req); err != nil {
 		return Lease{}, err
 	}
+	if err := checkQuota(req.Quota); err != nil {
+		return Lease{}, err
+	}
 	start := time.Now()
 	digest := digestHex(req.Token)
-	r, err := nodeAcquire(ctx, s.client, key, acquireArgs{digest: digest, ttl: req.TTL, owner: req.Owner})
+	a := acquireArgs{digest: digest, ttl: req.TTL, owner: req.Owner, quota: newCounting(ctx, req.Quota)}
+	r, err := s.acquire(ctx, key, &a)
 	if err != nil {
 		return Lease{}, err
 	}
-	if r.code == acquireHeld {
+	switch r.code {
+	case acquireHeld:
 		if req.Wait > 0 {
-			return s.wait(ctx, key, digest, req, start)
+			return s.wait(ctx, key, a, req, start)
 		}
 		return Lease{}, &HeldError{Remaining: r.remaining}
+	case acquireOverQuota:
+		return Lease{}, r.capErr
 	}
 	return r.lease(key, req.Token, req.TTL, start), nil
+}
+
+// acquire runs acquire.lua, again with the right quota set when the lock
+// the caller renews counts against another user than a.quota believed (it
+// keeps the user it learnt for later calls).
+func (s *Redis) acquire(ctx context.Context, key string, a *acquireArgs) (acquireResult, error) {
+	for range recountTries {
+		r, err := nodeAcquire(ctx, s.client, key, *a)
+		if err != nil || r.code != acquireElsewhere {
+			return r, err
+		}
+		a.quota.holder = r.user
+	}
+	return acquireResult{}, errRecount
 }
 
 // Extend implements Store.
@@ -90,11 +116,24 @@ func (s *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration
 		return Lease{}, err
 	}
 	start := time.Now()
-	v, err := nodeExtend(ctx, s.client, key, digestHex(token), ttl, false)
-	if err != nil {
-		return Lease{}, err
+	holder := escapeUser(userHint(ctx))
+	for range recountTries {
+		args := []any{digestHex(token), ttl.Milliseconds()}
+		reply, err := extendScript.Run(ctx, s.client, quotaKeys([]string{lockKey(key)}, holder), args...).Slice()
+		if err != nil {
+			return Lease{}, redisErr(err)
+		}
+		if user, ok := elsewhere(reply, -2); ok {
+			holder = user
+			continue
+		}
+		v, err := extendReply(reply)
+		if err != nil {
+			return Lease{}, err
+		}
+		return v.lease(key, token, ttl, start), nil
 	}
-	return v.lease(key, token, ttl, start), nil
+	return Lease{}, errRecount
 }
 
 // Release implements Store.
@@ -102,7 +141,74 @@ func (s *Redis) Release(ctx context.Context, key, token string) error {
 	if err := checkToken(key, token, MinTTL); err != nil {
 		return err
 	}
-	return nodeRelease(ctx, s.client, key, digestHex(token), nil)
+	holder := escapeUser(userHint(ctx))
+	for range recountTries {
+		keys, args := releaseCall(key, digestHex(token), nil)
+		reply, err := releaseScript.Run(ctx, s.client, quotaKeys(keys, holder), args...).Result()
+		if err != nil {
+			return redisErr(err)
+		}
+		if list, ok := reply.([]any); ok {
+			if user, ok := elsewhere(list, -3); ok {
+				holder = user
+				continue
+			}
+		}
+		code, _ := reply.(int64)
+		return releaseCode(code)
+	}
+	return errRecount
+}
+
+// recountTries bounds the calls an operation makes to find the quota set
+// of the user its lock counts against: the hint, then the user the lock
+// names. A third is needed only if the lock changed hands in between.
+const recountTries = 3
+
+var errRecount = errors.New("lockstore: the lock's quota user kept changing")
+
+// counting is what acquire.lua needs to count a grant against a user:
+// the cap (0: count nothing new), the caller's user and the user the caller
+// believes its lock counts against if it renews it, both escaped.
+type counting struct {
+	max          int
+	user, holder string
+}
+
+func newCounting(ctx context.Context, q Quota) counting {
+	if q.Max > 0 {
+		u := escapeUser(q.User)
+		return counting{max: q.Max, user: u, holder: u}
+	}
+	return counting{holder: escapeUser(userHint(ctx))}
+}
+
+// on: the call passes quota sets. Without a cap or a hint it passes none,
+// so that a deployment without quotas never names a key outside the
+// lock's Redis Cluster slot.
+func (c counting) on() bool { return c.max > 0 || c.holder != "" }
+
+// quotaKey is the set of a user's live locks (escaped user; see
+// acquire.lua, "Counting"). Its hash tag is the user's, apart from every
+// lock's: one script cannot touch both on a Redis Cluster.
+func quotaKey(escapedUser string) string { return "lockgw:{quota:" + escapedUser + "}:locks" }
+
+// quotaKeys appends holder's quota set to a release's or an extend's keys;
+// with no holder known, the script names it if the lock counts against one.
+func quotaKeys(keys []string, holder string) []string {
+	if holder == "" {
+		return keys
+	}
+	return append(keys, quotaKey(holder))
+}
+
+// elsewhere reads a script's "counts against user, call again" reply.
+func elsewhere(reply []any, code int64) (string, bool) {
+	if len(reply) != 2 || reply[0] != code {
+		return "", false
+	}
+	user, ok := reply[1].(string)
+	return user, ok && user != ""
 }
 
 // Inspect implements Store.
@@ -138,9 +244,11 @@ func (s *Redis) Close() error {
 type acquireCode int64
 
 const (
-	acquireHeld    acquireCode = 0
-	acquireNew     acquireCode = 1
-	acquireRenewed acquireCode = 2
+	acquireHeld      acquireCode = 0
+	acquireNew       acquireCode = 1
+	acquireRenewed   acquireCode = 2
+	acquireElsewhere acquireCode = 3 // the renewed lock counts against another user's set
+	acquireOverQuota acquireCode = 4
 )
 
 type acquireResult struct {
@@ -148,6 +256,8 @@ type acquireResult struct {
 	value     lockValue     // when granted or renewed
 	remaining time.Duration // when held by another
 	head      bool          // when held: the caller is first in the wait queue
+	user      string        // when elsewhere: whom the lock counts against
+	capErr    *CapError     // when over quota
 }
 
 // waitTicket places a waiting caller in a key's queue; the zero value is a
@@ -174,16 +284,27 @@ type acquireArgs struct {
 	// attempt is a Redlock round's id ("" for Redis): the value records
 	// which rounds hold it, and a renewal only lengthens the lease.
 	attempt string
+	// quota counts the grant against a user (Redis only).
+	quota counting
 }
 
 // call is acquire.lua's KEYS and ARGV for key.
 func (a acquireArgs) call(key string) (keys []string, args []any) {
 	args = []any{a.digest, a.ttl.Milliseconds(), a.owner, FenceMargin.Milliseconds(),
 		a.ticket.id, a.ticket.heartbeat.Milliseconds(), channel(key), a.seed}
-	if a.attempt != "" {
+	keys = []string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)}
+	switch {
+	case a.attempt != "":
 		args = append(args, a.attempt)
+	case a.quota.on():
+		user := a.quota.user
+		if a.quota.max == 0 { // counts nothing new: the set only fills the place
+			user = a.quota.holder
+		}
+		keys = append(keys, quotaKey(user), quotaKey(a.quota.holder))
+		args = append(args, "", a.quota.max, a.quota.user)
 	}
-	return []string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)}, args
+	return keys, args
 }
 
 func nodeAcquire(ctx context.Context, c redis.Scripter, key string, a acquireArgs) (acquireResult, error) {
@@ -204,6 +325,13 @@ func nodeAcquire(ctx context.Context, c redis.Scripter, key string, a acquireArg
 	case acquireNew, acquireRenewed:
 		v, err := parseLockValue(reply[1])
 		return acquireResult{code: acquireCode(code), value: v}, err
+	case acquireElsewhere:
+		if user, ok := elsewhere(reply, int64(acquireElsewhere)); ok {
+			return acquireResult{code: acquireElsewhere, user: user}, nil
+		}
+	case acquireOverQuota:
+		ms, _ := reply[1].(int64)
+		return acquireResult{code: acquireOverQuota, capErr: &CapError{Err: ErrUserQuota, Max: a.quota.max, Next: pttlDuration(ms)}}, nil
 	}
 	return acquireResult{}, fmt.Errorf("lockstore: acquire script replied %v", reply)
 }
@@ -219,6 +347,10 @@ func nodeExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl t
 	if err != nil {
 		return lockValue{}, redisErr(err)
 	}
+	return extendReply(reply)
+}
+
+func extendReply(reply []any) (lockValue, error) {
 	if len(reply) == 0 {
 		return lockValue{}, errors.New("lockstore: extend script replied nothing")
 	}
@@ -247,6 +379,10 @@ func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string, atte
 	if err != nil {
 		return redisErr(err)
 	}
+	return releaseCode(code)
+}
+
+func releaseCode(code int64) error {
 	switch code {
 	case 1:
 		return nil
@@ -303,8 +439,9 @@ func digestHex(token string) string {
 }
 
 // lockValue is a lock's stored value, parsed: "<digest>:<fence>:<owner>"
-// (Redis) or "<digest>:<attempt>:<fence>:<owner>" (Redlock, the attempt
-// field starting with "~"; see acquire.lua).
+// (Redis), "<digest>:^<user>:<fence>:<owner>" (Redis, counted against a
+// user's quota) or "<digest>:<attempt>:<fence>:<owner>" (Redlock, the
+// attempt field starting with "~"; see acquire.lua).
 type lockValue struct {
 	digest  string
 	attempt string // Redlock's attempt field; "" in Redis's values
@@ -319,8 +456,11 @@ func parseLockValue(reply any) (lockValue, error) {
 	}
 	digest, rest, ok1 := strings.Cut(s, ":")
 	var attempt string
-	if strings.HasPrefix(rest, "~") {
+	switch {
+	case strings.HasPrefix(rest, "~"):
 		attempt, rest, _ = strings.Cut(rest, ":")
+	case strings.HasPrefix(rest, "^"): // the quota user; only the scripts read it
+		_, rest, _ = strings.Cut(rest, ":")
 	}
 	fence, owner, ok2 := strings.Cut(rest, ":")
 	f, err := strconv.ParseInt(fence, 10, 64)

@@ -36,6 +36,13 @@ func TestRedisConformance(t *testing.T) {
 	lockstoretest.Run(t, func(t *testing.T) lockstore.Store { return s })
 }
 
+// TestRedisQuota runs the quota suite on two clients of one Redis, as two
+// gateways would be.
+func TestRedisQuota(t *testing.T) {
+	srv := redistest.Start(t)
+	lockstoretest.RunQuota(t, func(t *testing.T) lockstore.Store { return newRedisStore(t, srv) })
+}
+
 func TestRedisWait(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newRedisStore(t, srv)

@@ -29,6 +29,11 @@ func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (
 	if err := checkAcquire(key, req); err != nil {
 		return Lease{}, err
 	}
+	if req.Quota.Max != 0 {
+		// Not yet: a count that holds across nodes would be kept on each,
+		// like a lease, and need a majority. Refused rather than ignored.
+		return Lease{}, fmt.Errorf("%w: Redlock does not count locks per user", ErrInvalid)
+	}
 	if err := ctx.Err(); err != nil {
 		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

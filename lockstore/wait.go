@@ -24,9 +24,10 @@ const (
 // caller's turn: woken by the release that frees it (pub/sub, only the first
 // waiter is told), by the holder's expiry (the first waiter sleeps until
 // then), or by its own heartbeat refresh.
-func (s *Redis) wait(ctx context.Context, key, digest string, req AcquireRequest, start time.Time) (Lease, error) {
+func (s *Redis) wait(ctx context.Context, key string, a acquireArgs, req AcquireRequest, start time.Time) (Lease, error) {
 	deadline := start.Add(req.Wait)
 	ticket := waitTicket{id: NewToken(), heartbeat: waitHeartbeat}
+	a.ticket = ticket
 
 	// Listen before queueing, so a release between the two is not missed.
 	wake := make(chan struct{}, 1)
@@ -47,11 +48,14 @@ func (s *Redis) wait(ctx context.Context, key, digest string, req AcquireRequest
 	<-timer.C
 	for {
 		attempt := time.Now()
-		r, err := nodeAcquire(ctx, s.client, key, acquireArgs{digest: digest, ttl: req.TTL, owner: req.Owner, ticket: ticket})
+		r, err := s.acquire(ctx, key, &a)
 		if err != nil {
 			return Lease{}, err
 		}
-		if r.code != acquireHeld {
+		switch r.code {
+		case acquireOverQuota: // the key was ours to take: leave makes way
+			return Lease{}, r.capErr
+		case acquireNew, acquireRenewed:
 			granted = true
 			return r.lease(key, req.Token, req.TTL, attempt), nil
 		}

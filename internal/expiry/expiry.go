@@ -44,6 +44,14 @@ func (q *Queue[K]) PopExpired(now time.Time, drop func(K)) {
 	}
 }
 
+// Earliest is the soonest deadline in the queue; false when it is empty.
+func (q *Queue[K]) Earliest() (time.Time, bool) {
+	if len(q.h) == 0 {
+		return time.Time{}, false
+	}
+	return q.h[0].At, true
+}
+
 // Len is the number of queued keys.
 func (q *Queue[K]) Len() int { return len(q.h) }
 

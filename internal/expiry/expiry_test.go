@@ -19,6 +19,9 @@ func TestQueue(t *testing.T) {
 
 	q.Move(a, now.Add(5*time.Second)) // extended past the others
 	q.Remove(b)                       // released
+	at, ok := q.Earliest()
+	assert.True(t, ok)
+	assert.Equal(t, now.Add(3*time.Second), at)
 
 	var dropped []string
 	q.PopExpired(now.Add(3*time.Second), func(k string) { dropped = append(dropped, k) })
@@ -28,4 +31,6 @@ func TestQueue(t *testing.T) {
 	q.PopExpired(now.Add(time.Hour), func(k string) { dropped = append(dropped, k) })
 	assert.Equal(t, []string{"c", "d", "a"}, dropped, "earliest first")
 	assert.Zero(t, q.Len())
+	_, ok = q.Earliest()
+	assert.False(t, ok, "an empty queue has no earliest deadline")
 }

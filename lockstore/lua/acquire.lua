@@ -2,7 +2,9 @@
 -- in the order waiters queued for it.
 --
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"; its value is
---          "<digest>:<fence>:<owner>" (Redis) or
+--          "<digest>:<fence>:<owner>" (Redis),
+--          "<digest>:^<user>:<fence>:<owner>" (Redis, counted against a
+--          user's quota; see "Counting") or
 --          "<digest>:<attempt>:<fence>:<owner>" (Redlock, see ARGV[9])
 -- KEYS[2]  the key's fence counter, "lockgw:{<key>}:fence"
 -- KEYS[3]  the wait queue, "lockgw:{<key>}:queue": waiter ids by arrival (µs)
@@ -27,7 +29,16 @@
 --          more than four did ("pinned": no round's clean-up deletes it any
 --          more; <id> is the last round that took it over). A renewal only
 --          ever lengthens the lease here: a late renewal must not shorten a
---          later grant. See redlock.go for why.
+--          later grant. See redlock.go for why. "" for Redis when the
+--          arguments below follow.
+--
+-- Redis only, with per-user quotas (see "Counting" below); Redlock never
+-- passes them:
+-- KEYS[5]  the caller's quota set, "lockgw:{quota:<user>}:locks"
+-- KEYS[6]  the quota set of the user the caller believes the lock counts
+--          against, if the caller already holds it (usually KEYS[5])
+-- ARGV[10] the caller's cap on live locks; 0 counts nothing new
+-- ARGV[11] the caller's user, escaped (no ":", "{" or "}"), as KEYS[5] names it
 --
 -- Returns
 --   {1, value}        acquired: a new grant with a new fence
@@ -35,6 +46,22 @@
 --   {0, pttl, head}   not granted: held by another digest with pttl ms left,
 --                     or free but promised to an earlier waiter (pttl 0);
 --                     head is 1 when the caller is first in the queue
+--   {3, user}         the same digest holds it, counted against user, whose
+--                     set is not KEYS[6] (or none was passed): nothing
+--                     changed; call again with that user's set as KEYS[6]
+--   {4, ms}           not granted: the caller holds ARGV[10] live locks;
+--                     the earliest of them expires in ms
+--
+-- Counting. A quota set holds the user's live locks, each lock's Redis key
+-- scored by its expiry (ms, Redis TIME); members whose expiry has passed
+-- are trimmed before counting, so an expired lock frees its place without
+-- anyone calling. A lock granted under a cap records its user in its value,
+-- "<digest>:^<user>:<fence>:<owner>", and every script that renews,
+-- extends or deletes such a lock changes its user's set in the same step,
+-- or changes nothing and names the user ({3, user} here). So the set and
+-- the locks never disagree, whichever gateway or identity acts on the lock.
+-- (The set and the lock hash to different Redis Cluster slots: this works
+-- on a single Redis or Sentinel, not on a Cluster.)
 --
 -- A free lock goes to the first waiter in the queue, never to a newcomer,
 -- so waiters are granted in arrival order across every gateway sharing this
@@ -45,14 +72,46 @@
 -- has passed it by the margin (docs/safety.md, "Fences").
 local waiter = ARGV[5]
 local attempt = ARGV[9]
+if attempt == '' then
+  attempt = nil
+end
+local ttl = tonumber(ARGV[2])
+
+-- The user a value is counted against, or nil.
+local function counted_user(value)
+  if string.sub(value, 66, 66) ~= '^' then
+    return nil
+  end
+  return string.match(value, '^[^:]*:%^([^:]*):')
+end
+-- Counts the lock in set until now + ttl; the set lives as long as its
+-- last lock.
+local function count(set, now)
+  redis.call('ZADD', set, string.format('%.0f', now + ttl), KEYS[1])
+  if redis.call('PTTL', set) < ttl then
+    redis.call('PEXPIRE', set, ttl)
+  end
+end
+local function clock_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, 64) == ARGV[1] then
+  local user = counted_user(cur)
+  if user and KEYS[6] ~= 'lockgw:{quota:' .. user .. '}:locks' then
+    return {3, user}
+  end
   if waiter ~= '' then
     redis.call('ZREM', KEYS[3], waiter)
     redis.call('ZREM', KEYS[4], waiter)
   end
   if not attempt then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    if user then
+      count(KEYS[6], clock_ms())
+    end
     return {2, cur}
   end
   -- Redlock: join the rounds that hold the lease, keeping fence and owner.
@@ -109,6 +168,15 @@ if head and head ~= waiter then
   return {0, 0, 0}
 end
 
+local cap = tonumber(ARGV[10]) or 0
+if cap > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. string.format('%.0f', now_ms))
+  if not redis.call('ZSCORE', KEYS[5], KEYS[1]) and redis.call('ZCARD', KEYS[5]) >= cap then
+    local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+    return {4, tonumber(first[2]) - now_ms}
+  end
+end
+
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local margin = tonumber(ARGV[4])
 local seed = tonumber(ARGV[8]) or 0
@@ -126,6 +194,9 @@ redis.call('SET', KEYS[2], fence, 'PX', math.max(tonumber(ARGV[2]), ahead) + mar
 local value = ARGV[1] .. ':' .. fence .. ':' .. ARGV[3]
 if attempt then
   value = ARGV[1] .. ':~' .. attempt .. ':' .. fence .. ':' .. ARGV[3]
+elseif cap > 0 then
+  value = ARGV[1] .. ':^' .. ARGV[11] .. ':' .. fence .. ':' .. ARGV[3]
+  count(KEYS[5], now_ms)
 end
 redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
 if waiter ~= '' then

@@ -1,6 +1,9 @@
 -- extend.lua: reset the TTL of a lock the caller holds.
 --
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"
+-- KEYS[2]  Redis only, optional: the quota set of the user the caller
+--          believes the lock counts against, "lockgw:{quota:<user>}:locks"
+--          (see acquire.lua, "Counting"); the lock's score there moves too
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
 -- ARGV[2]  new TTL in milliseconds, counted from now
 -- ARGV[3]  Redlock only (absent for Redis): "1" to only ever lengthen the
@@ -12,6 +15,8 @@
 --   {1, value}  extended; value is the lock's value
 --   {0}         not held (never taken, released, or expired)
 --   {-1}        held by another digest
+--   {-2, user}  the lock counts against user, whose set is not KEYS[2] (or
+--               none was passed): nothing changed; call again with it
 --
 -- PEXPIRE only touches a key that exists, so an expired lock stays expired.
 local cur = redis.call('GET', KEYS[1])
@@ -21,7 +26,23 @@ end
 if string.sub(cur, 1, 64) ~= ARGV[1] then
   return {-1}
 end
+local user = nil
+if string.sub(cur, 66, 66) == '^' then
+  user = string.match(cur, '^[^:]*:%^([^:]*):')
+  if KEYS[2] ~= 'lockgw:{quota:' .. user .. '}:locks' then
+    return {-2, user}
+  end
+end
 if ARGV[3] ~= '1' or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if user then
+  local t = redis.call('TIME')
+  local ttl = tonumber(ARGV[2])
+  local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl
+  redis.call('ZADD', KEYS[2], string.format('%.0f', at), KEYS[1])
+  if redis.call('PTTL', KEYS[2]) < ttl then
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
 end
 return {1, cur}

@@ -3,7 +3,8 @@
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"
 --
 -- Returns
---   {value, pttl}  held; value is "<digest>:<fence>:<owner>", pttl in ms
+--   {value, pttl}  held; value is "<digest>:<fence>:<owner>" (see
+--                  acquire.lua for the others), pttl in ms
 --   {}             not held
 local cur = redis.call('GET', KEYS[1])
 if not cur then

@@ -3,6 +3,9 @@
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"
 -- KEYS[2]  the wait queue, "lockgw:{<key>}:queue"
 -- KEYS[3]  the key's fence counter, "lockgw:{<key>}:fence"
+-- KEYS[4]  Redis only, optional: the quota set of the user the caller
+--          believes the lock counts against, "lockgw:{quota:<user>}:locks"
+--          (see acquire.lua, "Counting")
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
 -- ARGV[2]  the key's notification channel, "lockgw:{<key>}:released"
 -- ARGV[3]  the fence margin in milliseconds (see acquire.lua): the lease is
@@ -20,6 +23,8 @@
 --   -1  held by another digest; left as it is
 --   -2  held by the same digest, but its attempt field is no longer ARGV[4]
 --       (an acquire round took it over since); left as it is
+--   {-3, user}  the lock counts against user, whose set is not KEYS[4] (or
+--       none was passed); left as it is: call again with that user's set
 --
 -- Only the first waiter is told (the message is its id), so a release costs
 -- one wake-up, not one per waiter. With nobody queued the message is "*",
@@ -32,6 +37,13 @@ end
 if string.sub(cur, 1, 64) ~= ARGV[1] then
   return -1
 end
+local user = nil
+if string.sub(cur, 66, 66) == '^' then
+  user = string.match(cur, '^[^:]*:%^([^:]*):')
+  if KEYS[4] ~= 'lockgw:{quota:' .. user .. '}:locks' then
+    return {-3, user}
+  end
+end
 if ARGV[4] then
   local field = ''
   if string.sub(cur, 66, 66) == '~' then
@@ -42,6 +54,9 @@ if ARGV[4] then
   end
 end
 redis.call('DEL', KEYS[1])
+if user then
+  redis.call('ZREM', KEYS[4], KEYS[1])
+end
 local counter = tonumber(redis.call('GET', KEYS[3]))
 if counter then
   local t = redis.call('TIME')

@@ -1,0 +1,239 @@
+package lockstoretest
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// RunQuota runs the per-user quota part of the suite (AcquireRequest.Quota)
+// against a store that counts live locks per user. Each call of newStore
+// may return another instance on the same data (another client of the same
+// Redis: another gateway), and the counts must hold across them.
+func RunQuota(t *testing.T, newStore func(t *testing.T) lockstore.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, a, b lockstore.Store, key, user string)
+	}{
+		{"CapIsExact", testQuotaExact},
+		{"ConcurrentGrantsStopAtTheCap", testQuotaConcurrent},
+		{"OtherUsersUnaffected", testQuotaOtherUsers},
+		{"SameTokenRenewalCountsOnce", testQuotaRenewal},
+		{"ReleaseFreesAPlace", testQuotaRelease},
+		{"ExpiryFreesAPlace", testQuotaExpiry},
+		{"ExtendMovesTheExpiry", testQuotaExtend},
+		{"AnotherIdentityActsOnTheUsersCount", testQuotaOtherIdentity},
+		{"HeldKeyIsHeld", testQuotaHeld},
+		{"WaiterOverQuotaGivesUp", testQuotaWaiter},
+		{"InvalidQuota", testQuotaInvalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			k := key(t)
+			tc.fn(t, newStore(t), newStore(t), k, "user:"+k+":{odd}%3A")
+		})
+	}
+}
+
+func take(c context.Context, s lockstore.Store, key, user string, max int, ttl time.Duration) (lockstore.Lease, error) {
+	return s.Acquire(c, key, lockstore.AcquireRequest{
+		Token: lockstore.NewToken(), TTL: ttl, Quota: lockstore.Quota{User: user, Max: max},
+	})
+}
+
+// fill takes n locks for user on key/0 … key/n-1, alternating between the
+// stores, and returns them.
+func fill(t *testing.T, a, b lockstore.Store, key, user string, max, n int, ttl time.Duration) []lockstore.Lease {
+	t.Helper()
+	var ls []lockstore.Lease
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		l, err := take(ctx(t), s, key+"/"+string(rune('a'+i)), user, max, ttl)
+		require.NoError(t, err, "lock %d of %d", i+1, n)
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+func requireOverQuota(t *testing.T, err error, max int) *lockstore.CapError {
+	t.Helper()
+	require.ErrorIs(t, err, lockstore.ErrUserQuota)
+	capErr, ok := err.(*lockstore.CapError)
+	require.True(t, ok, "%T is not a *CapError", err)
+	assert.Equal(t, max, capErr.Max)
+	return capErr
+}
+
+func testQuotaExact(t *testing.T, a, b lockstore.Store, key, user string) {
+	fill(t, a, b, key, user, 3, 3, 10*time.Second)
+	for _, s := range []lockstore.Store{a, b} {
+		_, err := take(ctx(t), s, key+"/over", user, 3, time.Second)
+		capErr := requireOverQuota(t, err, 3)
+		assert.Greater(t, capErr.Next, 9*time.Second, "the earliest lock expires in about 10 s")
+		assert.LessOrEqual(t, capErr.Next, 10*time.Second)
+	}
+	_, err := a.Inspect(ctx(t), key+"/over")
+	require.ErrorIs(t, err, lockstore.ErrNotHeld, "a refused acquire takes nothing")
+	_, err = take(ctx(t), a, key+"/over", user, 4, time.Second)
+	require.NoError(t, err, "a higher cap admits one more")
+}
+
+func testQuotaConcurrent(t *testing.T, a, b lockstore.Store, key, user string) {
+	const n, max = 24, 5
+	var wg sync.WaitGroup
+	var won, over atomic.Int64
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			_, err := take(ctx(t), s, key+"/"+string(rune('a'+i)), user, max, 10*time.Second)
+			switch {
+			case err == nil:
+				won.Add(1)
+			case assert.ErrorIs(t, err, lockstore.ErrUserQuota):
+				over.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(max), won.Load(), "exactly the cap is granted")
+	assert.Equal(t, int64(n-max), over.Load())
+}
+
+func testQuotaOtherUsers(t *testing.T, a, b lockstore.Store, key, user string) {
+	fill(t, a, b, key, user, 2, 2, 10*time.Second)
+	_, err := take(ctx(t), b, key+"/other", user+"-2", 2, time.Second)
+	require.NoError(t, err, "another user has its own count")
+	_, err = a.Acquire(ctx(t), key+"/free", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.NoError(t, err, "an acquire without a quota is not counted")
+	_, err = take(ctx(t), a, key+"/over", user, 2, time.Second)
+	requireOverQuota(t, err, 2)
+}
+
+func testQuotaRenewal(t *testing.T, a, b lockstore.Store, key, user string) {
+	ls := fill(t, a, b, key, user, 2, 2, 10*time.Second)
+	for _, s := range []lockstore.Store{a, b} {
+		again, err := s.Acquire(ctx(t), ls[0].Key, lockstore.AcquireRequest{
+			Token: ls[0].Token, TTL: 20 * time.Second, Quota: lockstore.Quota{User: user, Max: 2},
+		})
+		require.NoError(t, err, "a same-token retry at the cap is a renewal, not a new lock")
+		assert.True(t, again.Renewed)
+	}
+	_, err := take(ctx(t), a, key+"/over", user, 2, time.Second)
+	capErr := requireOverQuota(t, err, 2)
+	assert.Greater(t, capErr.Next, 9*time.Second)
+	assert.LessOrEqual(t, capErr.Next, 10*time.Second, "the earliest is the lock not renewed")
+}
+
+func testQuotaRelease(t *testing.T, a, b lockstore.Store, key, user string) {
+	ls := fill(t, a, b, key, user, 2, 2, 10*time.Second)
+	require.NoError(t, b.Release(ctx(t), ls[0].Key, ls[0].Token))
+	_, err := take(ctx(t), a, key+"/next", user, 2, time.Second)
+	require.NoError(t, err, "a release frees a place at once")
+	_, err = take(ctx(t), b, key+"/over", user, 2, time.Second)
+	requireOverQuota(t, err, 2)
+}
+
+func testQuotaExpiry(t *testing.T, a, b lockstore.Store, key, user string) {
+	short, err := take(ctx(t), a, key+"/short", user, 2, 100*time.Millisecond)
+	require.NoError(t, err)
+	_, err = take(ctx(t), b, key+"/long", user, 2, 10*time.Second)
+	require.NoError(t, err)
+	_, err = take(ctx(t), b, key+"/over", user, 2, time.Second)
+	capErr := requireOverQuota(t, err, 2)
+	assert.LessOrEqual(t, capErr.Next, 100*time.Millisecond, "the earliest lock is the short one")
+
+	time.Sleep(time.Until(short.ExpiresAt.Add(50 * time.Millisecond)))
+	_, err = take(ctx(t), b, key+"/next", user, 2, time.Second)
+	require.NoError(t, err, "an expired lock frees its place without anyone calling")
+}
+
+func testQuotaExtend(t *testing.T, a, b lockstore.Store, key, user string) {
+	l, err := take(ctx(t), a, key+"/x", user, 1, 200*time.Millisecond)
+	require.NoError(t, err)
+	_, err = b.Extend(lockstore.WithUser(ctx(t), user), l.Key, l.Token, 10*time.Second)
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // past the first TTL
+	_, err = take(ctx(t), b, key+"/over", user, 1, time.Second)
+	capErr := requireOverQuota(t, err, 1)
+	assert.Greater(t, capErr.Next, 9*time.Second, "the count follows the extended expiry")
+
+	// An extend that shortens the lease frees the place sooner too.
+	_, err = a.Extend(ctx(t), l.Key, l.Token, 50*time.Millisecond)
+	require.NoError(t, err)
+	time.Sleep(150 * time.Millisecond)
+	_, err = take(ctx(t), a, key+"/next", user, 1, time.Second)
+	require.NoError(t, err)
+}
+
+// testQuotaOtherIdentity: a lock counts against the user it was granted
+// to, whoever renews, extends or releases it, and whatever they say they
+// are (a hint that is wrong, missing or another user's).
+func testQuotaOtherIdentity(t *testing.T, a, b lockstore.Store, key, user string) {
+	other := user + "-other"
+	ls := fill(t, a, b, key, user, 2, 2, 10*time.Second)
+
+	renewed, err := b.Acquire(ctx(t), ls[0].Key, lockstore.AcquireRequest{
+		Token: ls[0].Token, TTL: 20 * time.Second, Quota: lockstore.Quota{User: other, Max: 1},
+	})
+	require.NoError(t, err, "a renewal through another identity")
+	assert.True(t, renewed.Renewed)
+	_, err = take(ctx(t), a, key+"/o", other, 1, 10*time.Second)
+	require.NoError(t, err, "the renewal did not count against the other user")
+
+	_, err = a.Extend(lockstore.WithUser(ctx(t), other), ls[1].Key, ls[1].Token, 30*time.Second)
+	require.NoError(t, err, "an extend with a wrong hint")
+	_, err = take(ctx(t), b, key+"/over", user, 2, time.Second)
+	capErr := requireOverQuota(t, err, 2)
+	assert.Greater(t, capErr.Next, 19*time.Second, "both of the user's locks moved: the renewed one is the earliest")
+
+	require.NoError(t, b.Release(lockstore.WithUser(ctx(t), other), ls[0].Key, ls[0].Token), "a release with a wrong hint")
+	require.NoError(t, a.Release(ctx(t), ls[1].Key, ls[1].Token), "a release without a hint")
+	fill(t, a, b, key+"/again", user, 2, 2, time.Second)
+}
+
+func testQuotaHeld(t *testing.T, a, b lockstore.Store, key, user string) {
+	_, err := b.Acquire(ctx(t), key+"/held", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
+	require.NoError(t, err)
+	fill(t, a, b, key, user, 1, 1, 10*time.Second)
+	_, err = take(ctx(t), a, key+"/held", user, 1, time.Second)
+	require.ErrorIs(t, err, lockstore.ErrHeld, "a key someone else holds is held, whatever the caller's count")
+}
+
+func testQuotaWaiter(t *testing.T, a, b lockstore.Store, key, user string) {
+	holder, err := b.Acquire(ctx(t), key+"/held", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
+	require.NoError(t, err)
+	fill(t, a, b, key, user, 1, 1, 10*time.Second)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		assert.NoError(t, b.Release(ctx(t), holder.Key, holder.Token))
+	}()
+	start := time.Now()
+	_, err = a.Acquire(ctx(t), key+"/held", lockstore.AcquireRequest{
+		Token: lockstore.NewToken(), TTL: time.Second, Wait: 3 * time.Second, Quota: lockstore.Quota{User: user, Max: 1},
+	})
+	requireOverQuota(t, err, 1)
+	assert.Less(t, time.Since(start), 2*time.Second, "the wait ends when the key could be granted")
+	_, err = b.Acquire(ctx(t), key+"/held", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.NoError(t, err, "the refused waiter left the queue")
+}
+
+func testQuotaInvalid(t *testing.T, a, _ lockstore.Store, key, _ string) {
+	_, err := take(ctx(t), a, key, "", 1, time.Second)
+	require.ErrorIs(t, err, lockstore.ErrInvalid, "a cap without a user")
+	_, err = take(ctx(t), a, key, "u", -1, time.Second)
+	require.ErrorIs(t, err, lockstore.ErrInvalid, "a negative cap")
+}

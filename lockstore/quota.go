@@ -1,0 +1,82 @@
+package lockstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Quota caps the live locks one user may hold. A user is whatever the
+// caller counts by (the gateway: an API key's user, or the client identity
+// its rate limiter uses); the store records it with each lock it grants
+// under a quota, and the lock counts against that user until it is
+// released or expires, whoever releases or extends it.
+//
+// Only new grants are counted: a same-token renewal of a lock the user
+// already holds is not a second lock, and a lock granted without a quota
+// counts against nobody.
+type Quota struct {
+	User string
+	// Max is the most live locks User may hold; 0 is no cap (and no
+	// counting).
+	Max int
+}
+
+var (
+	// ErrUserQuota means the grant would give the user more live locks
+	// than its Quota allows. Nothing was taken. The error is a *CapError.
+	ErrUserQuota = errors.New("lockstore: the user holds its maximum of live locks")
+	// ErrFull means the store holds the most live locks it may
+	// (MemoryOptions.MaxLocks). Nothing was taken. The error is a
+	// *CapError.
+	ErrFull = errors.New("lockstore: the store holds its maximum of live locks")
+)
+
+// CapError is returned by Acquire when a grant would pass a cap on live
+// locks: the user's (ErrUserQuota) or the store's (ErrFull).
+type CapError struct {
+	Err error // ErrUserQuota or ErrFull
+	Max int   // the cap
+	// Next is how long until the earliest of the locks counted against the
+	// cap expires: the soonest a place frees by itself (a release frees
+	// one sooner).
+	Next time.Duration
+}
+
+func (e *CapError) Error() string {
+	return fmt.Sprintf("%v (%d; the earliest expires in %v)", e.Err, e.Max, e.Next)
+}
+
+// Unwrap makes errors.Is(err, ErrUserQuota) or errors.Is(err, ErrFull) true.
+func (e *CapError) Unwrap() error { return e.Err }
+
+type userKey struct{}
+
+// WithUser tells a store that counts locks per user who is probably
+// extending or releasing: the user a lock most likely counts against. The
+// Redis store then finds the count in one round trip. A hint that is wrong
+// or missing costs one more round trip, never a wrong count: the store
+// knows whom each lock counts against.
+func WithUser(ctx context.Context, user string) context.Context {
+	return context.WithValue(ctx, userKey{}, user)
+}
+
+func userHint(ctx context.Context) string {
+	u, _ := ctx.Value(userKey{}).(string)
+	return u
+}
+
+func checkQuota(q Quota) error {
+	if q.Max < 0 || (q.Max > 0 && q.User == "") {
+		return fmt.Errorf("%w: a quota needs a user and a cap of at least 1", ErrInvalid)
+	}
+	return nil
+}
+
+// userEscaper makes a user name safe inside a lock's value (fields split by
+// ":") and inside a hash tag ("{…}").
+var userEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "{", "%7B", "}", "%7D")
+
+func escapeUser(user string) string { return userEscaper.Replace(user) }

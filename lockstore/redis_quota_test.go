@@ -1,0 +1,98 @@
+package lockstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// TestRedisQuotaData: what a counted lock leaves in Redis (its user in the
+// lock's value, the lock in the user's set, scored by its expiry, and a set
+// that lives as long as its last lock), and how many scripts each
+// operation runs: one with a right hint, two without.
+func TestRedisQuotaData(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv)
+	rdb := srv.Client()
+	ctx := context.Background()
+	user := "ip:2001:db8::/64"
+	set := "lockgw:{quota:ip%3A2001%3Adb8%3A%3A/64}:locks"
+	q := lockstore.Quota{User: user, Max: 2}
+
+	// Load the scripts, so that no NOSCRIPT round trip counts below.
+	warm, err := s.Acquire(ctx, "warm-up", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+	_, err = s.Extend(ctx, "warm-up", warm.Token, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, "warm-up", warm.Token))
+
+	l, err := s.Acquire(ctx, "jobs/a", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute, Owner: "w:1", Quota: q})
+	require.NoError(t, err)
+	got, err := s.Inspect(ctx, "jobs/a")
+	require.NoError(t, err)
+	assert.Equal(t, "w:1", got.Owner, "the user's field does not reach the owner")
+	assert.Equal(t, l.Fence, got.Fence)
+	v, err := rdb.Get(ctx, "lockgw:{jobs/a}:lock").Result()
+	require.NoError(t, err)
+	assert.Contains(t, v, ":^ip%3A2001%3Adb8%3A%3A/64:", "the value names the user, escaped")
+
+	members, err := rdb.ZRangeWithScores(ctx, set, 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, members, 1)
+	assert.Equal(t, "lockgw:{jobs/a}:lock", members[0].Member)
+	assertScoreNear(t, rdb, members[0].Score, time.Minute)
+	assertTTLNear(t, rdb, set, time.Minute)
+
+	calls := func() int64 {
+		c, err := srv.CommandCalls(ctx)
+		require.NoError(t, err)
+		return c["evalsha"] + c["eval"]
+	}
+	before := calls()
+	_, err = s.Extend(lockstore.WithUser(ctx, user), "jobs/a", l.Token, 2*time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), calls()-before, "an extend with the right hint is one script")
+	assertTTLNear(t, rdb, set, 2*time.Minute)
+	score, err := rdb.ZScore(ctx, set, "lockgw:{jobs/a}:lock").Result()
+	require.NoError(t, err)
+	assertScoreNear(t, rdb, score, 2*time.Minute)
+
+	before = calls()
+	require.NoError(t, s.Release(ctx, "jobs/a", l.Token))
+	assert.Equal(t, int64(2), calls()-before, "a release without a hint asks the lock whom it counts against")
+	n, err := rdb.Exists(ctx, set).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the user's last lock released: the set is gone")
+
+	// Without a cap, nothing is counted and no set is named.
+	before = calls()
+	l, err = s.Acquire(ctx, "jobs/b", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, "jobs/b", l.Token))
+	assert.Equal(t, int64(2), calls()-before)
+	keys, err := rdb.Keys(ctx, "lockgw:{quota:*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys)
+}
+
+func assertScoreNear(t *testing.T, rdb *redis.Client, score float64, ttl time.Duration) {
+	t.Helper()
+	now, err := rdb.Time(context.Background()).Result()
+	require.NoError(t, err)
+	left := time.Duration(int64(score)-now.UnixMilli()) * time.Millisecond
+	assert.InDelta(t, ttl.Seconds(), left.Seconds(), 1, "the score is the lock's expiry")
+}
+
+func assertTTLNear(t *testing.T, rdb *redis.Client, key string, ttl time.Duration) {
+	t.Helper()
+	got, err := rdb.PTTL(context.Background(), key).Result()
+	require.NoError(t, err)
+	assert.InDelta(t, ttl.Seconds(), got.Seconds(), 1, "%s lives as long as its last lock", key)
+}
