@@ -91,7 +91,16 @@ func TestExactAcrossReplicas(t *testing.T) {
 			}
 		}
 		require.Equal(t, 4*perProxy, admitted+refused)
-		require.GreaterOrEqual(t, admitted, 1, "burst %d admitted nobody", b)
+		// The window of the last admission began no later than its answer
+		// arrived; once that plus the window has passed before this burst
+		// began, someone in it must be admitted. (A burst slowed down by a
+		// loaded machine can be admitted late, and the next one may then
+		// meet its window, rightly refused.)
+		if n := len(admissions) - admitted; n == 0 || burstStart.After(admissions[n-1].got.Add(window)) {
+			require.GreaterOrEqual(t, admitted, 1, "burst %d admitted nobody", b)
+		} else if admitted == 0 {
+			t.Logf("burst %d admitted nobody: it began %v after the last admission's answer, inside its window", b, burstStart.Sub(admissions[n-1].got))
+		}
 		if took < window {
 			require.Equal(t, 1, admitted, "burst %d (%v): exactly one admission", b, took)
 		} else {
