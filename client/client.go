@@ -53,6 +53,10 @@ var (
 	// ErrRateLimited: the gateway's rate limit refused the request (429);
 	// see RetryAfter.
 	ErrRateLimited = errors.New("client: rate limited")
+	// ErrQuotaExceeded: the caller's user already holds the most live
+	// locks it may (429 quota-exceeded); nothing was taken. RetryAfter says
+	// when the user's earliest lock expires; a release frees a place sooner.
+	ErrQuotaExceeded = errors.New("client: lock quota exceeded")
 	// ErrUnavailable: the gateway could not be reached, or it could not
 	// reach its backend (503 backend-unavailable, or a 502/503/504 from a
 	// proxy in front of it). The outcome of a write is unknown; retrying it
@@ -117,6 +121,8 @@ func (e *Error) Is(target error) bool {
 		return e.Type == "token-mismatch"
 	case ErrRateLimited:
 		return e.Type == "rate-limited" || (e.Type == "" && e.Status == http.StatusTooManyRequests)
+	case ErrQuotaExceeded:
+		return e.Type == "quota-exceeded"
 	case ErrUnavailable:
 		if e.Type == "" {
 			return e.Status == http.StatusBadGateway || e.Status == http.StatusServiceUnavailable ||
@@ -215,7 +221,8 @@ func (c *Client) API() *ClientWithResponses { return c.api }
 // Acquire takes key. With opts.Wait > 0 it waits up to that long for the
 // lock, and retries, with the same token, requests that failed with
 // ErrUnavailable until then. Errors: ErrHeld (with RetryAfter),
-// ErrRateLimited, ErrUnavailable, or an *Error for a bad request.
+// ErrRateLimited, ErrQuotaExceeded (with RetryAfter), ErrUnavailable, or
+// an *Error for a bad request.
 func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (*Lease, error) {
 	token := opts.Token
 	if token == "" {

@@ -401,6 +401,10 @@ type MalformedRequest = Problem
 // more members may be added.
 type NotReady = Problem
 
+// QuotaOrRateLimited An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
+// more members may be added.
+type QuotaOrRateLimited = Problem
+
 // RateLimited An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
 type RateLimited = Problem
@@ -2637,8 +2641,8 @@ type AcquireLockResponse422Headers struct {
 // AcquireLockResponse429Headers the declared response headers of an HTTP 429 response for AcquireLock
 type AcquireLockResponse429Headers struct {
 	CacheControl    string
-	RateLimit       string
-	RateLimitPolicy string
+	RateLimit       *string
+	RateLimitPolicy *string
 	RetryAfter      int
 	XRequestId      string
 }
@@ -2685,7 +2689,7 @@ type AcquireLockResponse struct {
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ValidationFailed
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *QuotaOrRateLimited
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -2766,7 +2770,7 @@ func (r AcquireLockResponse) GetApplicationproblemJSON422() *ValidationFailed {
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r AcquireLockResponse) GetApplicationproblemJSON429() *RateLimited {
+func (r AcquireLockResponse) GetApplicationproblemJSON429() *QuotaOrRateLimited {
 	return r.ApplicationproblemJSON429
 }
 
@@ -4638,7 +4642,7 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+		var dest QuotaOrRateLimited
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -4923,17 +4927,17 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimit = value
+			headers.RateLimit = &value
 		}
 		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimitPolicy = value
+			headers.RateLimitPolicy = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int

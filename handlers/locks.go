@@ -29,6 +29,12 @@ type Limits struct {
 	MaxWait        time.Duration // longest wait_ms
 	MaxBodyBytes   int64         // request body limit
 	BackendTimeout time.Duration // deadline for one store call
+	// MaxLocksPerUser caps the live locks of one user (0: no cap). User
+	// says whom a request's locks count against; ok false means the client
+	// cannot be identified (a malformed X-Forwarded-For from a trusted
+	// proxy). Needed with a cap.
+	MaxLocksPerUser int
+	User            func(r *http.Request) (user string, ok bool)
 }
 
 // Locks serves /locks/{key}. Build it with NewLocks.
@@ -114,11 +120,20 @@ func (h *Locks) Acquire() http.Handler {
 			WriteError(w, r, h.log, err)
 			return
 		}
+		ar := lockstore.AcquireRequest{TTL: h.limits.DefaultTTL}
+		if h.limits.MaxLocksPerUser > 0 {
+			user, ok := h.limits.User(r)
+			if !ok {
+				WriteError(w, r, h.log, errUnidentified)
+				return
+			}
+			ar.Quota = lockstore.Quota{User: user, Max: h.limits.MaxLocksPerUser}
+		}
 		ours := token == "" // a token the client cannot learn unless we answer
 		if ours {
 			token = lockstore.NewToken()
 		}
-		ar := lockstore.AcquireRequest{Token: token, TTL: h.limits.DefaultTTL}
+		ar.Token = token
 		if req.TTLms != nil {
 			ar.TTL = time.Duration(*req.TTLms) * time.Millisecond
 		}
@@ -149,7 +164,7 @@ func (h *Locks) Acquire() http.Handler {
 		switch {
 		case err != nil && ours && outcomeUnknown(err) && clientGone(r):
 			// The grant may still land, late, and nobody could release it.
-			go h.releaseLate(key, token)
+			go h.releaseLate(key, token, ar.Quota.User)
 			WriteError(w, r, h.log, err)
 			return
 		case err != nil && ours && outcomeUnknown(err):
@@ -161,7 +176,7 @@ func (h *Locks) Acquire() http.Handler {
 		case ours && !lease.Renewed && clientGone(r):
 			// The client left while we took the lock: it will never learn
 			// the token, so nobody could release it before it expires.
-			h.releaseAbandoned(key, token)
+			h.releaseAbandoned(key, token, ar.Quota.User)
 			return
 		}
 		h.obs.Granted(token, lease.ExpiresAt)
@@ -246,6 +261,10 @@ func acquireOutcome(lease lockstore.Lease, err error) string {
 		return "acquired"
 	case errors.Is(err, lockstore.ErrHeld):
 		return "held"
+	case errors.Is(err, lockstore.ErrUserQuota):
+		return "over_quota"
+	case errors.Is(err, lockstore.ErrFull):
+		return "full"
 	case errors.Is(err, lockstore.ErrUnavailable), errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, errShuttingDown):
 		return "unavailable"
@@ -280,13 +299,14 @@ func outcomeUnknown(err error) bool {
 // up) for a client that left without the token. It releases until a
 // release frees the lease, or the store has answered for a second (by then
 // what was on its way to it has run), or the longest lease has passed, or
-// the server stops.
-func (h *Locks) releaseLate(key, token string) {
+// the server stops. user is whom the lock would count against ("" for
+// none).
+func (h *Locks) releaseLate(key, token, user string) {
 	giveUp := time.Now().Add(h.limits.MaxTTL)
 	var answered time.Time
 	pause := 25 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), h.limits.BackendTimeout)
+		ctx, cancel := context.WithTimeout(lockstore.WithUser(context.Background(), user), h.limits.BackendTimeout)
 		err := h.store.Release(ctx, key, token)
 		cancel()
 		switch {
@@ -318,14 +338,14 @@ func (h *Locks) releaseLate(key, token string) {
 
 // releaseAbandoned releases a lock granted to a client that has gone. A
 // release that gets no answer is retried in the background (releaseLate).
-func (h *Locks) releaseAbandoned(key, token string) {
-	ctx, cancel := context.WithTimeout(context.Background(), h.limits.BackendTimeout)
+func (h *Locks) releaseAbandoned(key, token, user string) {
+	ctx, cancel := context.WithTimeout(lockstore.WithUser(context.Background(), user), h.limits.BackendTimeout)
 	defer cancel()
 	err := h.store.Release(ctx, key, token)
 	switch {
 	case err == nil, errors.Is(err, lockstore.ErrNotHeld):
 	case errors.Is(err, lockstore.ErrUnavailable):
-		go h.releaseLate(key, token)
+		go h.releaseLate(key, token, user)
 	default:
 		h.log.Warn().Err(err).Msg("could not release a lock its client abandoned; it will expire")
 	}
@@ -347,7 +367,7 @@ func (h *Locks) Extend() http.Handler {
 		if req.TTLms != nil {
 			ttl = time.Duration(*req.TTLms) * time.Millisecond
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
+		ctx, cancel := context.WithTimeout(h.userHint(r), h.limits.BackendTimeout)
 		defer cancel()
 		lease, err := h.store.Extend(ctx, key, token, ttl)
 		if err != nil {
@@ -369,7 +389,7 @@ func (h *Locks) Release() http.Handler {
 			WriteError(w, r, h.log, err)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
+		ctx, cancel := context.WithTimeout(h.userHint(r), h.limits.BackendTimeout)
 		defer cancel()
 		if err := h.store.Release(ctx, key, token); err != nil {
 			h.observeFailure("release", err)
@@ -407,6 +427,26 @@ func (h *Locks) Inspect() http.Handler {
 			Key: l.Key, Owner: l.Owner, Fence: l.Fence, TTLms: l.TTL.Milliseconds(), ExpiresAt: timestamp(l.ExpiresAt),
 		})
 	})
+}
+
+// errUnidentified refuses an acquire whose client cannot be identified
+// while locks are counted per user: it would count against nobody, or
+// share a count where one client could use up everybody's.
+var errUnidentified = newError(KindMalformed, "the client could not be identified, so its locks cannot be counted: "+
+	"a trusted proxy sent a malformed X-Forwarded-For, or a user header that is not exactly one name")
+
+// userHint is r's context, telling the store whom the caller's locks
+// probably count against: with per-user caps, a lock counts against the
+// user who took it, whoever extends or releases it, and the hint only
+// saves the store a round trip. An extend or a release is never refused
+// for want of an identity.
+func (h *Locks) userHint(r *http.Request) context.Context {
+	if h.limits.MaxLocksPerUser > 0 {
+		if user, ok := h.limits.User(r); ok {
+			return lockstore.WithUser(r.Context(), user)
+		}
+	}
+	return r.Context()
 }
 
 // keyAndToken reads the key and the caller's token. For extend and release

@@ -43,9 +43,11 @@ var (
 	KindValidation       = Kind{"validation", http.StatusUnprocessableEntity, "Validation failed"}
 	KindTokenRequired    = Kind{"token-required", http.StatusPreconditionRequired, "Lock token required"}
 	KindRateLimited      = Kind{"rate-limited", http.StatusTooManyRequests, "Rate limited"}
+	KindQuotaExceeded    = Kind{"quota-exceeded", http.StatusTooManyRequests, "Lock quota exceeded"}
 	KindInternal         = Kind{"internal", http.StatusInternalServerError, "Internal error"}
 	KindUnavailable      = Kind{"backend-unavailable", http.StatusServiceUnavailable, "Backend unavailable"}
 	KindRefused          = Kind{"backend-refuses-writes", http.StatusServiceUnavailable, "Backend refuses writes"}
+	KindTooManyLocks     = Kind{"too-many-locks", http.StatusServiceUnavailable, "Too many locks"}
 )
 
 // Problem is an RFC 9457 problem details body.
@@ -96,6 +98,9 @@ var domainErrors = []struct {
 	{lockstore.ErrHeld, KindLockHeld, "the lock is held by another token"},
 	{lockstore.ErrNotHeld, KindLockNotFound, "the lock is not held: it was never taken, was released, or expired"},
 	{lockstore.ErrTokenMismatch, KindTokenMismatch, "the lock is held by another token"},
+	// Retry-After is when the earliest of the counted locks expires.
+	{lockstore.ErrUserQuota, KindQuotaExceeded, "you already hold as many live locks as one user may (LOCKGW_MAX_LOCKS_PER_USER); nothing was taken; release one of yours, or retry after Retry-After seconds, when your earliest lock expires"},
+	{lockstore.ErrFull, KindTooManyLocks, "the gateway holds as many live locks as it may (LOCKGW_MAX_LOCKS); nothing was taken; retry after Retry-After seconds, when the earliest lock expires"},
 	// Before ErrUnavailable, which it also is; refusalDetails says why.
 	{lockstore.ErrRefused, KindRefused, "the lock backend refuses writes; nothing was written"},
 	{lockstore.ErrUnavailable, KindUnavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
@@ -157,6 +162,12 @@ func fromDomain(err error) *Error {
 			continue
 		}
 		e := newError(d.kind, d.detail)
+		if c, ok := errors.AsType[*lockstore.CapError](err); ok {
+			// Rounded up, at least 1 s (WriteProblem). A release may free
+			// a place sooner, but only its owner knows when.
+			e.RetryAfter = max(c.Next, time.Second)
+			return e
+		}
 		switch d.kind.Status {
 		case http.StatusConflict:
 			var held *lockstore.HeldError
