@@ -161,7 +161,7 @@ func TestIdleTimeout(t *testing.T) {
 }
 
 // TestWaitingCap: with LOCKGW_MAX_WAITING acquires waiting, another acquire
-// that would wait is refused at once (503 too-many-waiters, Retry-After);
+// that would wait is refused at once (503 too-many-waiters, Retry-After 5);
 // one that does not wait is not refused, and the place is free again once
 // a waiter is done.
 func TestWaitingCap(t *testing.T) {
@@ -193,7 +193,7 @@ func TestWaitingCap(t *testing.T) {
 		return r.Status == http.StatusServiceUnavailable
 	}, 10*time.Second, 20*time.Millisecond, "a second waiter is refused once the first waits")
 	assert.Equal(t, "too-many-waiters", r.ProblemType(t))
-	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	assert.Equal(t, "5", r.Header.Get("Retry-After"))
 	assert.Equal(t, http.StatusConflict, c.Do(t, "PUT", path, nil).Status, "an acquire that does not wait is answered as ever")
 	series, _ := scrape(t, c)
 	assert.Equal(t, float64(1), series["lockgw_waiting_acquires"])

@@ -1,9 +1,10 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"math"
-	"strconv"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -60,8 +61,8 @@ func resolveBounds(cfg Config, limit int64) (bounds, error) {
 }
 
 // setLimits decides the memory policy and the bounds, applies the policy
-// to the process and logs both.
-func setLimits(cfg Config, getenv func(string) string, log zerolog.Logger) (bounds, error) {
+// to the process (GOGC follows the live heap until ctx ends) and logs both.
+func setLimits(ctx context.Context, cfg Config, getenv func(string) string, log zerolog.Logger) (bounds, error) {
 	mem, err := hostMemory.choose(cfg.MemoryLimit, getenv)
 	if err != nil {
 		return bounds{}, fmt.Errorf("memory limit: %w", err)
@@ -71,8 +72,10 @@ func setLimits(cfg Config, getenv func(string) string, log zerolog.Logger) (boun
 		return bounds{}, err
 	}
 	mem.apply()
-	gogc := strconv.Itoa(mem.gcPercent)
-	if mem.gcPercent == 0 {
+	gogc := fmt.Sprintf("%d to %d, by the live heap", minGCPercent, defaultGCPercent)
+	if mem.gcPercent > 0 {
+		go tuneGC(ctx, time.Second)
+	} else {
 		gogc = getenv("GOGC") + " (GOGC)"
 	}
 	log.Info().

@@ -1,22 +1,30 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
 // How the gateway sets Go's garbage collector (README, Memory).
 //
-// The live heap is a few MiB, so Go's default (GOGC=100, a collection at
-// least every 4 MiB) collects nonstop under load: GOGC=400 costs about 10%
-// less CPU per request. What bounds memory is what the gateway lets clients
-// make it hold (connections, waiting acquires, locks); the heap is at most
-// about five times that.
+// The live heap is usually a few MiB, so Go's default (GOGC=100, a
+// collection at least every 4 MiB) collects nonstop under load: GOGC=400
+// costs about 10% less CPU per request. But a live heap of tens of MiB (a
+// client holding many locks, Redlock's warm connection pools) would then
+// grow to five times that between collections. So GOGC follows the live
+// heap (tuneGC): the heap may grow by about gcHeadroom, or by as much as is
+// live when that is more, between collections — GOGC 400 for a live heap of
+// up to 16 MiB, down to 100 from 64 MiB. What bounds the live heap is what
+// the gateway lets clients make it hold (connections, waiting acquires,
+// locks).
 //
 // The soft memory limit is where the collector starts working harder to
 // stay below: it must follow the machine, not be a constant. A 48 MiB
@@ -27,6 +35,8 @@ import (
 // machine's memory.
 const (
 	defaultGCPercent = 400
+	minGCPercent     = 100
+	gcHeadroom       = 64 << 20
 	memoryFraction   = 0.9 // of the cgroup's or the machine's memory
 )
 
@@ -93,6 +103,39 @@ func (s memorySources) choose(setting string, getenv func(string) string) (memor
 
 func fraction(n uint64) int64 {
 	return int64(min(float64(n)*memoryFraction, math.MaxInt64/2))
+}
+
+// gcPercent is GOGC for a live heap of live bytes: a headroom of
+// gcHeadroom, within GOGC 100 to 400.
+func gcPercent(live uint64) int {
+	if live == 0 {
+		return defaultGCPercent
+	}
+	return int(min(max(gcHeadroom*100/live, minGCPercent), defaultGCPercent))
+}
+
+// tuneGC sets GOGC from the live heap, as the last collection measured it,
+// every interval until ctx ends; a collection's own pacing does the rest.
+func tuneGC(ctx context.Context, interval time.Duration) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	last := defaultGCPercent
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		metrics.Read(sample)
+		if sample[0].Value.Kind() != metrics.KindUint64 {
+			return
+		}
+		if p := gcPercent(sample[0].Value.Uint64()); p != last {
+			debug.SetGCPercent(p)
+			last = p
+		}
+	}
 }
 
 // apply sets the policy for the whole process.

@@ -108,3 +108,13 @@ func TestResolveBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestGCPercent: GOGC follows the live heap — 400 while it is small, so the
+// collector is not run for nothing; a headroom of 64 MiB above 16 MiB; 100
+// from 64 MiB, so the heap stays within twice what is live.
+func TestGCPercent(t *testing.T) {
+	const mib = 1 << 20
+	for live, want := range map[uint64]int{0: 400, 3 * mib: 400, 16 * mib: 400, 32 * mib: 200, 40 * mib: 160, 64 * mib: 100, 1 << 30: 100} {
+		assert.Equal(t, want, gcPercent(live), "live %d MiB", live/mib)
+	}
+}

@@ -72,7 +72,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger, flushLog := newLogger(cfg, stdout)
 	defer flushLog()
-	bounds, err := setLimits(cfg, getenv, logger)
+	bounds, err := setLimits(ctx, cfg, getenv, logger)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,9 @@ import (
 // there land.
 var kindTooManyWaiters = handlers.Kind{Slug: "too-many-waiters", Status: http.StatusServiceUnavailable, Title: "Too many waiting acquires"}
 
+// refusedWaiterRetry is the Retry-After of a too-many-waiters refusal.
+const refusedWaiterRetry = 5 * time.Second
+
 // waitLimit is the store the handlers see: it lets at most max acquires
 // wait at once (those with AcquireRequest.Wait > 0), and refuses the others
 // at once with kindTooManyWaiters. A waiting acquire holds a connection, a
@@ -41,7 +44,10 @@ func newWaitLimit(store lockstore.Store, max int, refused func()) waitLimit {
 			Kind: kindTooManyWaiters,
 			Detail: fmt.Sprintf("the gateway has %d acquires waiting, its limit (LOCKGW_MAX_WAITING); "+
 				"retry later, or without waiting", max),
-			RetryAfter: time.Second,
+			// The places free up as waits end, which take up to
+			// LOCKGW_MAX_WAIT: a client told to come back in a second
+			// would mostly find them taken again.
+			RetryAfter: refusedWaiterRetry,
 		},
 	}
 }

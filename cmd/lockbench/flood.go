@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -80,9 +81,20 @@ func (b *bench) floodRows(ctx context.Context, spec rowSpec) ([]row, error) {
 			cs[i] = newLockClient(t.addr, fmt.Sprintf("%s/%d", prefix, i), false, 0)
 		}
 		fmt.Fprintf(b.stderr, "lockbench: %-3s %s", r.No, r.Label)
+		var profiled chan error
+		if b.cfg.profileDir != "" && t.proc != nil {
+			profiled = make(chan error, 1)
+			path := filepath.Join(b.cfg.profileDir, fmt.Sprintf("%s-%d.pprof", r.ID, time.Now().UnixNano()))
+			go func() { profiled <- b.profileWindow(ctx, t.addr, path, b.cfg.duration) }()
+		}
 		before := b.sampleCPU()
 		m := drive(ctx, cs, b.cfg.warmup, b.cfg.duration, 5*time.Second)
 		cpu := cpuBetween(before, b.sampleCPU())
+		if profiled != nil {
+			if err := <-profiled; err != nil {
+				fmt.Fprintf(b.stderr, " (no profile: %v)", err)
+			}
+		}
 		for _, c := range cs {
 			c.close()
 		}
@@ -186,8 +198,9 @@ func floodLocks(ctx context.Context, addr string, n int, held *atomic.Int64) err
 
 // floodWaiters holds one key, then keeps n acquires waiting for it (each
 // on a connection of its own, wait_ms 60 s, sent again when it ends). An
-// acquire refused outright is sent again a second later. held counts the
-// acquires sent and not yet answered.
+// acquire refused outright is sent again after its Retry-After (a second
+// without one), as a client should. held counts the acquires sent and not
+// yet answered.
 func floodWaiters(ctx context.Context, wg *sync.WaitGroup, addr string, n int, held *atomic.Int64) error {
 	const key = "/locks/flood/held"
 	owner := newHTTPConn(addr)
@@ -208,7 +221,7 @@ func floodWaiters(ctx context.Context, wg *sync.WaitGroup, addr string, n int, h
 				status, _, err := c.do(ctx, http.MethodPut, key, req)
 				held.Add(-1)
 				if err != nil || status != http.StatusConflict {
-					sleep(ctx, time.Second)
+					sleep(ctx, time.Duration(max(c.retryAfter, 1))*time.Second)
 				}
 			}
 		})

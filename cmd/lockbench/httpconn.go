@@ -21,6 +21,9 @@ type httpConn struct {
 	conn net.Conn
 	br   *bufio.Reader
 	wbuf []byte
+	// retryAfter is the last response's Retry-After, in seconds (0 when
+	// it had none).
+	retryAfter int
 }
 
 func newHTTPConn(addr string) *httpConn { return &httpConn{addr: addr} }
@@ -94,6 +97,7 @@ func (c *httpConn) roundTrip(method, path string, body []byte, hdr []string) (st
 	if err != nil {
 		return 0, nil, false, err
 	}
+	c.retryAfter, _ = strconv.Atoi(resp.Header.Get("Retry-After"))
 	respBody, err = io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	if err != nil {
