@@ -96,3 +96,27 @@ func assertTTLNear(t *testing.T, rdb *redis.Client, key string, ttl time.Duratio
 	require.NoError(t, err)
 	assert.InDelta(t, ttl.Seconds(), got.Seconds(), 1, "%s lives as long as its last lock", key)
 }
+
+// TestRedisQuotaOutOfMemory: a Redis out of memory refuses a counted
+// acquire whole (ErrRefused, nothing in the set), as it does an uncounted
+// one: the count only reads before the script's first write, where Redis
+// checks memory. A counted lock is still extended and released.
+func TestRedisQuotaOutOfMemory(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv)
+	ctx := lockstore.WithUser(context.Background(), "user:a")
+	q := lockstore.Quota{User: "user:a", Max: 10}
+	held, err := s.Acquire(ctx, "held", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute, Quota: q})
+	require.NoError(t, err)
+
+	srv.Fill("8mb")
+	_, err = s.Acquire(ctx, "fresh", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute, Quota: q})
+	require.ErrorIs(t, err, lockstore.ErrRefused)
+	members, err := srv.Client().ZRange(context.Background(), "lockgw:{quota:user%3Aa}:locks", 0, -1).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"lockgw:{held}:lock"}, members)
+
+	_, err = s.Extend(ctx, "held", held.Token, 2*time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, "held", held.Token))
+}

@@ -34,9 +34,11 @@
 --
 -- Redis only, with per-user quotas (see "Counting" below); Redlock never
 -- passes them:
--- KEYS[5]  the caller's quota set, "lockgw:{quota:<user>}:locks"
--- KEYS[6]  the quota set of the user the caller believes the lock counts
---          against, if the caller already holds it (usually KEYS[5])
+-- KEYS[5]  (absent without a quota) the caller's quota set,
+--          "lockgw:{quota:<user>}:locks"
+-- KEYS[6]  (absent without a quota) the quota set of the user the caller
+--          believes the lock counts against, if the caller already holds it
+--          (usually KEYS[5])
 -- ARGV[10] the caller's cap on live locks; 0 counts nothing new
 -- ARGV[11] the caller's user, escaped (no ":", "{" or "}"), as KEYS[5] names it
 --
@@ -53,9 +55,9 @@
 --                     the earliest of them expires in ms
 --
 -- Counting. A quota set holds the user's live locks, each lock's Redis key
--- scored by its expiry (ms, Redis TIME); members whose expiry has passed
--- are trimmed before counting, so an expired lock frees its place without
--- anyone calling. A lock granted under a cap records its user in its value,
+-- scored by its expiry (ms, Redis TIME); only members whose expiry has not
+-- passed count, so an expired lock frees its place without anyone calling
+-- (the others are trimmed at the user's next grant). A lock granted under a cap records its user in its value,
 -- "<digest>:^<user>:<fence>:<owner>", and every script that renews,
 -- extends or deletes such a lock changes its user's set in the same step,
 -- or changes nothing and names the user ({3, user} here). So the set and
@@ -168,13 +170,15 @@ if head and head ~= waiter then
   return {0, 0, 0}
 end
 
+-- The count reads only: a script's first write is where Redis refuses it
+-- when out of memory (after one, it lets the script finish), and that must
+-- stay the fence's SET below.
 local cap = tonumber(ARGV[10]) or 0
-if cap > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. string.format('%.0f', now_ms))
-  if not redis.call('ZSCORE', KEYS[5], KEYS[1]) and redis.call('ZCARD', KEYS[5]) >= cap then
-    local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-    return {4, tonumber(first[2]) - now_ms}
-  end
+local now_s = string.format('%.0f', now_ms)
+local counted = cap > 0 and tonumber(redis.call('ZSCORE', KEYS[5], KEYS[1]) or '0') >= now_ms
+if cap > 0 and not counted and redis.call('ZCOUNT', KEYS[5], now_s, '+inf') >= cap then
+  local first = redis.call('ZRANGEBYSCORE', KEYS[5], now_s, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  return {4, tonumber(first[2]) - now_ms}
 end
 
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -196,9 +200,13 @@ if attempt then
   value = ARGV[1] .. ':~' .. attempt .. ':' .. fence .. ':' .. ARGV[3]
 elseif cap > 0 then
   value = ARGV[1] .. ':^' .. ARGV[11] .. ':' .. fence .. ':' .. ARGV[3]
-  count(KEYS[5], now_ms)
 end
 redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
+if cap > 0 then
+  -- Forget the user's expired locks, then count this one.
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. now_s)
+  count(KEYS[5], now_ms)
+end
 if waiter ~= '' then
   redis.call('ZREM', KEYS[3], waiter)
   redis.call('ZREM', KEYS[4], waiter)

@@ -1,9 +1,10 @@
 -- extend.lua: reset the TTL of a lock the caller holds.
 --
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"
--- KEYS[2]  Redis only, optional: the quota set of the user the caller
---          believes the lock counts against, "lockgw:{quota:<user>}:locks"
---          (see acquire.lua, "Counting"); the lock's score there moves too
+-- KEYS[2]  (absent without a quota) Redis only: the quota set of the user
+--          the caller believes the lock counts against,
+--          "lockgw:{quota:<user>}:locks" (see acquire.lua, "Counting"); the
+--          lock's score there moves too
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
 -- ARGV[2]  new TTL in milliseconds, counted from now
 -- ARGV[3]  Redlock only (absent for Redis): "1" to only ever lengthen the

@@ -3,9 +3,9 @@
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"
 -- KEYS[2]  the wait queue, "lockgw:{<key>}:queue"
 -- KEYS[3]  the key's fence counter, "lockgw:{<key>}:fence"
--- KEYS[4]  Redis only, optional: the quota set of the user the caller
---          believes the lock counts against, "lockgw:{quota:<user>}:locks"
---          (see acquire.lua, "Counting")
+-- KEYS[4]  (absent without a quota) Redis only: the quota set of the user
+--          the caller believes the lock counts against,
+--          "lockgw:{quota:<user>}:locks" (see acquire.lua, "Counting")
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
 -- ARGV[2]  the key's notification channel, "lockgw:{<key>}:released"
 -- ARGV[3]  the fence margin in milliseconds (see acquire.lua): the lease is
