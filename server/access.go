@@ -11,8 +11,8 @@ import (
 	"github.com/lockgateway/lockgateway/ratelimit"
 )
 
-// addAccessControl builds the API-key check and the rate limiter the
-// configuration asks for.
+// addAccessControl builds the API-key check, the rate limiter and the
+// per-user lock quota the configuration asks for.
 func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 	if cfg.APIKeysFile != "" {
 		keys, err := middleware.LoadAPIKeys(cfg.APIKeysFile)
@@ -40,6 +40,18 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 			}
 		}
 	}
+	// Who a request comes from, for the rate limit and the quota alike:
+	// the API key's user, else a trusted proxy's user header, else the
+	// client IP.
+	identity := ratelimit.Identity{
+		Principal:      func(r *http.Request) string { return middleware.GetPrincipal(r.Context()) },
+		UserHeader:     cfg.UserHeader,
+		TrustedProxies: cfg.TrustedProxies,
+	}
+	if cfg.MaxLocksPerUser > 0 {
+		d.limits.MaxLocksPerUser = cfg.MaxLocksPerUser
+		d.limits.User = identity.Key
+	}
 	if cfg.RateLimitWindow <= 0 {
 		return nil
 	}
@@ -55,11 +67,6 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 	applies, err := ratelimit.Routes(cfg.RateLimitRoutes)
 	if err != nil {
 		return err
-	}
-	identity := ratelimit.Identity{
-		Principal:      func(r *http.Request) string { return middleware.GetPrincipal(r.Context()) },
-		UserHeader:     cfg.UserHeader,
-		TrustedProxies: cfg.TrustedProxies,
 	}
 	rc := ratelimit.Config{
 		Key:          identity.Key,

@@ -48,6 +48,12 @@ type Config struct {
 	MaxConns    int
 	MaxWaiting  int
 	IdleTimeout time.Duration
+	// Live locks (quota.go). MaxLocksPerUser is final: "auto" is read as
+	// defaultMaxLocksPerUser, or 0 (no cap) with redlock. MaxLocks is 0 for
+	// "auto", derived from the memory limit; it bounds the memory backend
+	// only.
+	MaxLocksPerUser int
+	MaxLocks        int
 }
 
 // Backends the gateway can run on.
@@ -90,6 +96,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		maxConns         = fs.String("max-conns", "auto", fmt.Sprintf("most connections open at once; auto: one per %d KiB of the memory limit, %d to %d (LOCKGW_MAX_CONNS)", connBudget>>10, minConns, maxConns))
 		maxWaiting       = fs.String("max-waiting", "auto", fmt.Sprintf("most acquires waiting at once; auto: one per %d KiB of the memory limit, %d to %d (LOCKGW_MAX_WAITING)", waiterBudget>>10, minWaiting, maxWaiting))
 		idleTimeout      = fs.String("idle-timeout", "30s", "how long a keep-alive connection may sit idle (LOCKGW_IDLE_TIMEOUT)")
+		maxLocksPerUser  = fs.String("max-locks-per-user", "auto", fmt.Sprintf("most live locks one user may hold; 0 is no cap; auto: %d, or no cap with redlock, which does not count yet (LOCKGW_MAX_LOCKS_PER_USER)", defaultMaxLocksPerUser))
+		maxLocks         = fs.String("max-locks", "auto", fmt.Sprintf("memory backend: most live locks in all; auto: one per %d KiB of the memory limit, %d to %d (LOCKGW_MAX_LOCKS)", lockBudget>>10, minLocks, maxAutoLocks))
 	)
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -232,6 +240,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	c.MaxConns = count("max-conns", maxConns)
 	c.MaxWaiting = count("max-waiting", maxWaiting)
 	c.IdleTimeout = duration("idle-timeout", idleTimeout, time.Second)
+	errs = parseLockCaps(&c, value, maxLocksPerUser, maxLocks, errs)
 
 	body, src := value("max-body-bytes", maxBody)
 	if c.MaxBodyBytes, err = strconv.ParseInt(body, 10, 64); err != nil || c.MaxBodyBytes < 1024 {

@@ -35,6 +35,7 @@ const (
 type bounds struct {
 	maxConns   int
 	maxWaiting int
+	maxLocks   int // memory backend only (quota.go)
 }
 
 // resolveBounds fills in the "auto" bounds from the memory limit, and
@@ -48,14 +49,15 @@ func resolveBounds(cfg Config, limit int64) (bounds, error) {
 	if b.maxWaiting == 0 {
 		b.maxWaiting = int(min(max(limit/waiterBudget, minWaiting), maxWaiting))
 	}
-	if (cfg.MaxConns == 0 && cfg.MaxWaiting == 0) || limit == math.MaxInt64 {
+	b.maxLocks = resolveMaxLocks(cfg, limit)
+	if (cfg.MaxConns == 0 && cfg.MaxWaiting == 0 && cfg.MaxLocks == 0) || limit == math.MaxInt64 {
 		return b, nil
 	}
-	held := int64(b.maxConns)*connBytes + int64(b.maxWaiting)*waiterExtraBytes
+	held := int64(b.maxConns)*connBytes + int64(b.maxWaiting)*waiterExtraBytes + int64(b.maxLocks)*lockBytes
 	if held > limit/2 {
-		return b, fmt.Errorf("%d connections (LOCKGW_MAX_CONNS) and %d waiting acquires (LOCKGW_MAX_WAITING) can hold about %s, "+
+		return b, fmt.Errorf("%d connections (LOCKGW_MAX_CONNS), %d waiting acquires (LOCKGW_MAX_WAITING) and %d locks (LOCKGW_MAX_LOCKS) can hold about %s, "+
 			"more than half the memory limit of %s, where the garbage collector would run nonstop: lower them, or raise LOCKGW_MEMORY_LIMIT",
-			b.maxConns, b.maxWaiting, formatBytes(held), formatBytes(limit))
+			b.maxConns, b.maxWaiting, b.maxLocks, formatBytes(held), formatBytes(limit))
 	}
 	return b, nil
 }
@@ -84,6 +86,8 @@ func setLimits(ctx context.Context, cfg Config, getenv func(string) string, log 
 		Str("gogc", gogc).
 		Int("max_conns", b.maxConns).
 		Int("max_waiting", b.maxWaiting).
+		Int("max_locks", b.maxLocks).
+		Int("max_locks_per_user", cfg.MaxLocksPerUser).
 		Str("idle_timeout", cfg.IdleTimeout.String()).
 		Msg("limits")
 	return b, nil

@@ -81,7 +81,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// logger wins, which is only ever a concern in tests.
 	redis.SetLogger(redisLogger{logger})
 
-	store, nodes, err := openStore(cfg, logger, m)
+	store, nodes, err := openStore(cfg, bounds, logger, m)
 	if err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func()) {
 // read and write timeouts are the backend timeout, and retries are off (a
 // retried release whose first attempt worked would answer "not held"); the
 // client reconnects by itself when Redis comes back.
-func openStore(cfg Config, logger zerolog.Logger, m *metrics.Metrics) (lockstore.Store, func() []handlers.Node, error) {
+func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics) (lockstore.Store, func() []handlers.Node, error) {
 	switch cfg.Backend {
 	case BackendRedis:
 		opts, err := redis.ParseURL(cfg.RedisURL)
@@ -226,7 +226,7 @@ func openStore(cfg Config, logger zerolog.Logger, m *metrics.Metrics) (lockstore
 		}
 		return rl, nodes, nil
 	}
-	return lockstore.NewMemory(), nil, nil
+	return lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: b.maxLocks}), nil, nil
 }
 
 // logWriter sends net/http's own error lines (TLS handshakes, bad
