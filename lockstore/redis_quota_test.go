@@ -2,6 +2,9 @@ package lockstore_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,4 +122,46 @@ func TestRedisQuotaOutOfMemory(t *testing.T) {
 	_, err = s.Extend(ctx, "held", held.Token, 2*time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, s.Release(ctx, "held", held.Token))
+}
+
+// BenchmarkRedisLiveLock measures what a live lock costs Redis (B/lock,
+// from used_memory): the lock and its fence counter, and with a quota its
+// place in the user's set (100 users). Run with -benchtime=100000x.
+func BenchmarkRedisLiveLock(b *testing.B) {
+	for _, counted := range []bool{false, true} {
+		b.Run(fmt.Sprintf("quota=%v", counted), func(b *testing.B) {
+			srv := redistest.Start(b)
+			s := newRedisStore(b, srv)
+			rdb := srv.Client()
+			ctx := context.Background()
+			before := redisUsed(b, rdb)
+			b.ResetTimer()
+			for i := range b.N {
+				req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Hour, Owner: "worker-7"}
+				if counted {
+					req.Quota = lockstore.Quota{User: fmt.Sprintf("ip:10.0.0.%d", i%100), Max: b.N}
+				}
+				if _, err := s.Acquire(ctx, fmt.Sprintf("jobs/nightly-%08d", i), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(redisUsed(b, rdb)-before)/float64(b.N), "B/lock")
+		})
+	}
+}
+
+func redisUsed(t testing.TB, rdb *redis.Client) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	require.NoError(t, err)
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("no used_memory in INFO memory")
+	return 0
 }
