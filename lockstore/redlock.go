@@ -252,7 +252,8 @@ func OpenRedlock(urls []string, opts RedlockOptions) (*Redlock, error) {
 // copies; Close closes the clients. Whatever nodes say, each client gets
 // MaxRetries -1, ContextTimeoutEnabled, a single dial attempt per call when
 // DialerRetries is unset, a pool of at least 128 connections when PoolSize
-// is unset, idle connections kept when ConnMaxIdleTime is unset, and
+// is unset, 4 KiB read and write buffers when unset, idle connections kept
+// when ConnMaxIdleTime is unset, and
 // (unless the restart
 // guard is off) an OnConnect hook that runs after the caller's own.
 //
@@ -297,6 +298,14 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		// CPU.
 		if o.PoolSize <= 0 {
 			o.PoolSize = max(128, 10*runtime.GOMAXPROCS(0))
+		}
+		// Commands and replies are a few hundred bytes; go-redis's 32 KiB
+		// buffers each way would make the warm pools 35 MiB of heap.
+		if o.ReadBufferSize <= 0 {
+			o.ReadBufferSize = 4 << 10
+		}
+		if o.WriteBufferSize <= 0 {
+			o.WriteBufferSize = 4 << 10
 		}
 		// The warm-up fills the pool; keep it filled through quiet hours.
 		if o.ConnMaxIdleTime == 0 {
