@@ -175,8 +175,10 @@ end
 -- stay the fence's SET below.
 local cap = tonumber(ARGV[10]) or 0
 local now_s = string.format('%.0f', now_ms)
-local counted = cap > 0 and tonumber(redis.call('ZSCORE', KEYS[5], KEYS[1]) or '0') >= now_ms
-if cap > 0 and not counted and redis.call('ZCOUNT', KEYS[5], now_s, '+inf') >= cap then
+-- At the cap, a lock the set still counts (a lease deleted without its set
+-- by an older gateway) is not a second lock.
+if cap > 0 and redis.call('ZCOUNT', KEYS[5], now_s, '+inf') >= cap
+    and tonumber(redis.call('ZSCORE', KEYS[5], KEYS[1]) or '0') < now_ms then
   local first = redis.call('ZRANGEBYSCORE', KEYS[5], now_s, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   return {4, tonumber(first[2]) - now_ms}
 end
