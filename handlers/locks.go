@@ -51,7 +51,8 @@ type Locks struct {
 // be quick: they run on the request's path. Tokens are passed so an
 // observer can match a release to its grant; they must not be kept or shown.
 type Observer interface {
-	// Acquired: outcome is acquired, renewed, held, unavailable or error.
+	// Acquired: outcome is acquired, renewed, held, over_quota, full,
+	// too_many_waiters, unavailable or error.
 	Acquired(outcome string, took time.Duration, waited bool)
 	Granted(token string, expires time.Time)
 	Extended(token string, expires time.Time)
@@ -153,7 +154,9 @@ func (h *Locks) Acquire() http.Handler {
 
 		start := time.Now()
 		lease, err := h.acquire(r.Context(), key, ar)
-		h.obs.Acquired(acquireOutcome(lease, err), time.Since(start), ar.Wait > 0)
+		outcome := acquireOutcome(lease, err)
+		// A waiting acquire refused a place to wait never waited.
+		h.obs.Acquired(outcome, time.Since(start), ar.Wait > 0 && outcome != "too_many_waiters")
 		if refused, ok := errors.AsType[*lockstore.RefusedError](err); ok {
 			h.obs.Refused("acquire", refused.Reason)
 		}
@@ -265,11 +268,20 @@ func acquireOutcome(lease lockstore.Lease, err error) string {
 		return "over_quota"
 	case errors.Is(err, lockstore.ErrFull):
 		return "full"
+	case isKind(err, KindTooManyWaiters):
+		return "too_many_waiters"
 	case errors.Is(err, lockstore.ErrUnavailable), errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, errShuttingDown):
 		return "unavailable"
 	}
 	return "error"
+}
+
+// isKind reports whether err is a problem of kind k that a handler or
+// middleware decided on.
+func isKind(err error, k Kind) bool {
+	e, ok := errors.AsType[*Error](err)
+	return ok && e.Kind == k
 }
 
 func (h *Locks) observeFailure(op string, err error) {

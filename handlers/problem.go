@@ -48,6 +48,7 @@ var (
 	KindUnavailable      = Kind{"backend-unavailable", http.StatusServiceUnavailable, "Backend unavailable"}
 	KindRefused          = Kind{"backend-refuses-writes", http.StatusServiceUnavailable, "Backend refuses writes"}
 	KindTooManyLocks     = Kind{"too-many-locks", http.StatusServiceUnavailable, "Too many locks"}
+	KindTooManyWaiters   = Kind{"too-many-waiters", http.StatusServiceUnavailable, "Too many waiting acquires"}
 )
 
 // Problem is an RFC 9457 problem details body.

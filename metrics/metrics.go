@@ -67,7 +67,7 @@ func New() *Metrics {
 		reg: reg,
 		acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "lockgw_acquire_duration_seconds",
-			Help:    "Time to answer an acquire, waiting included, by outcome: acquired, renewed, held, over_quota, full, unavailable, error.",
+			Help:    "Time to answer an acquire, waiting included, by outcome: acquired, renewed, held, over_quota, full, too_many_waiters, unavailable, error.",
 			Buckets: latencyBuckets,
 		}, []string{"outcome"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -122,7 +122,7 @@ func New() *Metrics {
 	reg.MustRegister(m.acquire, m.wait, m.hold, m.conflicts, m.gone, m.backend, m.refused, m.ratelimit, m.votes, m.requests,
 		m.replaced, m.crowded)
 	m.outcomes = make(map[string]prometheus.Observer)
-	for _, o := range []string{"acquired", "renewed", "held", "over_quota", "full", "unavailable", "error"} {
+	for _, o := range []string{"acquired", "renewed", "held", "over_quota", "full", "too_many_waiters", "unavailable", "error"} {
 		m.outcomes[o] = m.acquire.WithLabelValues(o)
 	}
 	return m

@@ -3,27 +3,18 @@ package server
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/lockstore"
 )
 
-// kindTooManyWaiters answers an acquire that would wait while the gateway
-// already has LOCKGW_MAX_WAITING acquires waiting.
-//
-// TODO: it belongs in handlers/problem.go's catalogue, openapi.yaml's and
-// the README's problem tables; it waits here until the edits under way
-// there land.
-var kindTooManyWaiters = handlers.Kind{Slug: "too-many-waiters", Status: http.StatusServiceUnavailable, Title: "Too many waiting acquires"}
-
 // refusedWaiterRetry is the Retry-After of a too-many-waiters refusal.
 const refusedWaiterRetry = 5 * time.Second
 
 // waitLimit is the store the handlers see: it lets at most max acquires
 // wait at once (those with AcquireRequest.Wait > 0), and refuses the others
-// at once with kindTooManyWaiters. A waiting acquire holds a connection, a
+// at once with handlers.KindTooManyWaiters. A waiting acquire holds a connection, a
 // goroutine, and with Redis a place in the key's queue refreshed every
 // second: about 35 KiB and a Redis call a second each. 3 000 of them past a
 // small memory limit made every other request seven times dearer (issue
@@ -41,7 +32,7 @@ func newWaitLimit(store lockstore.Store, max int, refused func()) waitLimit {
 		refused: refused,
 		slots:   make(chan struct{}, max),
 		refuse: &handlers.Error{
-			Kind: kindTooManyWaiters,
+			Kind: handlers.KindTooManyWaiters,
 			Detail: fmt.Sprintf("the gateway has %d acquires waiting, its limit (LOCKGW_MAX_WAITING); "+
 				"retry later, or without waiting", max),
 			// The places free up as waits end, which take up to
