@@ -51,7 +51,7 @@ type RedlockOptions struct {
 	// nothing.
 	Logger zerolog.Logger
 	// OnVote, when set, hears each node's vote in every acquire round:
-	// "granted", "held", "timeout", "failed" or "quarantined". It must be
+	// "granted", "held", "timeout", "refused", "failed" or "quarantined". It must be
 	// quick; it runs on the request's path.
 	OnVote func(node, vote string)
 	// DisableRestartGuard turns restart detection and quarantine off. It

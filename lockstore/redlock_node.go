@@ -79,7 +79,8 @@ func (r *Redlock) observe(ctx context.Context, n *redlockNode, err error) {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err == nil || !errors.Is(err, ErrUnavailable) {
+	// A node that refuses writes answered: it is up, and no prober helps.
+	if err == nil || !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) {
 		n.up, n.lastOK = true, now
 		return
 	}

@@ -108,15 +108,19 @@ func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req Acqui
 
 	var granted []int
 	var held []time.Duration
-	failed, quarantined := 0, 0
+	failed, quarantined, refused := 0, 0, 0
 	for i, v := range votes {
 		vote := "granted"
 		switch {
 		case v.err != nil:
 			failed++
 			vote = "failed"
-			if errors.Is(v.err, context.DeadlineExceeded) {
+			switch {
+			case errors.Is(v.err, context.DeadlineExceeded):
 				vote = "timeout"
+			case errors.Is(v.err, ErrRefused):
+				refused++
+				vote = "refused"
 			}
 		case !v.counted:
 			quarantined++
@@ -144,7 +148,7 @@ func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req Acqui
 	case ctx.Err() != nil:
 		return Lease{}, false, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	case len(granted)+len(held) < r.quorum:
-		return Lease{}, false, r.quorumError(failed, quarantined)
+		return Lease{}, false, r.quorumError(failed, quarantined, refused)
 	case len(granted) == 0: // then len(held) ≥ quorum
 		return Lease{}, false, &HeldError{Remaining: r.heldRemaining(held)}
 	case len(held) > 0:
@@ -417,26 +421,36 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
 	if best+unknown < r.quorum {
 		return Lease{}, ErrNotHeld
 	}
-	return Lease{}, r.quorumError(failed, quarantined)
+	return Lease{}, r.quorumError(failed, quarantined, 0)
 }
 
 // Ping implements Store: nil when at least a quorum of nodes that are warm
-// (connections open, scripts loaded) and not quarantined answer, that is,
-// when a lease could be granted at once. It warms a node the background
-// warm-up has not reached yet itself, within ctx rather than NodeTimeout:
-// a readiness check may take a moment, a request may not.
+// (connections open, scripts loaded) and not quarantined take a write
+// (Redis's Ping: a node out of memory answers, but could grant nothing),
+// that is, when a lease could be granted at once. It warms a node the
+// background warm-up has not reached yet itself, within ctx rather than
+// NodeTimeout: a readiness check may take a moment, a request may not.
 func (r *Redlock) Ping(ctx context.Context) error {
 	votes := fanOut(ctx, r, nil, func(nctx context.Context, _ int, n *redlockNode) (struct{}, error) {
 		if !n.isWarm() {
-			return struct{}{}, r.warm(ctx, n)
+			if err := r.warm(ctx, n); err != nil {
+				return struct{}{}, err
+			}
+			// The warm-up may have used up nctx's NodeTimeout.
+			var cancel context.CancelFunc
+			nctx, cancel = context.WithTimeout(ctx, r.nodeTimeout)
+			defer cancel()
 		}
-		return struct{}{}, redisErr(n.client.Ping(nctx).Err())
+		return struct{}{}, redisErr(n.client.Set(nctx, readyKey, "1", time.Minute).Err())
 	})
-	ok, failed, quarantined := 0, 0, 0
+	ok, failed, quarantined, refused := 0, 0, 0, 0
 	for _, v := range votes {
 		switch {
 		case v.err != nil:
 			failed++
+			if errors.Is(v.err, ErrRefused) {
+				refused++
+			}
 		case !v.counted:
 			quarantined++
 		default:
@@ -449,5 +463,5 @@ func (r *Redlock) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return r.quorumError(failed, quarantined)
+	return r.quorumError(failed, quarantined, refused)
 }

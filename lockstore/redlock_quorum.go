@@ -17,6 +17,7 @@ type QuorumError struct {
 	Quorum      int // votes needed: Nodes/2 + 1
 	Failed      int // nodes that did not answer in time
 	Quarantined int // nodes that answered but are quarantined after a restart
+	Refused     int // nodes that answered but refuse writes (ErrRefused)
 }
 
 func (e *QuorumError) Error() string { return ErrUnavailable.Error() + ": " + e.QuorumDetail() }
@@ -27,20 +28,31 @@ func (e *QuorumError) Error() string { return ErrUnavailable.Error() + ": " + e.
 func (e *QuorumError) QuorumDetail() string {
 	msg := fmt.Sprintf("%d of %d Redlock nodes did not answer", e.Failed, e.Nodes)
 	if e.Quarantined > 0 {
-		verb := "are"
-		if e.Quarantined == 1 {
-			verb = "is"
-		}
-		msg += fmt.Sprintf(" and %d %s quarantined after a restart", e.Quarantined, verb)
+		msg += fmt.Sprintf(" and %d %s quarantined after a restart", e.Quarantined, plural(e.Quarantined, "is", "are"))
+	}
+	if e.Refused > 0 {
+		msg += fmt.Sprintf(" and %d %s writes (out of memory, read-only or similar: see the node's log)", e.Refused, plural(e.Refused, "refuses", "refuse"))
 	}
 	return msg + fmt.Sprintf("; a majority of %d is impossible", e.Quorum)
 }
 
-// Is makes errors.Is(err, ErrUnavailable) true.
-func (e *QuorumError) Is(target error) bool { return target == ErrUnavailable }
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
 
-func (r *Redlock) quorumError(failed, quarantined int) error {
-	return &QuorumError{Nodes: len(r.nodes), Quorum: r.quorum, Failed: failed, Quarantined: quarantined}
+// Is makes errors.Is(err, ErrUnavailable) true, and errors.Is(err,
+// ErrRefused) when nodes refusing writes are part of the reason.
+func (e *QuorumError) Is(target error) bool {
+	return target == ErrUnavailable || (target == ErrRefused && e.Refused > 0)
+}
+
+// quorumError counts failed as not answering, except the refusals among
+// them.
+func (r *Redlock) quorumError(failed, quarantined, refused int) error {
+	return &QuorumError{Nodes: len(r.nodes), Quorum: r.quorum, Failed: failed - refused, Quarantined: quarantined, Refused: refused}
 }
 
 // nodeResult is one node's answer to one call.
@@ -103,10 +115,10 @@ func answeredMask[T any](votes []nodeResult[T]) []bool {
 // ownedTally counts the answers to a call that only the token's holder may
 // make (Extend, Release).
 type ownedTally[T any] struct {
-	ok                  []T
-	mismatch            int
-	unknown             int // failed + quarantined
-	failed, quarantined int
+	ok                           []T
+	mismatch                     int
+	unknown                      int // failed + quarantined
+	failed, quarantined, refused int // refused: among failed
 }
 
 func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
@@ -116,6 +128,9 @@ func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
 		case !answered(v.err):
 			t.unknown++
 			t.failed++
+			if errors.Is(v.err, ErrRefused) {
+				t.refused++
+			}
 		case !v.counted:
 			t.unknown++
 			t.quarantined++
@@ -129,7 +144,7 @@ func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
 }
 
 func (t ownedTally[T]) unavailable(r *Redlock) error {
-	return r.quorumError(t.failed, t.quarantined)
+	return r.quorumError(t.failed, t.quarantined, t.refused)
 }
 
 // majorityValue is the value most of vs carry, by fence (the highest fence

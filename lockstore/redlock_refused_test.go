@@ -1,0 +1,47 @@
+package lockstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// Nodes that answer but refuse writes (out of memory) are not "nodes that
+// did not answer": with a majority of them refusing, acquires and Ping say
+// so, as lockstore.ErrRefused, and the node stays up (no prober needed).
+func TestRedlockNodesRefusingWrites(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	ready(t, s)
+	ctx := testCtx(t)
+	for _, srv := range srvs[:2] {
+		require.NoError(t, srv.Client().ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+		require.NoError(t, srv.Client().ConfigSet(ctx, "maxmemory", "1").Err()) // below what it uses: full
+	}
+
+	_, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.ErrorIs(t, err, lockstore.ErrRefused)
+	require.ErrorIs(t, err, lockstore.ErrUnavailable)
+	var qe *lockstore.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, lockstore.QuorumError{Nodes: 3, Quorum: 2, Failed: 0, Refused: 2}, *qe)
+	assert.Contains(t, qe.QuorumDetail(), "2 refuse writes")
+
+	perr := s.Ping(ctx)
+	require.ErrorIs(t, perr, lockstore.ErrRefused, "readiness says the nodes refuse writes")
+	for i, n := range s.Nodes() {
+		assert.True(t, n.Up, "node %d answered", i)
+	}
+
+	for _, srv := range srvs[:2] {
+		require.NoError(t, srv.Client().ConfigSet(ctx, "maxmemory", "0").Err())
+	}
+	require.NoError(t, s.Ping(ctx))
+	_, err = s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+}
