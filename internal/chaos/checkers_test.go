@@ -226,20 +226,23 @@ func TestState(t *testing.T) {
 	c, ctx := n.Client(), context.Background()
 	s := NewState(time.Second)
 	require.NoError(t, c.Set(ctx, "lockgw:{fine}:lock", "x", 500*time.Millisecond).Err())
-	require.NoError(t, c.Set(ctx, "lockgw:{fine}:fence", "1", time.Hour).Err())
+	require.NoError(t, c.Set(ctx, "lockgw:{fine}:fence", "1", 2*time.Second).Err())
 	require.NoError(t, c.Set(ctx, "unrelated", "x", 0).Err())
 	s.Sample(ctx, n.Addr(), c)
 	assert.Empty(t, s.Violations())
 
 	require.NoError(t, c.Set(ctx, "lockgw:{forever}:lock", "x", 0).Err())
 	require.NoError(t, c.Set(ctx, "lockgw:{long}:lock", "x", time.Minute).Err())
+	// A counter kept long after its lease (it used to be a day).
+	require.NoError(t, c.Set(ctx, "lockgw:{stale}:fence", "1", time.Hour).Err())
 	s.Sample(ctx, n.Addr(), c)
 	s.Drained(ctx, n.Addr(), c)
 	found := map[string]string{}
 	for _, v := range s.Violations() {
 		found[v.Key] = v.Detail
 	}
-	require.Len(t, found, 3, "%v", found)
+	require.Len(t, found, 4, "%v", found)
+	assert.Contains(t, found["lockgw:{stale}:fence"], "above the 3s allowed")
 	assert.Contains(t, found["lockgw:{forever}:lock"], "has no TTL")
 	assert.Contains(t, found["lockgw:{long}:lock"], "above the 1s allowed")
 	assert.Contains(t, found["lockgw:{fine}:lock"], "left after the maximum TTL")

@@ -8,13 +8,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgateway/lockgateway/lockstore"
 )
 
 // FenceRetention and WaitQueueTTL mirror lockstore's: a fence counter
-// outlives its key's last lease by a day, and a wait queue lives twice the
-// waiters' 3 s heartbeat.
+// outlives its key's last lease by lockstore.FenceMargin (a second more is
+// allowed for a Redlock seed a little ahead of the node's clock), and a
+// wait queue lives twice the waiters' 3 s heartbeat.
 const (
-	FenceRetention = 24 * time.Hour
+	FenceRetention = lockstore.FenceMargin + time.Second
 	WaitQueueTTL   = 6 * time.Second
 )
 
