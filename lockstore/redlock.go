@@ -217,6 +217,7 @@ type Redlock struct {
 	log         zerolog.Logger
 	onVote      func(node, vote string)
 
+	idMu   sync.Mutex // serializes the nodes' run_id checks (sameRedis)
 	mu     sync.Mutex // guards closed, and bg.Add against Close's bg.Wait
 	closed bool
 	bg     sync.WaitGroup // background deletes on nodes that did not answer, warm-ups

@@ -235,6 +235,13 @@ func (r *Redlock) onConnect(n *redlockNode, next func(context.Context, *redis.Co
 		if runID == "" {
 			return errors.New("lockstore: INFO server reported no run_id")
 		}
+		if other := r.sameRedis(n, runID); other != nil {
+			// One server listed twice would vote twice: a quorum that counts
+			// it twice is no quorum. Whichever connected first keeps it.
+			r.log.Error().Str("node", n.addr).Str("same_as", other.addr).
+				Msg("redlock: two nodes are the same Redis; the second never counts (list each master once)")
+			return fmt.Errorf("lockstore: redlock node %s is the same Redis as %s", n.addr, other.addr)
+		}
 		n.mu.Lock()
 		prev := n.runID
 		n.runID = runID
@@ -251,6 +258,61 @@ func (r *Redlock) onConnect(n *redlockNode, next func(context.Context, *redis.Co
 		}
 		return nil
 	}
+}
+
+// sameRedis returns another node whose server has runID, or nil; it then
+// records runID as n's, so that of two nodes naming one server, the first
+// to connect keeps it.
+func (r *Redlock) sameRedis(n *redlockNode, runID string) *redlockNode {
+	r.idMu.Lock()
+	defer r.idMu.Unlock()
+	for _, o := range r.nodes {
+		if o == n {
+			continue
+		}
+		o.mu.Lock()
+		same := o.runID == runID
+		o.mu.Unlock()
+		if same {
+			return o
+		}
+	}
+	n.mu.Lock()
+	if n.runID == "" {
+		n.runID = runID // the restart check below then sees no change
+	}
+	n.mu.Unlock()
+	return nil
+}
+
+// CheckDistinct asks every node for its server's run_id and fails when two
+// nodes are one Redis (one host under two names, say 127.0.0.1:6379 and
+// localhost:6379). Nodes that do not answer are left out; a duplicate among
+// them is refused when it connects.
+func (r *Redlock) CheckDistinct(ctx context.Context) error {
+	ids := make([]string, len(r.nodes))
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		wg.Go(func() {
+			info, err := n.probe.Info(ctx, "server").Result()
+			if err == nil {
+				ids[i] = infoField(info, "run_id")
+			}
+		})
+	}
+	wg.Wait()
+	seen := make(map[string]int)
+	for i, id := range ids {
+		if id == "" {
+			continue
+		}
+		if j, dup := seen[id]; dup {
+			return fmt.Errorf("lockstore: redlock nodes %d (%s) and %d (%s) are the same Redis server (one run_id): a quorum would count it twice; list each independent master once",
+				j+1, r.nodes[j].addr, i+1, r.nodes[i].addr)
+		}
+		seen[id] = i
+	}
+	return nil
 }
 
 // infoField returns a field of an INFO reply ("name:value" lines).

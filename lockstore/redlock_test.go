@@ -819,3 +819,22 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// One Redis listed twice, under two names, is one vote: CheckDistinct says
+// so, and a Redlock that was not checked never counts it twice.
+func TestRedlockSameRedisTwice(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 2)
+	a, b := srvs[0], srvs[1]
+	alias := strings.Replace(a.URL(), "127.0.0.1", "localhost", 1)
+	s := openRedlock(t, []string{a.URL(), alias, b.URL()}, lockstore.RedlockOptions{NodeTimeout: roomy})
+	err := s.CheckDistinct(testCtx(t))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "are the same Redis server")
+
+	// Unchecked: with B gone, A alone is no majority of three, under any
+	// name.
+	b.Kill()
+	_, err = s.Acquire(testCtx(t), "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.ErrorIs(t, err, lockstore.ErrUnavailable)
+}

@@ -217,6 +217,15 @@ func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics) 
 		if err != nil {
 			return nil, nil, fmt.Errorf("--redlock-urls: %w", err)
 		}
+		// One server under two names would vote twice. Nodes that do not
+		// answer yet are checked when they connect (and never count twice).
+		checkCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = rl.CheckDistinct(checkCtx)
+		cancel()
+		if err != nil {
+			_ = rl.Close()
+			return nil, nil, fmt.Errorf("--redlock-urls: %w", err)
+		}
 		nodes := func() []handlers.Node {
 			var out []handlers.Node
 			for _, n := range rl.Nodes() {
