@@ -38,8 +38,9 @@ const usage = `usage: lockctl [--url URL] [--json] COMMAND [flags] KEY
 
 Commands:
   acquire [--ttl D] [--wait D] [--owner S] [--token T] KEY
-        take the lock; prints LOCK_KEY=…, LOCK_TOKEN=…, LOCK_FENCE=…,
-        LOCK_EXPIRES_AT=… lines (for eval), or the lease as JSON with --json
+        take the lock; prints "export LOCK_KEY=…" lines for LOCK_KEY,
+        LOCK_TOKEN, LOCK_FENCE and LOCK_EXPIRES_AT, quoted for a POSIX shell's
+        eval "$(lockctl acquire …)", or the lease as JSON with --json
   extend [--ttl D] [--token T] KEY
         extend a lease you hold (token: --token or $LOCK_TOKEN)
   release [--token T] KEY
@@ -335,10 +336,11 @@ func (g *globals) printLease(l *client.Lease) {
 		g.printJSON(jsonLease{l.Key, l.Token, l.Fence, l.Owner, l.TTL.Milliseconds(), l.ExpiresAt})
 		return
 	}
-	// Shell assignments: eval "$(lockctl acquire KEY)". Keys, tokens and
-	// fences need no quoting; the owner might, so it is left out.
-	fmt.Fprintf(g.stdout, "LOCK_KEY=%s\nLOCK_TOKEN=%s\nLOCK_FENCE=%d\nLOCK_EXPIRES_AT=%s\n",
-		l.Key, l.Token, l.Fence, l.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	// Exported shell assignments: after eval "$(lockctl acquire KEY)" the
+	// next lockctl, a child of the shell, finds $LOCK_TOKEN. Every value is
+	// quoted for the shell; the owner is left out.
+	fmt.Fprintf(g.stdout, "export LOCK_KEY=%s\nexport LOCK_TOKEN=%s\nexport LOCK_FENCE=%d\nexport LOCK_EXPIRES_AT=%s\n",
+		shellQuote(l.Key), shellQuote(l.Token), l.Fence, shellQuote(l.ExpiresAt.UTC().Format(time.RFC3339Nano)))
 }
 
 func (g *globals) printJSON(v any) {
@@ -409,4 +411,21 @@ func hostname() string {
 		return ""
 	}
 	return strings.ToValidUTF8(h, "?")
+}
+
+// shellQuote returns s as one word for a POSIX shell: as is when every
+// character is plainly safe, else in single quotes, each ' inside closed,
+// escaped with a backslash and reopened.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./:+,@%", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -136,12 +136,14 @@ func TestCommands(t *testing.T) {
 	assert.Equal(t, exitFree, r.code)
 	assert.JSONEq(t, `{"key":"`+key+`","held":false}`, r.stdout)
 
-	// Text output is shell assignments.
+	// Text output is exported shell assignments (TestShellFlow evals them).
 	r = lockctl(t, g.URL, "acquire", key, "--ttl", "1s") // flags after KEY too
 	require.Equal(t, exitOK, r.code, r.stderr)
 	env := map[string]string{}
 	for line := range strings.Lines(r.stdout) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		assign, ok := strings.CutPrefix(strings.TrimSpace(line), "export ")
+		require.True(t, ok, line)
+		k, v, ok := strings.Cut(assign, "=")
 		require.True(t, ok, line)
 		env[k] = v
 	}
@@ -401,4 +403,54 @@ func TestSignals(t *testing.T) {
 		assert.Equal(t, 128+int(syscall.SIGINT), exit.ExitCode())
 		assert.NoFileExists(t, marker)
 	})
+}
+
+// TestShellFlow runs the README's flow in real shells with the built binary:
+// eval "$(lockctl acquire …)" must leave LOCK_TOKEN where the next lockctl
+// (a child of the shell) finds it, so extend and release need no --token.
+func TestShellFlow(t *testing.T) {
+	bin := buildLockctl(t)
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOCK_") && !strings.HasPrefix(kv, "LOCKGW_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "LOCKGW_URL="+g.URL, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
+	script := `set -e
+eval "$(lockctl acquire --ttl 5m "$1")"
+test "$LOCK_KEY" = "$1"
+lockctl extend --ttl 5m "$1" > /dev/null
+lockctl status "$1"
+lockctl release "$1"
+`
+	for _, shell := range []string{"bash", "sh"} {
+		t.Run(shell, func(t *testing.T) {
+			path, err := exec.LookPath(shell)
+			if err != nil {
+				t.Skipf("no %s: %v", shell, err)
+			}
+			key := apitest.Key(t)
+			cmd := exec.Command(path, "-c", script, shell, key)
+			cmd.Env = env
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			assert.Contains(t, string(out), key+": held by ")
+			assert.Contains(t, string(out), "released "+key+"\n")
+			_, err = c.Inspect(t.Context(), key)
+			require.ErrorIs(t, err, client.ErrNotHeld, "released")
+		})
+	}
+}
+
+// TestShellQuote: what acquire prints is read back by a shell as it was.
+func TestShellQuote(t *testing.T) {
+	for _, s := range []string{"", "jobs/nightly", "2026-11-24T12:00:00.5Z", "a b", "it's", `$(touch x)`, "`x`", `a\b"c`, "new\nline", "*?[]~#!&;|<>{}"} {
+		out, err := exec.Command("sh", "-c", "eval \"v=$1\"; printf %s \"$v\"", "sh", shellQuote(s)).Output()
+		require.NoError(t, err, s)
+		assert.Equal(t, s, string(out), "quoted as %s", shellQuote(s))
+	}
+	assert.Equal(t, "jobs/nightly", shellQuote("jobs/nightly"), "safe values stay unquoted")
 }
