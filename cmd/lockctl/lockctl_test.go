@@ -454,3 +454,26 @@ func TestShellQuote(t *testing.T) {
 	}
 	assert.Equal(t, "jobs/nightly", shellQuote("jobs/nightly"), "safe values stay unquoted")
 }
+
+// TestRunWaitLongerThanTTL: run --wait for a lock held longer than --ttl
+// runs the command once it gets the lock, and keeps the lock while the
+// command runs: the lease is counted from the grant, not from before the
+// wait.
+func TestRunWaitLongerThanTTL(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	held, err := c.Acquire(t.Context(), key, client.AcquireOptions{TTL: 10 * time.Second})
+	require.NoError(t, err)
+	time.AfterFunc(1500*time.Millisecond, func() { _ = c.Release(context.Background(), key, held.Token) })
+	envFile := filepath.Join(t.TempDir(), "env")
+	r := lockctl(t, g.URL, "run", "--wait", "10s", "--ttl", "500ms", key, "--",
+		"sh", "-c", `env > "$1"; sleep 1.2; echo done`, "sh", envFile)
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	assert.Equal(t, "done\n", r.stdout)
+	fence, err := strconv.ParseInt(readEnv(t, envFile)["LOCK_FENCE"], 10, 64)
+	require.NoError(t, err)
+	assert.Greater(t, fence, held.Fence)
+	_, err = c.Inspect(t.Context(), key)
+	require.ErrorIs(t, err, client.ErrNotHeld, "released when the command exited")
+}

@@ -88,6 +88,21 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 		status   int // COMMAND's exit status
 	)
 	endProgress := g.progress(ctx, c, key, opts.Wait)
+	var waited *client.Lease
+	if opts.Wait > 0 {
+		// Hold counts the lease from when its acquire was sent: after a
+		// wait longer than the TTL that is already past, and the lock
+		// would be "lost" at once. So wait here, then let Hold take the
+		// lock again with the same token, which the gateway answers at
+		// once (200, same fence, TTL reset): the lease is counted from
+		// that grant.
+		waited, err = c.Acquire(ctx, key, opts)
+		endProgress()
+		if err != nil {
+			return g.fail(ctx, "run", key, err)
+		}
+		opts.Token, opts.Wait = waited.Token, 0
+	}
 	err = c.Hold(ctx, key, opts, func(hctx context.Context, lease *client.Lease) error {
 		endProgress()
 		if hctx.Err() != nil { // interrupted between the grant and the start
@@ -152,6 +167,13 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 		}
 		return exitCannotExec
 	case !started: // not acquired, or interrupted before COMMAND started
+		if waited != nil && !errors.Is(err, client.ErrHeld) {
+			// Hold did not take the lock again (gateway unreachable, …) or
+			// was interrupted: give back the lease the wait got.
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			_ = c.Release(rctx, key, waited.Token)
+			rcancel()
+		}
 		return g.fail(ctx, "run", key, err)
 	case err != nil:
 		// COMMAND ran under the lock; only the release failed, and the
