@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -142,6 +143,21 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		errs = append(errs, fmt.Errorf("%s: unknown backend %q (want memory, redis or redlock)", src, c.Backend))
 	}
 
+	// A Redis address with no backend named would otherwise serve the
+	// memory backend without a word: locks a user believes are shared
+	// would live in one process. Refuse, and say what to set.
+	if !given["backend"] && getenv("LOCKGW_BACKEND") == "" {
+		for _, n := range []struct{ flag, env, backend string }{
+			{"redis-url", "LOCKGW_REDIS_URL", BackendRedis},
+			{"redlock-urls", "LOCKGW_REDLOCK_URLS", BackendRedlock},
+		} {
+			if given[n.flag] || getenv(n.env) != "" {
+				_, from := value(n.flag, new(string))
+				errs = append(errs, fmt.Errorf("%s is set but no backend is chosen, so it would be ignored and locks kept in this process's memory; set LOCKGW_BACKEND=%s (or --backend %s), or unset %s to use the memory backend", from, n.backend, n.backend, from))
+			}
+		}
+	}
+
 	c.RedisURL, src = value("redis-url", redisURL)
 	if c.Backend == BackendRedis {
 		if err := checkRedisURL(c.RedisURL); err != nil {
@@ -266,7 +282,7 @@ func loopback(addr string) bool {
 func checkRedisURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-		return fmt.Errorf("%q is not a redis:// or rediss:// URL (example: redis://127.0.0.1:6379/0)", redactURL(raw))
+		return fmt.Errorf("%q is not a redis:// or rediss:// URL; write it as redis://host:port/db (example: redis://127.0.0.1:6379/0)", redactURL(raw))
 	}
 	return nil
 }
@@ -274,13 +290,14 @@ func checkRedisURL(raw string) error {
 func redlockList(raw, src string, errs []error) ([]string, []error) {
 	var urls []string
 	seen := map[string]bool{}
-	for u := range strings.SplitSeq(raw, ",") {
+	entries := strings.Split(raw, ",")
+	for i, u := range entries {
 		u = strings.TrimSpace(u)
 		if u == "" {
 			continue
 		}
 		if err := checkRedisURL(u); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", src, err))
+			errs = append(errs, fmt.Errorf("%s: entry %d of %d: %w", src, i+1, len(entries), err))
 			continue
 		}
 		host := u
@@ -299,15 +316,42 @@ func redlockList(raw, src string, errs []error) ([]string, []error) {
 	return urls, errs
 }
 
+// maxEchoedURL bounds how much of a URL an error message repeats.
+const maxEchoedURL = 200
+
 // redactURL hides a password in a Redis URL before it reaches an error or
-// a log line.
+// a log line. A URL net/url cannot parse is still shown, its password (the
+// text between the user's ':' and the last '@') replaced, so the user can
+// see which entry is wrong; it is cut to maxEchoedURL bytes.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		if err != nil {
-			return "(unparseable URL)"
+	if err == nil {
+		if u.User == nil {
+			return truncate(raw)
 		}
-		return raw
+		return truncate(u.Redacted())
 	}
-	return u.Redacted()
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		scheme, rest = "", raw
+	} else {
+		scheme += "://"
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
+			rest = user + ":xxxxx" + rest[at:]
+		}
+	}
+	return truncate(scheme + rest)
+}
+
+func truncate(s string) string {
+	if len(s) <= maxEchoedURL {
+		return s
+	}
+	s = s[:maxEchoedURL]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
 }

@@ -420,3 +420,49 @@ func TestRedisPasswordNeverInErrors(t *testing.T) {
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hunter2")
 }
+
+// Issue 14 item 5: a Redis address with no backend chosen is refused, not
+// silently ignored in favour of the memory backend.
+func TestRedisURLWithoutBackendRefused(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"redis url env", nil, map[string]string{"LOCKGW_REDIS_URL": "redis://127.0.0.1:6379/0"},
+			"LOCKGW_REDIS_URL is set but no backend is chosen"},
+		{"redlock urls env", nil, map[string]string{"LOCKGW_REDLOCK_URLS": "redis://a:1,redis://b:1,redis://c:1"},
+			"LOCKGW_REDLOCK_URLS is set but no backend is chosen, so it would be ignored and locks kept in this process's memory; set LOCKGW_BACKEND=redlock"},
+		{"redis url flag", []string{"--redis-url", "redis://127.0.0.1:6379/0"}, nil,
+			"--redis-url is set but no backend is chosen, so it would be ignored and locks kept in this process's memory; set LOCKGW_BACKEND=redis (or --backend redis)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := server.Run(ctx, tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// Issue 14 item 12: a bad Redlock entry is named by its position, shown
+// with only its password hidden, and the redis:// form is suggested.
+func TestRedlockBadEntryNamed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	urls := "redis://a:1,127.0.0.1:6379,redis://:hunter2@b:1,redis://u:s3cr%zzet@c:1/0,http://d:1"
+	err := server.Run(ctx, []string{"--backend", "redlock", "--redlock-urls", urls},
+		func(string) string { return "" }, io.Discard, io.Discard)
+	require.Error(t, err)
+	msg := err.Error()
+	assert.NotContains(t, msg, "unparseable")
+	assert.NotContains(t, msg, "s3cr")
+	assert.Contains(t, msg, `--redlock-urls: entry 2 of 5: "127.0.0.1:6379" is not a redis:// or rediss:// URL; write it as redis://host:port/db (example: redis://127.0.0.1:6379/0)`)
+	assert.Contains(t, msg, `--redlock-urls: entry 4 of 5: "redis://u:xxxxx@c:1/0" is not a redis://`)
+	assert.Contains(t, msg, `--redlock-urls: entry 5 of 5: "http://d:1" is not a redis://`)
+	assert.NotContains(t, msg, "entry 1 ")
+	assert.NotContains(t, msg, "entry 3 ")
+}
