@@ -297,7 +297,7 @@ func (c *Client) acquire(ctx context.Context, key, token string, opts AcquireOpt
 }
 
 // Extend resets the lease of key held by token to ttl from now (0: the
-// gateway's default TTL). Errors: ErrNotHeld (expired or released: acquire
+// lease's own length, as last granted or extended). Errors: ErrNotHeld (expired or released: acquire
 // again, for a new fence), ErrTokenMismatch, ErrUnavailable, or an *Error.
 func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
 	var body ExtendRequest

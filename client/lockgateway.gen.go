@@ -131,7 +131,7 @@ type AdmittedStatus string
 
 // ExtendRequest Optional. Only `ttl_ms`; anything else is `400`.
 type ExtendRequest struct {
-	// TtlMs New lease length in milliseconds, counted from now. Same bounds and default as for `PUT`.
+	// TtlMs New lease length in milliseconds, counted from now. Same bounds as for `PUT`; absent, the lease's own length (as last granted or extended).
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
 }
 
@@ -640,8 +640,9 @@ type ClientInterface interface {
 
 	// ExtendLockWithBody Extend a lock you hold
 	//
-	// Resets the lease's TTL to `ttl_ms` from now (default: the service's default TTL,
-	// 30 s unless configured). The token travels in `Lock-Token` or, equivalently,
+	// Resets the lease's TTL to `ttl_ms` from now (default: the length the lease was
+	// last granted or extended with, never the service's default TTL: a 60 s lease
+	// extended with no body stays 60 s). The token travels in `Lock-Token` or, equivalently,
 	// `If-Match: "<token>"`; never in the URL. An extend never brings back a lease
 	// that has expired: that is `404`, and the client must acquire again (and gets a
 	// new fence).
@@ -653,8 +654,9 @@ type ClientInterface interface {
 
 	// ExtendLock Extend a lock you hold
 	//
-	// Resets the lease's TTL to `ttl_ms` from now (default: the service's default TTL,
-	// 30 s unless configured). The token travels in `Lock-Token` or, equivalently,
+	// Resets the lease's TTL to `ttl_ms` from now (default: the length the lease was
+	// last granted or extended with, never the service's default TTL: a 60 s lease
+	// extended with no body stays 60 s). The token travels in `Lock-Token` or, equivalently,
 	// `If-Match: "<token>"`; never in the URL. An extend never brings back a lease
 	// that has expired: that is `404`, and the client must acquire again (and gets a
 	// new fence).
@@ -865,8 +867,9 @@ func (c *APIClient) InspectLock(ctx context.Context, key Key, params *InspectLoc
 
 // ExtendLockWithBody Extend a lock you hold
 //
-// Resets the lease's TTL to `ttl_ms` from now (default: the service's default TTL,
-// 30 s unless configured). The token travels in `Lock-Token` or, equivalently,
+// Resets the lease's TTL to `ttl_ms` from now (default: the length the lease was
+// last granted or extended with, never the service's default TTL: a 60 s lease
+// extended with no body stays 60 s). The token travels in `Lock-Token` or, equivalently,
 // `If-Match: "<token>"`; never in the URL. An extend never brings back a lease
 // that has expired: that is `404`, and the client must acquire again (and gets a
 // new fence).
@@ -888,8 +891,9 @@ func (c *APIClient) ExtendLockWithBody(ctx context.Context, key Key, params *Ext
 
 // ExtendLock Extend a lock you hold
 //
-// Resets the lease's TTL to `ttl_ms` from now (default: the service's default TTL,
-// 30 s unless configured). The token travels in `Lock-Token` or, equivalently,
+// Resets the lease's TTL to `ttl_ms` from now (default: the length the lease was
+// last granted or extended with, never the service's default TTL: a 60 s lease
+// extended with no body stays 60 s). The token travels in `Lock-Token` or, equivalently,
 // `If-Match: "<token>"`; never in the URL. An extend never brings back a lease
 // that has expired: that is `404`, and the client must acquire again (and gets a
 // new fence).
@@ -1699,8 +1703,9 @@ type ClientWithResponsesInterface interface {
 
 	// ExtendLockWithBodyWithResponse Extend a lock you hold
 	//
-	// Resets the lease's TTL to `ttl_ms` from now (default: the service's default TTL,
-	// 30 s unless configured). The token travels in `Lock-Token` or, equivalently,
+	// Resets the lease's TTL to `ttl_ms` from now (default: the length the lease was
+	// last granted or extended with, never the service's default TTL: a 60 s lease
+	// extended with no body stays 60 s). The token travels in `Lock-Token` or, equivalently,
 	// `If-Match: "<token>"`; never in the URL. An extend never brings back a lease
 	// that has expired: that is `404`, and the client must acquire again (and gets a
 	// new fence).
@@ -1712,8 +1717,9 @@ type ClientWithResponsesInterface interface {
 
 	// ExtendLockWithResponse Extend a lock you hold
 	//
-	// Resets the lease's TTL to `ttl_ms` from now (default: the service's default TTL,
-	// 30 s unless configured). The token travels in `Lock-Token` or, equivalently,
+	// Resets the lease's TTL to `ttl_ms` from now (default: the length the lease was
+	// last granted or extended with, never the service's default TTL: a 60 s lease
+	// extended with no body stays 60 s). The token travels in `Lock-Token` or, equivalently,
 	// `If-Match: "<token>"`; never in the URL. An extend never brings back a lease
 	// that has expired: that is `404`, and the client must acquire again (and gets a
 	// new fence).
@@ -3216,8 +3222,9 @@ func (c *ClientWithResponses) InspectLockWithResponse(ctx context.Context, key K
 
 // ExtendLockWithBodyWithResponse Extend a lock you hold
 //
-// Resets the lease's TTL to `ttl_ms` from now (default: the service's default TTL,
-// 30 s unless configured). The token travels in `Lock-Token` or, equivalently,
+// Resets the lease's TTL to `ttl_ms` from now (default: the length the lease was
+// last granted or extended with, never the service's default TTL: a 60 s lease
+// extended with no body stays 60 s). The token travels in `Lock-Token` or, equivalently,
 // `If-Match: "<token>"`; never in the URL. An extend never brings back a lease
 // that has expired: that is `404`, and the client must acquire again (and gets a
 // new fence).
@@ -3235,8 +3242,9 @@ func (c *ClientWithResponses) ExtendLockWithBodyWithResponse(ctx context.Context
 
 // ExtendLockWithResponse Extend a lock you hold
 //
-// Resets the lease's TTL to `ttl_ms` from now (default: the service's default TTL,
-// 30 s unless configured). The token travels in `Lock-Token` or, equivalently,
+// Resets the lease's TTL to `ttl_ms` from now (default: the length the lease was
+// last granted or extended with, never the service's default TTL: a 60 s lease
+// extended with no body stays 60 s). The token travels in `Lock-Token` or, equivalently,
 // `If-Match: "<token>"`; never in the URL. An extend never brings back a lease
 // that has expired: that is `404`, and the client must acquire again (and gets a
 // new fence).

@@ -375,7 +375,9 @@ func (h *Locks) Extend() http.Handler {
 			WriteError(w, r, h.log, err)
 			return
 		}
-		ttl := h.limits.DefaultTTL
+		// No ttl_ms: 0, the lease's own length (the store reads it
+		// atomically with the extend), never the service default.
+		var ttl time.Duration
 		if req.TTLms != nil {
 			ttl = time.Duration(*req.TTLms) * time.Millisecond
 		}

@@ -73,7 +73,9 @@ type Store interface {
 	// order (Memory, Redis; Redlock waits without a queue), and a free key
 	// goes to the first waiter, not to a newcomer.
 	Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error)
-	// Extend resets the TTL of a lease token holds to ttl from now.
+	// Extend resets the TTL of a lease token holds to ttl from now; a ttl
+	// of 0 means the lease's own length, the one it was last granted or
+	// extended with (read and applied atomically by the store).
 	// It fails with ErrNotHeld when the key is free and ErrTokenMismatch
 	// when another token holds it.
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
@@ -191,6 +193,15 @@ func checkAcquire(key string, req AcquireRequest) error {
 		return fmt.Errorf("%w: ttl %v below %v", ErrInvalid, req.TTL, MinTTL)
 	}
 	return nil
+}
+
+// checkExtend is checkToken for Extend, where a ttl of 0 means the
+// lease's own length.
+func checkExtend(key, token string, ttl time.Duration) error {
+	if ttl == 0 {
+		ttl = MinTTL
+	}
+	return checkToken(key, token, ttl)
 }
 
 func checkToken(key, token string, ttl time.Duration) error {

@@ -31,10 +31,13 @@ type Memory struct {
 }
 
 type memLock struct {
-	key     string
-	digest  [32]byte
-	owner   string
-	fence   int64
+	key    string
+	digest [32]byte
+	owner  string
+	fence  int64
+	// length is the TTL the lease was last granted or extended with: what
+	// an Extend with a ttl of 0 applies again.
+	length  time.Duration
 	expires *expiry.Entry[string] // its At carries a monotonic reading
 	// user is whom the lock counts against (nil: granted without a
 	// quota); counted is its place in the user's queue.
@@ -141,6 +144,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 			return Lease{}, head, &HeldError{Remaining: l.expires.At.Sub(now)}
 		}
 		m.move(l, now.Add(req.TTL))
+		l.length = req.TTL
 		lease := l.lease(req.Token, req.TTL)
 		lease.Renewed = true
 		return lease, head, nil
@@ -155,7 +159,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 	// One counter for all keys: strictly increasing per key a fortiori, and
 	// nothing to remember once a key is free.
 	m.fence = nextFence(m.fence, now.UnixMicro())
-	l := &memLock{key: key, digest: digest, owner: req.Owner, fence: m.fence, expires: m.expiry.Add(key, now.Add(req.TTL))}
+	l := &memLock{key: key, digest: digest, owner: req.Owner, fence: m.fence, length: req.TTL, expires: m.expiry.Add(key, now.Add(req.TTL))}
 	m.locks[key] = l
 	m.count(l, req.Quota)
 	if head {
@@ -256,7 +260,7 @@ func (m *Memory) wakeHead(key string) {
 
 // Extend implements Store.
 func (m *Memory) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
-	if err := checkToken(key, token, ttl); err != nil {
+	if err := checkExtend(key, token, ttl); err != nil {
 		return Lease{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -269,6 +273,10 @@ func (m *Memory) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	if err != nil {
 		return Lease{}, err
 	}
+	if ttl == 0 {
+		ttl = l.length
+	}
+	l.length = ttl
 	m.move(l, now.Add(ttl))
 	return l.lease(token, ttl), nil
 }

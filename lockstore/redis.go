@@ -112,7 +112,7 @@ func (s *Redis) acquire(ctx context.Context, key string, a *acquireArgs) (acquir
 
 // Extend implements Store.
 func (s *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
-	if err := checkToken(key, token, ttl); err != nil {
+	if err := checkExtend(key, token, ttl); err != nil {
 		return Lease{}, err
 	}
 	start := time.Now()
@@ -130,6 +130,9 @@ func (s *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration
 		v, err := extendReply(reply)
 		if err != nil {
 			return Lease{}, err
+		}
+		if ttl == 0 {
+			ttl = v.length
 		}
 		return v.lease(key, token, ttl, start), nil
 	}
@@ -360,6 +363,8 @@ func extendReply(reply []any) (lockValue, error) {
 		return lockValue{}, ErrNotHeld
 	case code == -1:
 		return lockValue{}, ErrTokenMismatch
+	case code == -3:
+		return lockValue{}, fmt.Errorf("%w: the lease records no length (granted by an older gateway): name a TTL", ErrInvalid)
 	case code == 1 && len(reply) == 2:
 		return parseLockValue(reply[1])
 	}
@@ -447,6 +452,9 @@ type lockValue struct {
 	attempt string // Redlock's attempt field; "" in Redis's values
 	fence   int64
 	owner   string
+	// length is the lease's length as last granted or extended, from the
+	// fence field's "+<ms>"; 0 in a value written by an older gateway.
+	length time.Duration
 }
 
 func parseLockValue(reply any) (lockValue, error) {
@@ -463,11 +471,16 @@ func parseLockValue(reply any) (lockValue, error) {
 		_, rest, _ = strings.Cut(rest, ":")
 	}
 	fence, owner, ok2 := strings.Cut(rest, ":")
+	fence, length, hasLength := strings.Cut(fence, "+")
 	f, err := strconv.ParseInt(fence, 10, 64)
+	var ms int64
+	if err == nil && hasLength {
+		ms, err = strconv.ParseInt(length, 10, 64)
+	}
 	if !ok1 || !ok2 || err != nil || len(digest) != 64 {
 		return lockValue{}, fmt.Errorf("lockstore: malformed lock value %q", redactDigest(s))
 	}
-	return lockValue{digest: digest, attempt: attempt, fence: f, owner: owner}, nil
+	return lockValue{digest: digest, attempt: attempt, fence: f, owner: owner, length: time.Duration(ms) * time.Millisecond}, nil
 }
 
 func (v lockValue) lease(key, token string, ttl time.Duration, start time.Time) Lease {

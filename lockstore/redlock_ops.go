@@ -267,7 +267,7 @@ func (r *Redlock) discard(ctx context.Context, key, digest, attempt string, vote
 // Extend implements Store. On a node it only ever lengthens the lease, so
 // an extend that lands after its answer cannot cut short a later grant.
 func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
-	if err := checkToken(key, token, ttl); err != nil {
+	if err := checkExtend(key, token, ttl); err != nil {
 		return Lease{}, err
 	}
 	digest := digestHex(token)
@@ -278,6 +278,17 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	t := tallyOwned(votes)
 	if err := ctx.Err(); err != nil {
 		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if ttl == 0 {
+		// Each node applied the length its value records; they may differ
+		// (a renewal that reached only some). The shortest of the votes
+		// counted is what every one of them holds at least, so validity is
+		// measured from it. A node that recorded none refused (ErrInvalid).
+		for _, v := range t.ok {
+			if ttl == 0 || v.length < ttl {
+				ttl = v.length
+			}
+		}
 	}
 	validity := ttl - time.Since(start) - drift(ttl)
 	switch {

@@ -111,7 +111,7 @@ func TestWalkthrough(t *testing.T) {
 		assert.Equal(t, float64(60000), r.JSON(t)["ttl_ms"])
 		r = c.Do(t, "PATCH", path, nil, "If-Match", `"`+token+`"`)
 		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
-		assert.Equal(t, float64(30000), r.JSON(t)["ttl_ms"], "no body: the default TTL")
+		assert.Equal(t, float64(60000), r.JSON(t)["ttl_ms"], "no body: the lease's own length, not the default TTL")
 
 		// A stranger can neither extend nor release it.
 		stranger := "stranger-token-0123456789"
@@ -465,4 +465,29 @@ func TestRedlockBadEntryNamed(t *testing.T) {
 	assert.Contains(t, msg, `--redlock-urls: entry 5 of 5: "http://d:1" is not a redis://`)
 	assert.NotContains(t, msg, "entry 1 ")
 	assert.NotContains(t, msg, "entry 3 ")
+}
+
+// Issue 14 item 3: an extend with no ttl_ms keeps the lease's own length
+// (as last granted or extended), never the service default.
+func TestExtendWithoutTTLKeepsLeaseLength(t *testing.T) {
+	backends(t, func(t *testing.T, g *apitest.Gateway) {
+		c := apitest.NewClient(g.URL)
+		path := "/locks/own-length"
+		r := c.Do(t, "PUT", path, []byte(`{"ttl_ms":60000}`), "Content-Type", "application/json")
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		token := r.JSON(t)["token"].(string)
+
+		r = c.Do(t, "PATCH", path, nil, "Lock-Token", token)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		assert.Equal(t, float64(60000), r.JSON(t)["ttl_ms"], "a 60 s lease stays 60 s")
+		r = c.Do(t, "GET", path, nil)
+		require.Equal(t, http.StatusOK, r.Status)
+		assert.Greater(t, r.JSON(t)["ttl_ms"].(float64), float64(59000))
+
+		r = c.Do(t, "PATCH", path, []byte(`{"ttl_ms":45000}`), "Content-Type", "application/json", "Lock-Token", token)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		r = c.Do(t, "PATCH", path, []byte(`{}`), "Content-Type", "application/json", "Lock-Token", token)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		assert.Equal(t, float64(45000), r.JSON(t)["ttl_ms"], "the last extend's length")
+	})
 }

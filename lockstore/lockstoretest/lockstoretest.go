@@ -27,6 +27,7 @@ func Run(t *testing.T, newStore func(t *testing.T) lockstore.Store) {
 		{"AcquireHeldByAnother", testConflict},
 		{"AcquireSameTokenRenews", testSameToken},
 		{"Extend", testExtend},
+		{"ExtendWithoutTTLKeepsTheLeaseLength", testExtendOwnLength},
 		{"ExtendAfterExpiryFails", testExtendAfterExpiry},
 		{"ExtendByStrangerFails", testExtendByStranger},
 		{"Release", testRelease},
@@ -129,6 +130,40 @@ func testExtend(t *testing.T, s lockstore.Store, key string) {
 	require.NoError(t, err, "an extended lock outlives its first TTL")
 	assert.Equal(t, l.Fence, got.Fence)
 	assert.Greater(t, got.TTL, 9*time.Second)
+}
+
+// An Extend with a ttl of 0 applies the length the lease was last granted
+// or extended with, never a default (issue 14 item 3).
+func testExtendOwnLength(t *testing.T, s lockstore.Store, key string) {
+	l := acquire(t, s, key, 60*time.Second)
+	ext, err := s.Extend(ctx(t), key, l.Token, 0)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence, ext.Fence)
+	assert.Equal(t, 60*time.Second, ext.TTL, "the granted length, not a default")
+	got, err := s.Inspect(ctx(t), key)
+	require.NoError(t, err)
+	assert.Greater(t, got.TTL, 55*time.Second)
+
+	// After an explicit extend, that length is the lease's own.
+	_, err = s.Extend(ctx(t), key, l.Token, 90*time.Second)
+	require.NoError(t, err)
+	ext, err = s.Extend(ctx(t), key, l.Token, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 90*time.Second, ext.TTL)
+
+	// A retried acquire of the same token re-grants with its TTL.
+	_, err = s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: l.Token, TTL: 2 * time.Minute})
+	require.NoError(t, err)
+	ext, err = s.Extend(ctx(t), key, l.Token, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Minute, ext.TTL)
+	got, err = s.Inspect(ctx(t), key)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence, got.Fence)
+	assert.Greater(t, got.TTL, 110*time.Second)
+
+	_, err = s.Extend(ctx(t), key, lockstore.NewToken(), 0)
+	require.ErrorIs(t, err, lockstore.ErrTokenMismatch)
 }
 
 func testExtendAfterExpiry(t *testing.T, s lockstore.Store, key string) {

@@ -94,6 +94,18 @@ local function count(set, now)
     redis.call('PEXPIRE', set, ttl)
   end
 end
+-- with_length is value with the length in its fence field ("<fence>" or
+-- "<fence>+<ms>") set to ms: the length an extend without a TTL reuses.
+local function with_length(value, ms)
+  local head, rest = string.sub(value, 1, 65), string.sub(value, 66)
+  local c = string.sub(rest, 1, 1)
+  if c == '~' or c == '^' then
+    local f, r = string.match(rest, '^([^:]*:)(.*)$')
+    head, rest = head .. f, r
+  end
+  local fence, owner = string.match(rest, '^([^:+]*)[^:]*:(.*)$')
+  return head .. fence .. '+' .. ms .. ':' .. owner
+end
 local function clock_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -110,11 +122,20 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
     redis.call('ZREM', KEYS[4], waiter)
   end
   if not attempt then
+    -- Recording the length needs memory; out of memory, the renewal
+    -- still resets the TTL (PEXPIRE needs none) and keeps the old one.
+    local value = with_length(cur, ARGV[2])
+    if value ~= cur then
+      local r = redis.pcall('SET', KEYS[1], value, 'KEEPTTL')
+      if type(r) == 'table' and r.err then
+        value = cur
+      end
+    end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     if user then
       count(KEYS[6], clock_ms())
     end
-    return {2, cur}
+    return {2, value}
   end
   -- Redlock: join the rounds that hold the lease, keeping fence and owner.
   -- The value's tail after the digest is "<fence>:<owner>" (a value from
@@ -130,7 +151,7 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
   else
     field = field .. '.' .. attempt
   end
-  local value = ARGV[1] .. ':' .. field .. ':' .. rest
+  local value = with_length(ARGV[1] .. ':' .. field .. ':' .. rest, ARGV[2])
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
   else
@@ -197,6 +218,9 @@ local ahead = math.ceil((fence - now_us) / 1000)
 fence = string.format('%.0f', fence)
 redis.call('SET', KEYS[2], fence, 'PX', math.max(tonumber(ARGV[2]), ahead) + margin)
 
+-- The fence field carries the lease's length, "<fence>+<ms>", which an
+-- extend without a TTL reuses (extend.lua).
+fence = fence .. '+' .. ARGV[2]
 local value = ARGV[1] .. ':' .. fence .. ':' .. ARGV[3]
 if attempt then
   value = ARGV[1] .. ':~' .. attempt .. ':' .. fence .. ':' .. ARGV[3]

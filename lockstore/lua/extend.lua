@@ -6,7 +6,9 @@
 --          "lockgw:{quota:<user>}:locks" (see acquire.lua, "Counting"); the
 --          lock's score there moves too
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
--- ARGV[2]  new TTL in milliseconds, counted from now
+-- ARGV[2]  new TTL in milliseconds, counted from now; "0" for the lease's
+--          own length, the one it was last granted or extended with (the
+--          "+<ms>" of the value's fence field), which the value keeps
 -- ARGV[3]  Redlock only (absent for Redis): "1" to only ever lengthen the
 --          lease. An extend still on its way to a slow node when its answer
 --          was sent may land after the token released and took the key
@@ -18,6 +20,8 @@
 --   {-1}        held by another digest
 --   {-2, user}  the lock counts against user, whose set is not KEYS[2] (or
 --               none was passed): nothing changed; call again with it
+--   {-3}        ARGV[2] is 0 and the value records no length (written by
+--               an older gateway): nothing changed; name a TTL
 --
 -- PEXPIRE only touches a key that exists, so an expired lock stays expired.
 local cur = redis.call('GET', KEYS[1])
@@ -34,16 +38,40 @@ if string.sub(cur, 66, 66) == '^' then
     return {-2, user}
   end
 end
-if ARGV[3] ~= '1' or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local head, rest = string.sub(cur, 1, 65), string.sub(cur, 66)
+local c = string.sub(rest, 1, 1)
+if c == '~' or c == '^' then
+  local f, r = string.match(rest, '^([^:]*:)(.*)$')
+  head, rest = head .. f, r
+end
+local fence, length, owner = string.match(rest, '^([^:+]*)%+?([^:]*):(.*)$')
+local ttl = tonumber(ARGV[2])
+if ttl == 0 then
+  ttl = tonumber(length)
+  if not ttl then
+    return {-3}
+  end
+end
+local ms = string.format('%.0f', ttl)
+local value = head .. fence .. '+' .. ms .. ':' .. owner
+if value ~= cur then
+  -- Recording a new length is a write that needs memory; a Redis out of
+  -- memory refuses it, and the extend still happens (PEXPIRE needs none),
+  -- the lease keeping its old recorded length.
+  local r = redis.pcall('SET', KEYS[1], value, 'KEEPTTL')
+  if type(r) == 'table' and r.err then
+    value = cur
+  end
+end
+if ARGV[3] ~= '1' or redis.call('PTTL', KEYS[1]) < ttl then
+  redis.call('PEXPIRE', KEYS[1], ms)
 end
 if user then
   local t = redis.call('TIME')
-  local ttl = tonumber(ARGV[2])
   local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl
   redis.call('ZADD', KEYS[2], string.format('%.0f', at), KEYS[1])
   if redis.call('PTTL', KEYS[2]) < ttl then
     redis.call('PEXPIRE', KEYS[2], ttl)
   end
 end
-return {1, cur}
+return {1, value}

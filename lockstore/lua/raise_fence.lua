@@ -23,7 +23,8 @@ local cur = redis.call('GET', KEYS[1])
 if not cur or string.sub(cur, 1, 64) ~= ARGV[1] then
   return 0
 end
-local field, owner = string.match(string.sub(cur, 66), '^([^:]*):[^:]*:(.*)$')
+-- The fence field may carry the lease's length, "<fence>+<ms>": kept.
+local field, length, owner = string.match(string.sub(cur, 66), '^([^:]*):[^:+]*([^:]*):(.*)$')
 if not field or string.sub(field, 1, 1) ~= '~' or string.sub(field, 2, 2) == '!' then
   return 0
 end
@@ -43,5 +44,5 @@ if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[3]) then
   local lease = math.max(redis.call('PTTL', KEYS[1]), 0)
   redis.call('SET', KEYS[2], ARGV[3], 'PX', math.max(lease, ahead) + tonumber(ARGV[4]))
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. field .. ':' .. ARGV[3] .. ':' .. owner, 'KEEPTTL')
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. field .. ':' .. ARGV[3] .. length .. ':' .. owner, 'KEEPTTL')
 return 1
