@@ -244,10 +244,11 @@ func (b *baseline) serveAcquire(w http.ResponseWriter, r *http.Request, key stri
 		w.WriteHeader(http.StatusConflict)
 		return
 	}
-	// The value is "<digest>:<fence>:<owner>".
+	// The value is "<digest>:<fence>+<length ms>:<owner>".
 	value, _ := reply[1].(string)
 	_, rest, _ := strings.Cut(value, ":")
 	fence, _, _ := strings.Cut(rest, ":")
+	fence, _, _ = strings.Cut(fence, "+")
 	out := make([]byte, 0, 96)
 	out = append(out, `{"token":"`...)
 	out = append(out, token...)
