@@ -443,7 +443,7 @@ func digestHex(token string) string {
 	return hex.EncodeToString(d[:])
 }
 
-// lockValue is a lock's stored value, parsed: "<digest>:<fence>:<owner>"
+// lockValue is a lock's stored value, parsed: "<digest>:<fence>[+<ms>]:<owner>"
 // (Redis), "<digest>:^<user>:<fence>:<owner>" (Redis, counted against a
 // user's quota) or "<digest>:<attempt>:<fence>:<owner>" (Redlock, the
 // attempt field starting with "~"; see acquire.lua).

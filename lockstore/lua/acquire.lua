@@ -2,7 +2,9 @@
 -- in the order waiters queued for it.
 --
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"; its value is
---          "<digest>:<fence>:<owner>" (Redis),
+--          "<digest>:<fence>+<ms>:<owner>" (Redis; <ms> is the length the
+--          lease was last granted or extended with, absent in values from
+--          older gateways),
 --          "<digest>:^<user>:<fence>:<owner>" (Redis, counted against a
 --          user's quota; see "Counting") or
 --          "<digest>:<attempt>:<fence>:<owner>" (Redlock, see ARGV[9])
