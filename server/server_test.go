@@ -400,6 +400,14 @@ func TestConfigErrors(t *testing.T) {
 		{"bad waiting cap", nil, map[string]string{"LOCKGW_MAX_WAITING": "many"}, `LOCKGW_MAX_WAITING: "many"`},
 		{"idle timeout too short", []string{"--idle-timeout", "100ms"}, nil, "below the minimum 1s"},
 		{"bounds past the memory limit", []string{"--memory-limit", "64MiB", "--max-conns", "5000"}, nil, "more than half the memory limit"},
+		// A Redis address with no backend chosen is refused, not silently
+		// ignored in favour of the memory backend (issue 14 item 5).
+		{"redis url env, no backend", nil, map[string]string{"LOCKGW_REDIS_URL": "redis://127.0.0.1:6379/0"},
+			"LOCKGW_REDIS_URL is set but no backend is chosen"},
+		{"redlock urls env, no backend", nil, map[string]string{"LOCKGW_REDLOCK_URLS": "redis://a:1,redis://b:1,redis://c:1"},
+			"LOCKGW_REDLOCK_URLS is set but no backend is chosen, so it would be ignored and locks kept in this process's memory; set LOCKGW_BACKEND=redlock"},
+		{"redis url flag, no backend", []string{"--redis-url", "redis://127.0.0.1:6379/0"}, nil,
+			"--redis-url is set but no backend is chosen, so it would be ignored and locks kept in this process's memory; set LOCKGW_BACKEND=redis (or --backend redis)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -419,33 +427,6 @@ func TestRedisPasswordNeverInErrors(t *testing.T) {
 		func(string) string { return "" }, io.Discard, io.Discard)
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hunter2")
-}
-
-// Issue 14 item 5: a Redis address with no backend chosen is refused, not
-// silently ignored in favour of the memory backend.
-func TestRedisURLWithoutBackendRefused(t *testing.T) {
-	tests := []struct {
-		name string
-		args []string
-		env  map[string]string
-		want string
-	}{
-		{"redis url env", nil, map[string]string{"LOCKGW_REDIS_URL": "redis://127.0.0.1:6379/0"},
-			"LOCKGW_REDIS_URL is set but no backend is chosen"},
-		{"redlock urls env", nil, map[string]string{"LOCKGW_REDLOCK_URLS": "redis://a:1,redis://b:1,redis://c:1"},
-			"LOCKGW_REDLOCK_URLS is set but no backend is chosen, so it would be ignored and locks kept in this process's memory; set LOCKGW_BACKEND=redlock"},
-		{"redis url flag", []string{"--redis-url", "redis://127.0.0.1:6379/0"}, nil,
-			"--redis-url is set but no backend is chosen, so it would be ignored and locks kept in this process's memory; set LOCKGW_BACKEND=redis (or --backend redis)"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			err := server.Run(ctx, tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), tc.want)
-		})
-	}
 }
 
 // Issue 14 item 12: a bad Redlock entry is named by its position, shown
