@@ -60,6 +60,9 @@ func TestBadInput(t *testing.T) {
 		{"numeric owner", "PUT", "/locks/k", `{"owner":7}`, json, 400, "malformed-request"},
 		{"trailing data", "PUT", "/locks/k", `{"ttl_ms":5000} {}`, json, 400, "malformed-request"},
 		{"trailing garbage", "PUT", "/locks/k", `{"ttl_ms":5000}x`, json, 400, "malformed-request"},
+		{"field name in another case", "PUT", "/locks/k", `{"ttl_ms":100,"TTL_MS":20000}`, json, 400, "malformed-request"},
+		{"invalid UTF-8 owner", "PUT", "/locks/k", "{\"owner\":\"a\xffb\"}", json, 400, "malformed-request"},
+		{"integer beyond int64", "PUT", "/locks/k", `{"ttl_ms":99999999999999999999999}`, json, 400, "malformed-request"},
 		{"wait_ms on extend", "PATCH", held, `{"wait_ms":5}`, append([]string{"Lock-Token", token}, json...), 400, "malformed-request"},
 		// Values out of range.
 		{"ttl zero", "PUT", "/locks/k", `{"ttl_ms":0}`, json, 422, "validation"},
@@ -121,6 +124,45 @@ func TestBadInput(t *testing.T) {
 	// None of it touched the held lock.
 	r = c.Do(t, "GET", held, nil)
 	require.Equal(t, http.StatusOK, r.Status)
+}
+
+// TestBadBodyDetails: a 400 for a body says what was wrong and what to
+// send, without echoing more of the body than a short field name.
+func TestBadBodyDetails(t *testing.T) {
+	g := apitest.Start(t, nil)
+	c := apitest.NewClient(g.URL)
+	long := strings.Repeat("n", 500)
+	tests := []struct {
+		name, body string
+		detail     []string
+		notEchoed  string
+	}{
+		// encoding/json matched TTL_MS to ttl_ms and the last one won.
+		{"name in another case", `{"ttl_ms":100,"TTL_MS":20000}`, []string{`unknown field "TTL_MS"`, "case-sensitive", `did you mean "ttl_ms"`}, ""},
+		{"unknown name lists the fields", `{"ttl":5000}`, []string{`unknown field "ttl"`, "owner, ttl_ms, wait_ms"}, ""},
+		{"long unknown name is cut", `{"` + long + `":1}`, []string{`unknown field "` + long[:64] + `"…`}, long[:65]},
+		// encoding/json rewrote the bad byte to U+FFFD and granted the lease.
+		{"invalid UTF-8", "{\"owner\":\"a\xffb\"}", []string{"not valid UTF-8"}, ""},
+		// "must be an integer, not a JSON number 99999999999999999999999".
+		{"integer too large", `{"ttl_ms":99999999999999999999999}`, []string{`field "ttl_ms" is an integer too large`, "documented range"}, "99999999999999999999999"},
+		{"negative integer too large", `{"wait_ms":-99999999999999999999999}`, []string{`field "wait_ms" is an integer too large`}, "99999999999999999999999"},
+		{"fraction", `{"ttl_ms":1.5}`, []string{`field "ttl_ms" must be an integer, not a JSON number`}, "1.5"},
+		{"huge number for a string", `{"owner":99999999999999999999999}`, []string{`field "owner" must be a string, not a JSON number`}, "99999999999999999999999"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := c.Do(t, "PUT", "/locks/"+apitest.Key(t), []byte(tc.body), apitest.JSON...)
+			require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+			assert.Equal(t, "malformed-request", r.ProblemType(t))
+			detail, _ := r.Problem(t)["detail"].(string)
+			for _, want := range tc.detail {
+				assert.Contains(t, detail, want)
+			}
+			if tc.notEchoed != "" {
+				assert.NotContains(t, detail, tc.notEchoed)
+			}
+		})
+	}
 }
 
 // TestIfMatchOnAcquireIsRefused: a PUT is not conditional, so an If-Match

@@ -6,10 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"unicode/utf8"
 )
 
 // encode writes v as JSON with status. Headers must be set before: after
@@ -53,7 +58,12 @@ func decode(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any) err
 	if ct := r.Header.Get("Content-Type"); ct != "" && ct != "application/json" && !isJSON(ct) {
 		return newError(KindUnsupportedMedia, fmt.Sprintf("the body must be application/json, not %q", ct))
 	}
-	if err := checkStructure(body); err != nil {
+	if !utf8.Valid(body) {
+		// encoding/json would turn each bad byte into U+FFFD and grant
+		// a lease to an owner the client never wrote.
+		return newError(KindMalformed, "the body is not valid UTF-8 (RFC 8259 JSON is UTF-8); send the text UTF-8 encoded")
+	}
+	if err := checkStructure(body, fieldNames(dst)); err != nil {
 		return newError(KindMalformed, err.Error())
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -73,10 +83,40 @@ func isJSON(contentType string) bool {
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }
 
+// fieldNames lists the JSON names of dst's struct fields: the only names a
+// body may use, spelled exactly. encoding/json also matches them ignoring
+// case, so {"ttl_ms":100,"TTL_MS":20000} would be one field set twice.
+func fieldNames(dst any) map[string]reflect.Kind {
+	t := reflect.TypeOf(dst)
+	if names, ok := fieldNameCache.Load(t); ok {
+		return names.(map[string]reflect.Kind)
+	}
+	names := map[string]reflect.Kind{}
+	st := t.Elem()
+	for i := range st.NumField() {
+		f := st.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		names[name] = ft.Kind()
+	}
+	fieldNameCache.Store(t, names)
+	return names
+}
+
+var fieldNameCache sync.Map // reflect.Type → map[string]reflect.Kind
+
 // checkStructure finds what encoding/json accepts silently: a value other
-// than an object, a field named twice (json keeps the last), a null (json
-// leaves the field unset, as if absent), and data after the object.
-func checkStructure(body []byte) error {
+// than an object, a field name not spelled exactly as documented (json
+// matches names ignoring case), a field named twice (json keeps the last), a
+// null (json leaves the field unset, as if absent), an integer too large for
+// any field, and data after the object.
+func checkStructure(body []byte, fields map[string]reflect.Kind) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -86,7 +126,7 @@ func checkStructure(body []byte) error {
 	if tok != json.Delim('{') {
 		return errors.New("the body must be a JSON object")
 	}
-	if err := checkObject(dec); err != nil {
+	if err := checkObject(dec, fields); err != nil {
 		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -95,8 +135,9 @@ func checkStructure(body []byte) error {
 	return nil
 }
 
-// checkObject walks one object whose '{' was just read.
-func checkObject(dec *json.Decoder) error {
+// checkObject walks one object whose '{' was just read. fields, when not
+// nil, are the names it may have, with their kinds.
+func checkObject(dec *json.Decoder, fields map[string]reflect.Kind) error {
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
@@ -104,11 +145,15 @@ func checkObject(dec *json.Decoder) error {
 			return errors.New(jsonProblem(err))
 		}
 		name := tok.(string) // object keys are always strings
+		kind, known := fields[name]
+		if fields != nil && !known {
+			return unknownField(name, fields)
+		}
 		if seen[name] {
-			return fmt.Errorf("field %q appears more than once", name)
+			return fmt.Errorf("field %s appears more than once", quoteName(name))
 		}
 		seen[name] = true
-		if err := checkValue(dec, name); err != nil {
+		if err := checkValue(dec, name, kind); err != nil {
 			return err
 		}
 	}
@@ -119,19 +164,19 @@ func checkObject(dec *json.Decoder) error {
 	return nil
 }
 
-func checkValue(dec *json.Decoder, name string) error {
+func checkValue(dec *json.Decoder, name string, kind reflect.Kind) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return errors.New(jsonProblem(err))
 	}
 	switch tok {
 	case nil:
-		return fmt.Errorf("field %q is null; leave it out to use the default", name)
+		return fmt.Errorf("field %s is null; leave it out to use the default", quoteName(name))
 	case json.Delim('{'):
-		return checkObject(dec)
+		return checkObject(dec, nil)
 	case json.Delim('['):
 		for dec.More() {
-			if err := checkValue(dec, name); err != nil {
+			if err := checkValue(dec, name, reflect.Invalid); err != nil {
 				return err
 			}
 		}
@@ -140,7 +185,42 @@ func checkValue(dec *json.Decoder, name string) error {
 			return errors.New(jsonProblem(err))
 		}
 	}
+	// Say "too large" rather than json's "must be an integer, not a JSON
+	// number" for an integer that does not fit an int64 field.
+	if num, ok := tok.(json.Number); ok && kind == reflect.Int64 && isInteger(string(num)) {
+		if _, err := num.Int64(); err != nil {
+			return fmt.Errorf("field %s is an integer too large in magnitude (beyond ±9223372036854775807); send a value within the documented range", quoteName(name))
+		}
+	}
 	return nil
+}
+
+func isInteger(num string) bool { return !strings.ContainsAny(num, ".eE") }
+
+// unknownField words a field name the API does not have, pointing at the
+// right spelling when only the case is wrong.
+func unknownField(name string, fields map[string]reflect.Kind) error {
+	for f := range fields {
+		if strings.EqualFold(f, name) {
+			return fmt.Errorf("unknown field %s: field names are case-sensitive; did you mean %q?", quoteName(name), f)
+		}
+	}
+	known := slices.Sorted(maps.Keys(fields))
+	return fmt.Errorf("unknown field %s; the fields are %s", quoteName(name), strings.Join(known, ", "))
+}
+
+// quoteName quotes a field name from the body, cut to 64 bytes: a detail
+// echoes nothing unbounded.
+func quoteName(name string) string {
+	const max = 64
+	if len(name) <= max {
+		return strconv.Quote(name)
+	}
+	cut := name[:max]
+	for !utf8.ValidString(cut) { // never split a character
+		cut = cut[:len(cut)-1]
+	}
+	return strconv.Quote(cut) + "…"
 }
 
 // jsonProblem words a JSON error for the client.
@@ -152,13 +232,13 @@ func jsonProblem(err error) string {
 		if e.Field == "" {
 			return "the body must be a JSON object"
 		}
-		return fmt.Sprintf("field %q must be %s, not a JSON %s", e.Field, typeName(e.Type.Kind().String()), e.Value)
+		// e.Value is "number 1.5" for a number: name the kind, never echo
+		// the value.
+		kind, _, _ := strings.Cut(e.Value, " ")
+		return fmt.Sprintf("field %s must be %s, not a JSON %s", quoteName(e.Field), typeName(e.Type.Kind().String()), kind)
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return "the body ends before the JSON object does"
-	}
-	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return "unknown field " + f
 	}
 	return "the body is not valid JSON"
 }
