@@ -2,7 +2,9 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -214,6 +216,17 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *Error) {
 		Nodes:     e.Nodes,
 		Token:     e.Token,
 	})
+}
+
+// ProblemJSON is the body of a problem of kind k, for a response written
+// outside any handler (see server/rawerrors.go): its instance is empty, as
+// the request could not be parsed.
+func ProblemJSON(k Kind, detail, requestID string) []byte {
+	b, err := json.Marshal(Problem{Type: k.Type(), Title: k.Title, Status: k.Status, Detail: detail, RequestID: requestID})
+	if err != nil {
+		panic(fmt.Sprintf("handlers: marshal problem: %v", err))
+	}
+	return b
 }
 
 // RetryAfterSeconds rounds d up to whole seconds, at least 1: a client told

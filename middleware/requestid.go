@@ -21,7 +21,7 @@ func RequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(RequestIDHeader)
 		if !validRequestID(id) {
-			id = newRequestID()
+			id = NewRequestID()
 		}
 		w.Header().Set(RequestIDHeader, id)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
@@ -34,7 +34,8 @@ func GetRequestID(ctx context.Context) string {
 	return id
 }
 
-func newRequestID() string {
+// NewRequestID returns a fresh random request id.
+func NewRequestID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])

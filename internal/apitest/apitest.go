@@ -258,6 +258,15 @@ func CheckResponse(t testing.TB, req *http.Request, resp *Response) {
 		"%s %s → %d does not match openapi.yaml; body: %s", req.Method, req.URL.Path, resp.Status, resp.Body)
 }
 
+// CheckProblem fails the test unless resp is a problem valid against
+// openapi.yaml's Problem schema: for responses to requests no router can
+// match, such as ones net/http could not parse.
+func CheckProblem(t testing.TB, resp *Response) {
+	t.Helper()
+	doc, _ := Spec(t)
+	checkProblemSchema(t, doc, resp)
+}
+
 func checkProblemSchema(t testing.TB, doc *openapi3.T, resp *Response) {
 	t.Helper()
 	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
