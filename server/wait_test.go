@@ -48,6 +48,31 @@ func TestPreferWait(t *testing.T) {
 	assert.Equal(t, "wait=2", r.Header.Get("Preference-Applied"))
 }
 
+// TestWaitMsWinsOverPrefer: with both, the body's wait_ms is the wait, and
+// no Preference-Applied says the header was not honoured (RFC 7240 §3).
+// The body is the client's own; a Prefer header may come from a proxy.
+func TestWaitMsWinsOverPrefer(t *testing.T) {
+	g := apitest.Start(t, map[string]string{"LOCKGW_MAX_WAIT": "5s"})
+	c := apitest.NewClient(g.URL)
+	path := "/locks/" + apitest.Key(t)
+	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", path, []byte(`{"ttl_ms":60000}`), apitest.JSON...).Status)
+
+	start := time.Now()
+	r := c.Do(t, "PUT", path, []byte(`{"wait_ms":300}`), "Content-Type", "application/json", "Prefer", "wait=3")
+	took := time.Since(start)
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	assert.Empty(t, r.Header.Get("Preference-Applied"), "the preference was not applied")
+	assert.GreaterOrEqual(t, took, 300*time.Millisecond)
+	assert.Less(t, took, 3*time.Second, "waited for Prefer: wait=3, not wait_ms=300")
+
+	// wait_ms 0 is an explicit "try once": it wins too.
+	start = time.Now()
+	r = c.Do(t, "PUT", path, []byte(`{"wait_ms":0}`), "Content-Type", "application/json", "Prefer", "wait=3")
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	assert.Empty(t, r.Header.Get("Preference-Applied"))
+	assert.Less(t, time.Since(start), 3*time.Second)
+}
+
 // TestDisconnectedWaiterLeavesNoQueue: a client that gives up while waiting
 // leaves nothing in Redis.
 func TestDisconnectedWaiterLeavesNoQueue(t *testing.T) {
