@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/internal/chaos"
+	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 )
 
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	if gatewayBin, err = chaos.BuildGateway(dir); err == nil {
-		clockShim, err = chaos.BuildClockShim(dir)
+		clockShim, err = redistest.BuildClockShim(dir)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/server"
 )
@@ -35,9 +36,11 @@ type bench struct {
 	dir    string // work dir: logs, Redis and etcd data, built binaries
 	root   string // the module's root, found when something must be built
 
-	redisBin string
-	etcdBin  string // "" when there is none
-	procs    []*proc
+	redisBin     string
+	etcdBin      string // "" when there is none
+	procs        []*proc
+	redisServers []*redistest.Server
+	logs         []*os.File // the redis-servers' output
 
 	built     bool
 	redisAddr string
@@ -76,10 +79,7 @@ func redisBinary(flagValue string) (string, error) {
 	if flagValue != "" {
 		return flagValue, nil
 	}
-	if bin := os.Getenv("REDIS_SERVER"); bin != "" {
-		return bin, nil
-	}
-	bin, err := exec.LookPath("redis-server")
+	bin, err := redistest.FindBinary()
 	if err != nil {
 		return "", errors.New("redis-server not found on PATH: install it (Debian: apt-get install redis-server; `make test` does it as root), " +
 			"or point -redis-server or REDIS_SERVER at one")
@@ -159,7 +159,7 @@ func (b *bench) build() error {
 
 func (b *bench) redis(ctx context.Context) (string, error) {
 	if b.redisAddr == "" {
-		addr, err := b.startRedis(ctx, "redis")
+		addr, err := b.startRedis("redis")
 		if err != nil {
 			return "", err
 		}
@@ -204,7 +204,7 @@ func (b *bench) redlockGateway(ctx context.Context) (*target, error) {
 	if b.redlockGW == nil {
 		var urls []string
 		for i := range b.cfg.redlock {
-			addr, err := b.startRedis(ctx, fmt.Sprintf("redlock-%d", i+1))
+			addr, err := b.startRedis(fmt.Sprintf("redlock-%d", i+1))
 			if err != nil {
 				return nil, err
 			}
@@ -229,7 +229,7 @@ func (b *bench) startGateway(ctx context.Context, name string, backend ...string
 	if err := b.build(); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := redistest.LoopbackPort()
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +258,7 @@ func (b *bench) startGateway(ctx context.Context, name string, backend ...string
 // labelled role=gateway for the CPU profile. Memory and goroutines are then
 // lockbench's own and are not reported.
 func (b *bench) startInProcessGateway(ctx context.Context, name string, backend []string) (*target, error) {
-	port, err := freePort()
+	port, err := redistest.LoopbackPort()
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +313,7 @@ func (b *bench) baselineServer(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	port, err := freePort()
+	port, err := redistest.LoopbackPort()
 	if err != nil {
 		return "", err
 	}
@@ -360,11 +360,11 @@ func (b *bench) etcdServer(ctx context.Context) (string, error) {
 	}
 	var lastErr error
 	for range 3 {
-		cport, err := freePort()
+		cport, err := redistest.LoopbackPort()
 		if err != nil {
 			return "", err
 		}
-		pport, err := freePort()
+		pport, err := redistest.LoopbackPort()
 		if err != nil {
 			return "", err
 		}
@@ -428,6 +428,12 @@ func (b *bench) close() error {
 	}
 	for i := len(b.procs) - 1; i >= 0; i-- {
 		b.procs[i].stop()
+	}
+	for _, srv := range b.redisServers {
+		srv.Kill()
+	}
+	for _, f := range b.logs {
+		errs = append(errs, f.Close())
 	}
 	if b.cfg.keep {
 		return errors.Join(errs...)

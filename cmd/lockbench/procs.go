@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/lockgateway/lockgateway/internal/redistest"
 )
 
 // proc is a child process lockbench started: a redis-server, etcd, the
@@ -215,65 +214,26 @@ func scrapeRuntime(ctx context.Context, addr string) (runtimeStats, error) {
 	return rt, nil
 }
 
-// freePort returns a loopback port that was free a moment ago. It never
-// returns the well-known Redis and etcd ports, so lockbench cannot talk to
-// a server it did not start.
-func freePort() (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		switch port {
-		case 6379, 2379, 2380, 8080:
-			continue
-		}
-		return port, nil
-	}
-	return 0, errors.New("no free loopback port")
-}
-
 // startRedis starts a redis-server without persistence on a free loopback
-// port and returns its address once it answers PING.
-func (b *bench) startRedis(ctx context.Context, name string) (string, error) {
-	var lastErr error
-	for range 5 { // the port can be taken between freePort and Redis's bind
-		port, err := freePort()
-		if err != nil {
-			return "", err
-		}
-		dir := filepath.Join(b.dir, fmt.Sprintf("redis-%d", port))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", err
-		}
-		p, err := b.startProc(name, b.redisBin, []string{
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir,
-		}, nil)
-		if err != nil {
-			return "", err
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if err := waitRedis(ctx, p, addr); err != nil {
-			p.stop()
-			lastErr = err
-			continue
-		}
-		return addr, nil
+// port and returns its address once it answers PING. Its output goes to
+// <name>.out in the work dir.
+func (b *bench) startRedis(name string) (string, error) {
+	safe := strings.NewReplacer(" ", "-", "(", "", ")", "", "/", "-").Replace(name)
+	dir := filepath.Join(b.dir, safe)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
 	}
-	return "", lastErr
-}
-
-func waitRedis(ctx context.Context, p *proc, addr string) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
-	err := waitFor(ctx, p.exited, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	out, err := os.Create(filepath.Join(b.dir, safe+".out"))
 	if err != nil {
-		return p.failed(err)
+		return "", err
 	}
-	return nil
+	b.logs = append(b.logs, out)
+	srv, err := redistest.Run(redistest.Options{Bin: b.redisBin, Dir: dir, Output: out, DieWithParent: true})
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	b.redisServers = append(b.redisServers, srv)
+	return srv.Addr(), nil
 }
 
 // waitHTTP waits until url answers 200, or gone reports that the server

@@ -157,7 +157,7 @@ func (g *Gateway) Ready(timeout time.Duration) error {
 // signal, and a thread still running could otherwise finish a request.
 func (g *Gateway) Pause() {
 	g.signal(syscall.SIGSTOP)
-	waitStopped(g.cmd.Process.Pid)
+	redistest.WaitStopped(g.cmd.Process.Pid)
 }
 
 // Resume continues a paused gateway.
@@ -210,35 +210,4 @@ func (g *Gateway) signal(sig syscall.Signal) {
 	default:
 		_ = g.cmd.Process.Signal(sig)
 	}
-}
-
-// waitStopped waits up to a second until every thread of pid is stopped
-// (state T in /proc), or the process is gone.
-func waitStopped(pid int) {
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		if allStopped(pid) {
-			return
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
-}
-
-func allStopped(pid int) bool {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return true // gone
-	}
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
-		if err != nil {
-			continue // the thread exited
-		}
-		// "tid (comm) S …": the state follows the last ')'.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
-			return false
-		}
-	}
-	return true
 }

@@ -1,11 +1,13 @@
-package chaos
+package redistest
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // clockShimC is an LD_PRELOAD library that moves a process's wall clock
@@ -69,7 +71,7 @@ time_t time(time_t *t) {
 `
 
 // BuildClockShim compiles the clock shim into dir with the C compiler
-// ($CC, else cc) and returns the library's path, for StartNode.
+// ($CC, else cc) and returns the library's path, for Options.ClockShim.
 func BuildClockShim(dir string) (string, error) {
 	src := filepath.Join(dir, "clockshim.c")
 	lib := filepath.Join(dir, "clockshim.so")
@@ -82,8 +84,31 @@ func BuildClockShim(dir string) (string, error) {
 	}
 	out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-o", lib, src).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("chaos: compile the clock shim with %s (a C compiler is needed: apt-get install gcc libc6-dev): %v: %s",
+		return "", fmt.Errorf("redistest: compile the clock shim with %s (a C compiler is needed: apt-get install gcc libc6-dev): %v: %s",
 			cc, err, strings.TrimSpace(string(out)))
 	}
 	return lib, nil
+}
+
+// SetClock steps the server's wall clock to the host's plus offset, at
+// once, as an NTP step or an operator would: keys expire by the new clock
+// and Redis TIME (which seeds fences) reads it. The server must run on the
+// clock shim (Options.ClockShim).
+func (s *Server) SetClock(offset time.Duration) {
+	s.helper()
+	if s.clock == "" {
+		s.fatalf("redistest: SetClock on a server started without the clock shim")
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(int64(offset)))
+	f, err := os.OpenFile(s.clock, os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteAt(b[:], 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		s.fatalf("redistest: set clock: %v", err)
+	}
 }

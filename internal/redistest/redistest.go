@@ -1,16 +1,21 @@
-// Package redistest starts real redis-server processes for tests: each on a
-// free loopback port, without persistence, killed when the test ends. It never
-// touches a Redis it did not start and never uses port 6379.
+// Package redistest starts and controls real redis-server processes for the
+// tests, the chaos harness and the benchmark: each on a free loopback port,
+// without persistence, with --dir in a folder of its own, killed when the
+// test (or the caller) is done. It never touches a Redis it did not start
+// and never uses port 6379.
 package redistest
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,12 +26,29 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Server is one redis-server process started by a test.
+// Options says how to run a server. The zero value is what Start uses.
+type Options struct {
+	// Bin is the redis-server to run; "" finds one (FindBinary).
+	Bin string
+	// Dir is the server's --dir, a folder of its own; StartOptions makes
+	// one in the test's temporary folder when it is "", Run needs one.
+	Dir string
+	// ClockShim is a library from BuildClockShim to preload: the server
+	// then reads the wall clock through it, so SetClock can step it.
+	ClockShim string
+	// Output, when set, also receives the server's stdout and stderr.
+	Output io.Writer
+	// DieWithParent kills the server when the process that started it
+	// dies, even by SIGKILL (Linux), for tools that are not tests.
+	DieWithParent bool
+}
+
+// Server is one redis-server process.
 type Server struct {
-	t    testing.TB
-	bin  string
-	port int
-	dir  string
+	t     testing.TB // nil for servers from Run
+	opts  Options
+	port  int
+	clock string // the file holding the clock shim's offset; "" without it
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -38,26 +60,81 @@ type Server struct {
 // redis-server binary can be found.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{t: t, bin: Binary(t), dir: t.TempDir()}
-	var err error
-	for range 5 { // a free port can be taken between our probe and Redis's bind
-		s.port = FreePort(t)
-		if err = s.start(); err == nil {
-			t.Cleanup(s.Kill)
-			return s
-		}
-	}
-	t.Fatalf("redistest: could not start redis-server: %v", err)
-	return nil
+	return StartOptions(t, Options{})
 }
 
-// Binary returns the redis-server to run: $REDIS_SERVER, or the one on PATH.
-func Binary(t testing.TB) string {
+// StartOptions is Start with options.
+func StartOptions(t testing.TB, opts Options) *Server {
 	t.Helper()
+	if opts.Bin == "" {
+		opts.Bin = Binary(t)
+	}
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	s, err := Run(opts)
+	if err != nil {
+		t.Fatalf("redistest: could not start redis-server: %v", err)
+	}
+	s.t = t
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Run starts a redis-server on a free loopback port for a caller that is
+// not a test, which must Kill it when done. Of the methods that can fail,
+// only Addr, URL, Kill, Pause and Resume are for such servers.
+func Run(opts Options) (*Server, error) {
+	if opts.Bin == "" {
+		bin, err := FindBinary()
+		if err != nil {
+			return nil, err
+		}
+		opts.Bin = bin
+	}
+	if opts.Dir == "" {
+		return nil, errors.New("redistest: Run needs Options.Dir")
+	}
+	s := &Server{opts: opts}
+	if opts.ClockShim != "" {
+		s.clock = filepath.Join(opts.Dir, "clock")
+		if err := os.WriteFile(s.clock, make([]byte, 8), 0o644); err != nil {
+			return nil, fmt.Errorf("redistest: clock file: %w", err)
+		}
+	}
+	var err error
+	for range 5 { // a free port can be taken between our probe and Redis's bind
+		if s.port, err = LoopbackPort(); err != nil {
+			return nil, err
+		}
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+	}
+	return nil, err
+}
+
+// ErrNoBinary is FindBinary's error when no redis-server can be found.
+var ErrNoBinary = errors.New("redistest: redis-server not found on PATH")
+
+// FindBinary returns the redis-server to run: $REDIS_SERVER, or the one on
+// PATH.
+func FindBinary() (string, error) {
 	if bin := os.Getenv("REDIS_SERVER"); bin != "" {
-		return bin
+		return bin, nil
 	}
 	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", ErrNoBinary
+	}
+	return bin, nil
+}
+
+// Binary is FindBinary for tests: it fails the test, saying how to get a
+// redis-server, when there is none.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := FindBinary()
 	if err != nil {
 		t.Fatal("redistest: redis-server not found on PATH. These tests run a real Redis. " +
 			"Run `make test` (it installs Debian's redis-server package when run as root), " +
@@ -73,10 +150,13 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 // URL is the server's redis:// URL, as LOCKGW_REDIS_URL takes it.
 func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
-// Client returns a go-redis client for the server, closed when the test ends.
+// Client returns a new go-redis client for the server, closed when the test
+// ends.
 func (s *Server) Client() *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-	s.t.Cleanup(func() { _ = c.Close() })
+	if s.t != nil {
+		s.t.Cleanup(func() { _ = c.Close() })
+	}
 	return c
 }
 
@@ -87,29 +167,47 @@ func (s *Server) Kill() {
 	if s.cmd == nil {
 		return
 	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies too, but be sure it is reaped
 	_ = s.cmd.Process.Kill()
 	<-s.done
 	s.cmd = nil
 }
 
-// Restart starts the server again on the same port, empty: it had no
-// persistence, like a Redis node that crashed and came back.
+// Restart kills the server and starts it again at once on the same port,
+// empty: it had no persistence, like a Redis node that crashed and came
+// back. It keeps its clock offset.
 func (s *Server) Restart() {
-	s.t.Helper()
+	s.helper()
 	s.Kill()
+	s.Start()
+}
+
+// Start starts a killed server again, empty, on its port.
+func (s *Server) Start() {
+	s.helper()
 	var err error
-	for range 50 { // the old socket may linger briefly
+	for range 100 { // the old socket may linger briefly
 		if err = s.start(); err == nil {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	s.t.Fatalf("redistest: restart on port %d: %v", s.port, err)
+	s.fatalf("redistest: restart on port %d: %v", s.port, err)
 }
 
 // Pause stops the process with SIGSTOP: it keeps its sockets but answers
-// nothing, like a node in a long GC pause or a frozen VM.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+// nothing, like a node in a long GC pause or a frozen VM; its keys keep
+// expiring by the wall clock while it is stopped. It returns once the
+// process has stopped.
+func (s *Server) Pause() {
+	s.signal(syscall.SIGSTOP)
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd != nil {
+		WaitStopped(cmd.Process.Pid)
+	}
+}
 
 // Resume continues a paused process.
 func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
@@ -147,14 +245,14 @@ func (s *Server) CommandCalls(ctx context.Context) (map[string]int64, error) {
 // noeviction, as the README advises for lock nodes, and fills it with
 // junk until it refuses writes: out of memory.
 func (s *Server) Fill(maxmemory string) {
-	s.t.Helper()
+	s.helper()
 	ctx := context.Background()
 	c := s.Client()
 	if err := c.ConfigSet(ctx, "maxmemory", maxmemory).Err(); err != nil {
-		s.t.Fatalf("redistest: CONFIG SET maxmemory: %v", err)
+		s.fatalf("redistest: CONFIG SET maxmemory: %v", err)
 	}
 	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		s.t.Fatalf("redistest: CONFIG SET maxmemory-policy: %v", err)
+		s.fatalf("redistest: CONFIG SET maxmemory-policy: %v", err)
 	}
 	// Refused commands count while they sit in the query buffer, and
 	// Redis is back under the limit once it has dropped them: fill in
@@ -167,7 +265,7 @@ func (s *Server) Fill(maxmemory string) {
 	}{{100, strings.Repeat("x", 1000)}, {1, "x"}} {
 		for ; ; i += batch.n {
 			if i > 10_000_000 {
-				s.t.Fatalf("redistest: junk did not fill Redis to maxmemory %s", maxmemory)
+				s.fatalf("redistest: junk did not fill Redis to maxmemory %s", maxmemory)
 			}
 			pipe := c.Pipeline()
 			for j := range batch.n {
@@ -178,27 +276,52 @@ func (s *Server) Fill(maxmemory string) {
 				continue
 			}
 			if !strings.HasPrefix(err.Error(), "OOM") {
-				s.t.Fatalf("redistest: filling Redis: %v", err)
+				s.fatalf("redistest: filling Redis: %v", err)
 			}
 			break
 		}
 	}
 }
 
+func (s *Server) helper() {
+	if s.t != nil {
+		s.t.Helper()
+	}
+}
+
+// fatalf fails the test; a server from Run has none, and panics instead.
+func (s *Server) fatalf(format string, args ...any) {
+	if s.t == nil {
+		panic(fmt.Sprintf(format, args...))
+	}
+	s.t.Helper()
+	s.t.Fatalf(format, args...)
+}
+
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := new(bytes.Buffer)
-	cmd := exec.Command(s.bin,
+	cmd := exec.Command(s.opts.Bin,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
-		"--dir", s.dir,
+		"--dir", s.opts.Dir,
 		"--daemonize", "no",
 		"--loglevel", "warning",
 	)
-	cmd.Stdout, cmd.Stderr = out, out
+	if s.clock != "" {
+		cmd.Env = append(os.Environ(), "LD_PRELOAD="+s.opts.ClockShim, "CLOCKSHIM_FILE="+s.clock)
+	}
+	var w io.Writer = out
+	if s.opts.Output != nil {
+		w = io.MultiWriter(out, s.opts.Output)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	if s.opts.DieWithParent {
+		dieWithParent(cmd)
+	}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -237,20 +360,32 @@ func Ping(addr string) bool {
 	return err == nil && strings.HasPrefix(line, "+PONG")
 }
 
-// FreePort returns a free loopback port, never 6379.
-func FreePort(t testing.TB) int {
-	t.Helper()
+// LoopbackPort returns a loopback port that was free a moment ago. It never
+// returns the well-known ports of Redis, etcd or the gateway (6379, 2379,
+// 2380, 8080), so nothing can talk to a server it did not start.
+func LoopbackPort() (int, error) {
 	for range 20 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("redistest: free port: %v", err)
+			return 0, fmt.Errorf("redistest: free port: %w", err)
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
-		if port != 6379 {
-			return port
+		switch port {
+		case 6379, 2379, 2380, 8080:
+			continue
 		}
+		return port, nil
 	}
-	t.Fatal("redistest: no free port")
-	return 0
+	return 0, errors.New("redistest: no free loopback port")
+}
+
+// FreePort is LoopbackPort for tests: it fails the test when there is none.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	port, err := LoopbackPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
