@@ -21,17 +21,10 @@ func Healthz() http.Handler {
 	})
 }
 
-// Node is how one node of a multi-node backend (Redlock) is doing.
-type Node struct {
-	Addr             string
-	Up               bool
-	QuarantinedUntil time.Time // zero unless its votes are ignored after a restart
-}
-
 // Readyz serves GET /readyz: the backend answers within timeout. A load
 // balancer should stop sending lock traffic to a gateway that answers 503.
 // nodes, when not nil, lists a multi-node backend's nodes in the body.
-func Readyz(store lockstore.Store, backend string, nodes func() []Node, timeout time.Duration, log zerolog.Logger) http.Handler {
+func Readyz(store lockstore.Store, backend string, nodes func() []lockstore.NodeStatus, timeout time.Duration, log zerolog.Logger) http.Handler {
 	type response struct {
 		Status  string     `json:"status"`
 		Backend string     `json:"backend"`
@@ -44,7 +37,7 @@ func Readyz(store lockstore.Store, backend string, nodes func() []Node, timeout 
 		var list []nodeJSON
 		if nodes != nil {
 			for _, n := range nodes() {
-				out := nodeJSON{Addr: n.Addr, Up: n.Up}
+				out := nodeJSON{Addr: n.Addr, Up: n.Up, Quarantine: n.Quarantine}
 				if !n.QuarantinedUntil.IsZero() {
 					out.QuarantinedUntil = timestamp(n.QuarantinedUntil)
 				}
@@ -75,6 +68,7 @@ type nodeJSON struct {
 	Addr             string `json:"addr"`
 	Up               bool   `json:"up"`
 	QuarantinedUntil string `json:"quarantined_until,omitempty"`
+	Quarantine       string `json:"quarantine,omitempty"`
 }
 
 // OpenAPI serves GET /openapi.yaml: the spec the service was built with.

@@ -298,6 +298,7 @@ func (a acquireArgs) call(key string) (keys []string, args []any) {
 	keys = []string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)}
 	switch {
 	case a.attempt != "":
+		keys = append(keys, horizonKey)
 		args = append(args, a.attempt)
 	case a.quota.on():
 		user := a.quota.user
@@ -342,11 +343,11 @@ func nodeAcquire(ctx context.Context, c redis.Scripter, key string, a acquireArg
 // nodeExtend resets the TTL of digest's lease; with longer (Redlock) it
 // only ever lengthens it.
 func nodeExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool) (lockValue, error) {
-	args := []any{digest, ttl.Milliseconds()}
+	keys, args := []string{lockKey(key)}, []any{digest, ttl.Milliseconds()}
 	if longer {
-		args = append(args, "1")
+		keys, args = append(keys, horizonKey), append(args, "1")
 	}
-	reply, err := extendScript.Run(ctx, c, []string{lockKey(key)}, args...).Slice()
+	reply, err := extendScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return lockValue{}, redisErr(err)
 	}
@@ -425,6 +426,11 @@ func nodeInspect(ctx context.Context, c redis.Scripter, key string) (lockValue, 
 	pttl, _ := reply[1].(int64)
 	return v, pttlDuration(pttl), err
 }
+
+// horizonKey, on each Redlock node, lives as long as the longest lease
+// the node granted or lengthened (acquire.lua, extend.lua): what bounds the
+// quarantine of a peer that restarted (redlock_node.go).
+const horizonKey = "lockgw:redlock:horizon"
 
 // These name a lock's Redis keys. The hash tag {key} puts a lock, its fence
 // counter and its wait queue in one Redis Cluster slot, so one script can

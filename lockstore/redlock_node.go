@@ -30,6 +30,7 @@ type redlockNode struct {
 	warm             bool      // connections opened and scripts loaded once
 	runID            string
 	quarantinedUntil time.Time
+	bounded          bool // quarantinedUntil comes from the peers' horizons
 }
 
 // errNodeDown is the answer of a node that is down: it was not asked.
@@ -44,6 +45,9 @@ type NodeStatus struct {
 	// QuarantinedUntil is when a node seen to restart counts again in
 	// quorums; zero when it is not quarantined.
 	QuarantinedUntil time.Time
+	// Quarantine says why, and what bounds QuarantinedUntil; "" when the
+	// node is not quarantined.
+	Quarantine string
 }
 
 // Nodes reports each node's state, in the order the nodes were given.
@@ -55,6 +59,10 @@ func (r *Redlock) Nodes() []NodeStatus {
 		out[i] = NodeStatus{Addr: n.addr, Up: n.up && !n.down}
 		if now.Before(n.quarantinedUntil) {
 			out[i].QuarantinedUntil = n.quarantinedUntil.Round(0)
+			out[i].Quarantine = "restarted, and may have lost the leases it granted: it counts again after the maximum TTL (LOCKGW_MAX_TTL + 1 %), or sooner once enough of its peers report their longest lease"
+			if n.bounded {
+				out[i].Quarantine = "restarted, and may have lost the leases it granted: it counts again once the longest lease its peers hold has expired"
+			}
 		}
 		n.mu.Unlock()
 	}
@@ -249,15 +257,101 @@ func (r *Redlock) onConnect(n *redlockNode, next func(context.Context, *redis.Co
 		var until time.Time
 		if restarted {
 			until = time.Now().Add(r.quarantine)
-			n.quarantinedUntil = until
+			n.quarantinedUntil, n.bounded = until, false
 		}
 		n.mu.Unlock()
 		if restarted {
 			r.log.Warn().Str("node", n.addr).Time("until", until).
-				Msg("redlock: node restarted and may have lost its locks; its votes do not count until then")
+				Msg("redlock: node restarted and may have lost its locks; its votes do not count until then, or until its peers show when the longest lease ends")
+			r.background(func() { r.boundQuarantine(n, runID) })
 		}
 		return nil
 	}
+}
+
+// boundQuarantine shortens the quarantine of n, seen to restart as runID,
+// from MaxTTL to the leases that can still be live: those end when the
+// lease horizons of its peers do (horizonKey). A lease n voted for was
+// granted by a majority, so at least quorum-1 of n's peers recorded it;
+// any N-quorum+1 of the peers include one of those, unless a peer has
+// itself restarted since, which is why quarantined peers are not asked.
+// Until that many peers answer, it asks again, and the quarantine stays
+// MaxTTL long.
+func (r *Redlock) boundQuarantine(n *redlockNode, runID string) {
+	need := len(r.nodes) - r.quorum + 1
+	t := time.NewTicker(max(r.nodeTimeout, 250*time.Millisecond))
+	defer t.Stop()
+	for {
+		horizon, ok := r.peerHorizon(n, need)
+		now := time.Now() // after the replies: their TTLs ran from no later
+		if ok {
+			until := now.Add(horizon + drift(horizon))
+			n.mu.Lock()
+			shorter := n.runID == runID && until.Before(n.quarantinedUntil)
+			if shorter {
+				n.quarantinedUntil, n.bounded = until, true
+			}
+			n.mu.Unlock()
+			if shorter {
+				r.log.Info().Str("node", n.addr).Time("until", until).
+					Msg("redlock: restarted node's quarantine shortened to the longest lease its peers hold")
+			}
+			return
+		}
+		if !n.quarantined(now) {
+			return
+		}
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// peerHorizon asks n's peers that are not quarantined for the remaining
+// life of their lease horizon, and returns the longest; ok is false unless
+// at least need of them answered, and every answer was bounded.
+func (r *Redlock) peerHorizon(n *redlockNode, need int) (longest time.Duration, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.nodeTimeout)
+	defer cancel()
+	type answer struct {
+		pttl time.Duration
+		err  error
+	}
+	answers := make([]answer, len(r.nodes))
+	var wg sync.WaitGroup
+	for i, p := range r.nodes {
+		if p == n || p.quarantined(time.Now()) {
+			answers[i].err = errSkipped
+			continue
+		}
+		wg.Go(func() {
+			// PTTL in milliseconds: -2 for no key (no lease granted in a
+			// horizon's lifetime), -1 for a key without a TTL.
+			ms, err := p.probe.Do(ctx, "PTTL", horizonKey).Int64()
+			answers[i] = answer{time.Duration(ms) * time.Millisecond, err}
+			if err == nil && ms == -1 {
+				answers[i].err = errors.New("lockstore: the lease horizon has no TTL")
+			}
+		})
+	}
+	wg.Wait()
+	answered := 0
+	for _, a := range answers {
+		if a.err == errSkipped {
+			continue
+		}
+		if a.err != nil {
+			if !errors.Is(redisErr(a.err), ErrUnavailable) {
+				return 0, false // an unbounded horizon: keep MaxTTL
+			}
+			continue
+		}
+		answered++
+		longest = max(longest, a.pttl)
+	}
+	return longest, answered >= need
 }
 
 // sameRedis returns another node whose server has runID, or nil; it then

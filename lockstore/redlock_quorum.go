@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -23,17 +24,27 @@ type QuorumError struct {
 func (e *QuorumError) Error() string { return ErrUnavailable.Error() + ": " + e.QuorumDetail() }
 
 // QuorumDetail says why no majority was possible, in words fit for a
-// problem detail: "3 of 5 Redlock nodes did not answer; a majority of 3 is
-// impossible".
+// problem detail, naming each reason once: "3 of 5 Redlock nodes did not
+// answer; a majority of 3 is impossible", "3 of 5 Redlock nodes are
+// quarantined after a restart; …".
 func (e *QuorumError) QuorumDetail() string {
-	msg := fmt.Sprintf("%d of %d Redlock nodes did not answer", e.Failed, e.Nodes)
+	var parts []string
+	if e.Failed > 0 {
+		parts = append(parts, fmt.Sprintf("%d did not answer", e.Failed))
+	}
 	if e.Quarantined > 0 {
-		msg += fmt.Sprintf(" and %d %s quarantined after a restart", e.Quarantined, plural(e.Quarantined, "is", "are"))
+		parts = append(parts, fmt.Sprintf("%d %s quarantined after a restart until every lease they may have held has expired (see /readyz for when)", e.Quarantined, plural(e.Quarantined, "is", "are")))
 	}
 	if e.Refused > 0 {
-		msg += fmt.Sprintf(" and %d %s writes (out of memory, read-only or similar: see the node's log)", e.Refused, plural(e.Refused, "refuses", "refuse"))
+		parts = append(parts, fmt.Sprintf("%d %s writes (out of memory, read-only or similar: see the node's log)", e.Refused, plural(e.Refused, "refuses", "refuse")))
 	}
-	return msg + fmt.Sprintf("; a majority of %d is impossible", e.Quorum)
+	if len(parts) == 0 {
+		parts = append(parts, "0 did not answer")
+	}
+	// "3 did not answer" → "3 of 5 Redlock nodes did not answer".
+	count, rest, _ := strings.Cut(parts[0], " ")
+	parts[0] = fmt.Sprintf("%s of %d Redlock nodes %s", count, e.Nodes, rest)
+	return strings.Join(parts, " and ") + fmt.Sprintf("; a majority of %d is impossible", e.Quorum)
 }
 
 func plural(n int, one, many string) string {

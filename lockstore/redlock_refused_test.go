@@ -30,7 +30,8 @@ func TestRedlockNodesRefusingWrites(t *testing.T) {
 	var qe *lockstore.QuorumError
 	require.ErrorAs(t, err, &qe)
 	assert.Equal(t, lockstore.QuorumError{Nodes: 3, Quorum: 2, Failed: 0, Refused: 2}, *qe)
-	assert.Contains(t, qe.QuorumDetail(), "2 refuse writes")
+	assert.Equal(t, "2 of 3 Redlock nodes refuse writes (out of memory, read-only or similar: see the node's log); a majority of 2 is impossible", qe.QuorumDetail(),
+		"no \"0 of 3 did not answer\": only the reasons that apply")
 
 	perr := s.Ping(ctx)
 	require.ErrorIs(t, perr, lockstore.ErrRefused, "readiness says the nodes refuse writes")

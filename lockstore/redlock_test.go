@@ -319,7 +319,8 @@ func TestRedlockRestartWhileContending(t *testing.T) {
 	t.Parallel()
 	const ttl = 200 * time.Millisecond
 	srvs := startNodes(t, 5)
-	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{MaxTTL: time.Hour})
+	var logs syncBuffer
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{MaxTTL: time.Hour, Logger: zerolog.New(&logs)})
 	require.NoError(t, s.Ping(testCtx(t)))
 
 	var rec recorder
@@ -341,11 +342,11 @@ func TestRedlockRestartWhileContending(t *testing.T) {
 	assert.Empty(t, rec.violations())
 	// A node that refused many dials is probed by go-redis once a second;
 	// the restart is seen at the first connection after that.
+	// The quarantines are as short as the 200 ms leases, so look in the log.
 	require.Eventually(t, func() bool {
 		_ = s.Ping(context.Background())
-		nodes := s.Nodes()
-		return !nodes[0].QuarantinedUntil.IsZero() && !nodes[1].QuarantinedUntil.IsZero()
-	}, 5*time.Second, 20*time.Millisecond, "both restarts detected")
+		return strings.Contains(logs.String(), srvs[0].Addr()) && strings.Contains(logs.String(), srvs[1].Addr())
+	}, 5*time.Second, 20*time.Millisecond, "both restarts detected: %s", &logs)
 }
 
 // The double grant a restart without persistence allows, built step by step:
@@ -408,15 +409,21 @@ func TestRedlockRestartGuard(t *testing.T) {
 			require.ErrorIs(t, err, lockstore.ErrUnavailable, "C alone holds it; A and B do not count")
 
 			require.NoError(t, s.Ping(ctx)) // C, D, E
-			nodes := s.Nodes()
-			quarantine := time.Hour + time.Hour/100 + 2*time.Millisecond
-			for i, n := range nodes {
+			// C, D and E answer for the horizon: C's is the first lease's
+			// 10 s, which bounds the quarantine (not MaxTTL, an hour).
+			require.Eventually(t, func() bool {
+				n := s.Nodes()
+				return n[0].Quarantine != "" && n[1].Quarantine != "" &&
+					n[0].QuarantinedUntil.Before(detected.Add(time.Minute)) && n[1].QuarantinedUntil.Before(detected.Add(time.Minute))
+			}, 5*time.Second, 10*time.Millisecond, "quarantines bounded by the peers' longest lease: %+v", s.Nodes())
+			for i, n := range s.Nodes() {
 				if i > 1 {
 					assert.Zero(t, n.QuarantinedUntil, "node %d", i)
 					continue
 				}
 				assert.True(t, n.Up)
-				assert.WithinRange(t, n.QuarantinedUntil, detected.Add(quarantine).Add(-time.Second), time.Now().Add(quarantine))
+				assert.WithinRange(t, n.QuarantinedUntil, detected.Add(9*time.Second), time.Now().Add(10*time.Second+drift(10*time.Second)))
+				assert.Contains(t, n.Quarantine, "longest lease its peers hold")
 			}
 			warnings := strings.Count(logs.String(), `"level":"warn"`)
 			assert.Equal(t, 2, warnings, "one warning per restart: %s", logs.String())
@@ -424,6 +431,68 @@ func TestRedlockRestartGuard(t *testing.T) {
 			assert.Contains(t, logs.String(), b.Addr())
 		})
 	}
+}
+
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// A restarted node stays quarantined as long as a lease it may have granted
+// can be live, and no longer: the README's Redlock demo (stop two nodes,
+// start them again) used to lock every client out for MaxTTL, 24 h by
+// default. Extends count: they raise the horizon too. When too few peers
+// answer to be sure of the longest lease, the quarantine stays MaxTTL long
+// until they do.
+func TestRedlockQuarantineEndsWithTheLongestLease(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	var logs syncBuffer
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: time.Hour, Logger: zerolog.New(&logs)})
+	ctx := testCtx(t)
+	require.NoError(t, s.Ping(ctx))
+
+	short, err := s.Acquire(ctx, "short", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 200 * time.Millisecond})
+	require.NoError(t, err)
+	long, err := s.Acquire(ctx, "long", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 300 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = s.Extend(ctx, "long", long.Token, 3*time.Second)
+	require.NoError(t, err)
+	extended := time.Now()
+	require.Less(t, short.TTL, long.TTL)
+
+	// Too few peers to be sure: with C, D and E paused only B answers (of
+	// the three needed), and the quarantine stays an hour.
+	srvs[2].Pause()
+	srvs[3].Pause()
+	srvs[4].Pause()
+	srvs[0].Restart()
+	require.Eventually(t, func() bool { _ = s.Ping(ctx); return !s.Nodes()[0].QuarantinedUntil.IsZero() },
+		5*time.Second, 10*time.Millisecond, "restart detected")
+	time.Sleep(3 * roomy) // a few rounds of asking the peers
+	n := s.Nodes()[0]
+	assert.Greater(t, time.Until(n.QuarantinedUntil), 50*time.Minute, "bounded with one peer of three: %+v", n)
+	assert.Contains(t, n.Quarantine, "maximum TTL")
+
+	// The peers answer again: the quarantine ends with the longest lease
+	// they hold, the extended one, about 3 s after the extend.
+	srvs[2].Resume()
+	srvs[3].Resume()
+	srvs[4].Resume()
+	require.Eventually(t, func() bool { return time.Until(s.Nodes()[0].QuarantinedUntil) < time.Minute },
+		10*time.Second, 20*time.Millisecond, "bounded once enough peers answer: %+v", s.Nodes()[0])
+	n = s.Nodes()[0]
+	if !n.QuarantinedUntil.IsZero() { // not over yet, as it should not be
+		assert.WithinRange(t, n.QuarantinedUntil, extended.Add(3*time.Second-roomy), time.Now().Add(3*time.Second+drift(3*time.Second)))
+		assert.Contains(t, n.Quarantine, "longest lease its peers hold")
+	}
+	assert.Contains(t, logs.String(), "quarantine shortened")
+
+	// Then A counts again: with B paused, A, C and D are the majority.
+	require.Eventually(t, func() bool { return s.Nodes()[0].QuarantinedUntil.IsZero() }, 10*time.Second, 50*time.Millisecond)
+	srvs[1].Pause()
+	srvs[4].Pause()
+	_, err = s.Acquire(ctx, "after", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.NoError(t, err, "A counts again")
+	srvs[1].Resume()
+	srvs[4].Resume()
 }
 
 // A quarantined node's votes count in neither direction.
@@ -436,6 +505,10 @@ func TestRedlockQuarantinedVotesDoNotCount(t *testing.T) {
 			s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: time.Hour, DisableRestartGuard: !guard})
 			ctx := testCtx(t)
 			require.NoError(t, s.Ping(ctx))
+			// A live lease, which the restarted node may have granted,
+			// keeps it quarantined for the minute the lease may live.
+			_, err := s.Acquire(ctx, "live", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+			require.NoError(t, err)
 
 			srvs[0].Restart()
 			require.Eventually(t, func() bool { return s.Ping(ctx) == nil && s.Nodes()[0].Up }, 5*time.Second, 10*time.Millisecond)
@@ -446,7 +519,7 @@ func TestRedlockQuarantinedVotesDoNotCount(t *testing.T) {
 			ghost := lockstore.NewToken()
 			plant(t, srvs[0], "j", ghost, time.Minute)
 			plant(t, srvs[1], "j", ghost, time.Minute)
-			_, err := s.Inspect(ctx, "j")
+			_, err = s.Inspect(ctx, "j")
 			if guard {
 				require.ErrorIs(t, err, lockstore.ErrUnavailable, "held on B only; A does not count")
 			} else {

@@ -29,7 +29,7 @@ import (
 type deps struct {
 	store    lockstore.Store
 	backend  string
-	nodes    func() []handlers.Node // nil unless the backend has several nodes
+	nodes    func() []lockstore.NodeStatus // nil unless the backend has several nodes
 	limits   handlers.Limits
 	log      zerolog.Logger
 	spec     []byte
@@ -193,7 +193,7 @@ func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func()) {
 // read and write timeouts are the backend timeout, and retries are off (a
 // retried release whose first attempt worked would answer "not held"); the
 // client reconnects by itself when Redis comes back.
-func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics) (lockstore.Store, func() []handlers.Node, error) {
+func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics) (lockstore.Store, func() []lockstore.NodeStatus, error) {
 	switch cfg.Backend {
 	case BackendRedis:
 		opts, err := redis.ParseURL(cfg.RedisURL)
@@ -226,14 +226,7 @@ func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics) 
 			_ = rl.Close()
 			return nil, nil, fmt.Errorf("--redlock-urls: %w", err)
 		}
-		nodes := func() []handlers.Node {
-			var out []handlers.Node
-			for _, n := range rl.Nodes() {
-				out = append(out, handlers.Node{Addr: n.Addr, Up: n.Up, QuarantinedUntil: n.QuarantinedUntil})
-			}
-			return out
-		}
-		return rl, nodes, nil
+		return rl, rl.Nodes, nil
 	}
 	return lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: b.maxLocks}), nil, nil
 }

@@ -12,7 +12,9 @@
 -- ARGV[3]  Redlock only (absent for Redis): "1" to only ever lengthen the
 --          lease. An extend still on its way to a slow node when its answer
 --          was sent may land after the token released and took the key
---          again; it must not shorten that later grant.
+--          again; it must not shorten that later grant. KEYS[2] is then the
+--          node's lease horizon, "lockgw:redlock:horizon", raised to outlive
+--          the lease (see acquire.lua).
 --
 -- Returns
 --   {1, value}  extended; value is the lock's value
@@ -31,8 +33,9 @@ end
 if string.sub(cur, 1, 64) ~= ARGV[1] then
   return {-1}
 end
+local redlock = ARGV[3] == '1'
 local user = nil
-if string.sub(cur, 66, 66) == '^' then
+if not redlock and string.sub(cur, 66, 66) == '^' then
   user = string.match(cur, '^[^:]*:%^([^:]*):')
   if KEYS[2] ~= 'lockgw:{quota:' .. user .. '}:locks' then
     return {-2, user}
@@ -53,6 +56,15 @@ if ttl == 0 then
   end
 end
 local ms = string.format('%.0f', ttl)
+if redlock then
+  -- Before any write, as in acquire.lua; PEXPIRE needs no memory.
+  local p = redis.call('PTTL', KEYS[2])
+  if p == -2 then
+    redis.call('SET', KEYS[2], '1', 'PX', ms)
+  elseif p >= 0 and p < ttl then
+    redis.call('PEXPIRE', KEYS[2], ms)
+  end
+end
 local value = head .. fence .. '+' .. ms .. ':' .. owner
 if value ~= cur then
   -- Recording a new length is a write that needs memory; a Redis out of
@@ -63,7 +75,7 @@ if value ~= cur then
     value = cur
   end
 end
-if ARGV[3] ~= '1' or redis.call('PTTL', KEYS[1]) < ttl then
+if not redlock or redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ms)
 end
 if user then
