@@ -35,6 +35,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
 // Errors returned by the Client, matched with errors.Is. An error from the
@@ -254,7 +256,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 		case errors.Is(err, ErrHeld), errors.Is(err, ErrUnavailable):
 			// Answered at once (a gateway that does not wait, or one that
 			// is down): pause so as not to spin.
-			if !sleep(ctx, min(pause, time.Until(deadline))) {
+			if !sleep.For(ctx, min(pause, time.Until(deadline))) {
 				return nil, err
 			}
 			pause = min(2*pause, 2*time.Second)
@@ -524,21 +526,6 @@ func (e *Error) names(field string) bool {
 		}
 	}
 	return false
-}
-
-// sleep waits d or until ctx ends, and reports whether it waited d.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 func deref(s *string) string {

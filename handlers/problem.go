@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockgateway/lockgateway/internal/retryafter"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/middleware"
 )
@@ -198,7 +198,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *Error) {
 	h := w.Header()
 	switch {
 	case e.RetryAfter > 0:
-		h.Set("Retry-After", strconv.Itoa(RetryAfterSeconds(e.RetryAfter)))
+		h.Set("Retry-After", strconv.Itoa(retryafter.Seconds(e.RetryAfter)))
 	case h.Get("Retry-After") != "": // set by a middleware (the rate limiter)
 	case e.Kind.Status == http.StatusConflict, e.Kind.Status == http.StatusServiceUnavailable, e.Kind.Status == http.StatusTooManyRequests:
 		h.Set("Retry-After", "1")
@@ -227,12 +227,6 @@ func ProblemJSON(k Kind, detail, requestID string) []byte {
 		panic(fmt.Sprintf("handlers: marshal problem: %v", err))
 	}
 	return b
-}
-
-// RetryAfterSeconds rounds d up to whole seconds, at least 1: a client told
-// "0" would retry at once, before the lease it waits for can have gone.
-func RetryAfterSeconds(d time.Duration) int {
-	return max(1, int(math.Ceil(d.Seconds())))
 }
 
 // Refuse answers every request with one problem: for middleware that

@@ -55,12 +55,12 @@ package lockstore
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lockgateway/lockgateway/internal/randid"
 )
 
 // Store hands out leases. Implementations are safe for concurrent use.
@@ -177,11 +177,7 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRefused || ta
 
 // NewToken returns a fresh random token: 128 bits from crypto/rand, encoded
 // as 22 characters of URL-safe base64.
-func NewToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
+func NewToken() string { return randid.New(16) }
 
 func checkAcquire(key string, req AcquireRequest) error {
 	switch {

@@ -2,9 +2,9 @@ package middleware
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"net/http"
+
+	"github.com/lockgateway/lockgateway/internal/randid"
 )
 
 // RequestIDHeader carries the request id, in and out.
@@ -35,11 +35,7 @@ func GetRequestID(ctx context.Context) string {
 }
 
 // NewRequestID returns a fresh random request id.
-func NewRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
+func NewRequestID() string { return randid.New(12) }
 
 func validRequestID(id string) bool {
 	if id == "" || len(id) > 64 {

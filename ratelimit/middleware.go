@@ -3,13 +3,14 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/lockgateway/lockgateway/internal/retryafter"
 )
 
 // Config is what Middleware needs besides the Limiter.
@@ -117,7 +118,7 @@ func Middleware(l *Limiter, c Config) (func(http.Handler) http.Handler, error) {
 			}
 			h := rw.Header()
 			h.Set("RateLimit-Policy", policy)
-			h.Set("RateLimit", fmt.Sprintf("%s;r=0;t=%d", name, seconds(d.Reset)))
+			h.Set("RateLimit", fmt.Sprintf("%s;r=0;t=%d", name, retryafter.Seconds(d.Reset)))
 			if d.Allowed {
 				next.ServeHTTP(rw, r)
 				return
@@ -127,18 +128,15 @@ func Middleware(l *Limiter, c Config) (func(http.Handler) http.Handler, error) {
 				next.ServeHTTP(rw, r)
 				return
 			}
-			h.Set("Retry-After", strconv.Itoa(seconds(d.Reset)))
+			h.Set("Retry-After", strconv.Itoa(retryafter.Seconds(d.Reset)))
 			c.Refused.ServeHTTP(rw, r)
 		})
 	}, nil
 }
 
-// seconds rounds d up to whole seconds, at least 1.
-func seconds(d time.Duration) int { return max(1, int(math.Ceil(d.Seconds()))) }
-
 // windowSeconds is the window as the headers' w parameter: whole seconds,
 // rounded up.
-func windowSeconds(d time.Duration) int { return seconds(d) }
+func windowSeconds(d time.Duration) int { return retryafter.Seconds(d) }
 
 func plainProblem(status int, slug, title, detail string) http.Handler {
 	body := fmt.Sprintf(`{"type":"https://lockgateway.dev/problems/%s","title":%q,"status":%d,"detail":%q}`+"\n", slug, title, status, detail)

@@ -15,13 +15,12 @@ package ratelimit
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/lockgateway/lockgateway/internal/randid"
 	"github.com/lockgateway/lockgateway/lockstore"
 )
 
@@ -179,7 +178,7 @@ func (l *Limiter) check(ctx context.Context, user string, f *flight) {
 	defer cancel()
 	// A fresh id per check, made here: a retried store call is admitted
 	// again, and no client can replay an id to slip through.
-	f.left, f.err = l.store.TakeWindow(ctx, "ratelimit:"+user, newID(), l.window)
+	f.left, f.err = l.store.TakeWindow(ctx, "ratelimit:"+user, randid.New(16), l.window)
 	if f.err != nil {
 		return
 	}
@@ -193,10 +192,4 @@ func (l *Limiter) check(ctx context.Context, user string, f *flight) {
 	} else {
 		l.cache.refuseUntil(user, f.start.Add(l.window))
 	}
-}
-
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
 }

@@ -3,9 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -22,6 +20,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgateway/lockgateway/internal/randid"
 )
 
 // backendTimeout is the gateway's default deadline for one store call; the
@@ -278,11 +278,7 @@ func (b *baseline) serveRelease(w http.ResponseWriter, r *http.Request, key stri
 }
 
 // newToken is lockstore.NewToken: 128 bits from crypto/rand, URL-safe base64.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
+func newToken() string { return randid.New(16) }
 
 // digest is what the scripts compare: SHA-256 of the token in hex.
 func digest(token string) string {

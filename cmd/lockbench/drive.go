@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
 // measurement is what one row's load produced in its measured window.
@@ -71,7 +73,7 @@ func drive(ctx context.Context, clients []client, warmup, window, drain time.Dur
 						}
 						// A failing target must not turn the client
 						// into a busy loop.
-						sleep(ctx, 10*time.Millisecond)
+						sleep.For(ctx, 10*time.Millisecond)
 						continue
 					}
 					w.total++
@@ -148,15 +150,6 @@ func errorKind(err error) string {
 		s = s[:100] + "…"
 	}
 	return s
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // percentile is the nearest-rank percentile of sorted durations, in

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
 // A flood row measures what one client can do to another (issue 13, item
@@ -131,7 +133,7 @@ func (b *bench) floodRows(ctx context.Context, spec rowSpec) ([]row, error) {
 	loud.FloodHeld = held.Load()
 	fmt.Fprintf(b.stderr, "lockbench: %-3s the flood holds %s %s after %s\n", loud.No,
 		thousands(float64(loud.FloodHeld)), f.kind, time.Since(start).Round(100*time.Millisecond))
-	sleep(ctx, b.cfg.floodSettle) // let the heap and the waiters' refreshes settle
+	sleep.For(ctx, b.cfg.floodSettle) // let the heap and the waiters' refreshes settle
 	if t.proc != nil {
 		if rss, _, err := t.proc.rssKiB(); err == nil {
 			loud.GatewayRSSMiB = mib(rss)
@@ -218,20 +220,20 @@ func floodWaiters(ctx context.Context, wg *sync.WaitGroup, addr string, n int, h
 			c := newHTTPConn(addr)
 			defer c.close()
 			// Spread the connections' first requests over a second.
-			sleep(ctx, time.Duration(i)*time.Second/time.Duration(n))
+			sleep.For(ctx, time.Duration(i)*time.Second/time.Duration(n))
 			for ctx.Err() == nil {
 				held.Add(1)
 				status, _, err := c.do(ctx, http.MethodPut, key, req)
 				held.Add(-1)
 				if err != nil || status != http.StatusConflict {
-					sleep(ctx, time.Duration(max(c.retryAfter, 1))*time.Second)
+					sleep.For(ctx, time.Duration(max(c.retryAfter, 1))*time.Second)
 				}
 			}
 		})
 	}
 	// Let them all be sent and queued, or as many as the gateway takes.
 	rampUp(ctx, n, held)
-	sleep(ctx, time.Second)
+	sleep.For(ctx, time.Second)
 	return ctx.Err()
 }
 
@@ -246,7 +248,7 @@ func rampUp(ctx context.Context, n int, held *atomic.Int64) {
 		} else if time.Since(grew) > 2*time.Second && time.Since(start) > 3*time.Second {
 			return
 		}
-		sleep(ctx, 100*time.Millisecond)
+		sleep.For(ctx, 100*time.Millisecond)
 	}
 }
 
@@ -277,11 +279,11 @@ func floodConns(ctx context.Context, wg *sync.WaitGroup, addr string, n int, hel
 	}
 	for i := range n {
 		wg.Go(func() {
-			sleep(ctx, time.Duration(i)*2*time.Second/time.Duration(n))
+			sleep.For(ctx, time.Duration(i)*2*time.Second/time.Duration(n))
 			for ctx.Err() == nil {
 				conn, err := open()
 				if err != nil {
-					sleep(ctx, time.Second)
+					sleep.For(ctx, time.Second)
 					continue
 				}
 				held.Add(1)
@@ -291,7 +293,7 @@ func floodConns(ctx context.Context, wg *sync.WaitGroup, addr string, n int, hel
 				stop()
 				_ = conn.Close()
 				held.Add(-1)
-				sleep(ctx, time.Second)
+				sleep.For(ctx, time.Second)
 			}
 		})
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
 // rowSpec is one line of the table: what is measured and how its clients
@@ -251,7 +253,7 @@ func etcdClients(ctx context.Context, b *bench, spec rowSpec, n int, prefix stri
 // profileWindow fetches the gateway's CPU profile (LOCKGW_PPROF) over the
 // measured window, which starts after the warm-up, into path.
 func (b *bench) profileWindow(ctx context.Context, addr, path string, window time.Duration) error {
-	sleep(ctx, b.cfg.warmup)
+	sleep.For(ctx, b.cfg.warmup)
 	secs := max(int(window.Round(time.Second)/time.Second), 1)
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+10*time.Second)
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockgateway/lockgateway/internal/sleep"
 	"github.com/lockgateway/lockgateway/lockstore"
 )
 
@@ -115,7 +116,7 @@ func (w *Workload) client(ctx context.Context, id int, r *rand.Rand) {
 			op = w.record(w.Client.Acquire(w.Gateways[gw], key, token, w.TTL, wait, w.timeout(r, wait)), id, gw)
 		}
 		for try := 0; op.Result == Unknown && try < 3 && r.Float64() < w.Retry; try++ {
-			sleep(ctx, time.Duration(r.Int64N(int64(10*time.Millisecond))))
+			sleep.For(ctx, time.Duration(r.Int64N(int64(10*time.Millisecond))))
 			gw = r.IntN(len(w.Gateways))
 			op = w.record(w.Client.Acquire(w.Gateways[gw], key, token, w.TTL, 0, w.timeout(r, 0)), id, gw)
 		}
@@ -123,9 +124,9 @@ func (w *Workload) client(ctx context.Context, id int, r *rand.Rand) {
 		case Granted, Renewed:
 			w.hold(id, r, op)
 		case Held:
-			sleep(ctx, time.Millisecond+time.Duration(r.Int64N(int64(4*time.Millisecond))))
+			sleep.For(ctx, time.Millisecond+time.Duration(r.Int64N(int64(4*time.Millisecond))))
 		default:
-			sleep(ctx, 5*time.Millisecond+time.Duration(r.Int64N(int64(25*time.Millisecond))))
+			sleep.For(ctx, 5*time.Millisecond+time.Duration(r.Int64N(int64(25*time.Millisecond))))
 		}
 	}
 }
@@ -207,13 +208,4 @@ func (w *Workload) hold(id int, r *rand.Rand, lease Op) {
 	}
 	gw := r.IntN(len(w.Gateways))
 	w.record(w.Client.Release(w.Gateways[gw], key, token, w.timeout(r, 0)), id, gw)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
