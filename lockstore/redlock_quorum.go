@@ -33,7 +33,8 @@ func (e *QuorumError) QuorumDetail() string {
 		parts = append(parts, fmt.Sprintf("%d did not answer", e.Failed))
 	}
 	if e.Quarantined > 0 {
-		parts = append(parts, fmt.Sprintf("%d %s quarantined after a restart until every lease they may have held has expired (see /readyz for when)", e.Quarantined, plural(e.Quarantined, "is", "are")))
+		parts = append(parts, fmt.Sprintf("%d %s quarantined after a restart until every lease %s may have held has expired (see /readyz for when)",
+			e.Quarantined, plural(e.Quarantined, "is", "are"), plural(e.Quarantined, "it", "they")))
 	}
 	if e.Refused > 0 {
 		parts = append(parts, fmt.Sprintf("%d %s writes (out of memory, read-only or similar: see the node's log)", e.Refused, plural(e.Refused, "refuses", "refuse")))
