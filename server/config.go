@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 // from the LOCKGW_* variable of the same name; a flag wins over the variable.
 type Config struct {
 	Addr             string
+	MetricsAddr      string // "" serves /metrics on Addr
 	Backend          string
 	RedisURL         string
 	RedlockURLs      []string
@@ -55,6 +57,8 @@ type Config struct {
 	// only.
 	MaxLocksPerUser int
 	MaxLocks        int
+
+	redlockList string // as given; RedlockURLs once checked
 }
 
 // Backends the gateway can run on.
@@ -64,42 +68,201 @@ const (
 	BackendRedlock = "redlock"
 )
 
+// A setting is one flag and its LOCKGW_ variable: the one place its name,
+// default and --help text are written. The configuration table in the docs
+// is checked against this list (TestSettingsDocumented).
+type setting struct {
+	name string // the flag; the variable is LOCKGW_ + NAME_IN_CAPS
+	def  string // the default, as a user would write it
+	help string
+	// set parses v into c. Settings listed earlier are already set. Its
+	// error says what is wrong and what would be right; the source
+	// (--flag or LOCKGW_VARIABLE) is prefixed to it.
+	set func(c *Config, v string) error
+}
+
+func (s setting) env() string { return envName(s.name) }
+
+func envName(flag string) string {
+	return "LOCKGW_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// settings, in the order they are parsed: backend first, as the checks of
+// later ones depend on it.
+var settings = []setting{
+	{"backend", BackendMemory, "lock backend: memory, redis or redlock", func(c *Config, v string) error {
+		switch v {
+		case BackendMemory, BackendRedis, BackendRedlock:
+			c.Backend = v
+			return nil
+		}
+		return fmt.Errorf("unknown backend %q (want memory, redis or redlock)", v)
+	}},
+	{"addr", ":8080", "listen address", text(func(c *Config) *string { return &c.Addr })},
+	{"metrics-addr", "", "serve /metrics on this address only (e.g. 127.0.0.1:9090), not on --addr", text(func(c *Config) *string { return &c.MetricsAddr })},
+	{"redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the redis backend", text(func(c *Config) *string { return &c.RedisURL })},
+	{"redlock-urls", "", "comma-separated redis:// URLs of ≥ 3 independent masters", func(c *Config, v string) error {
+		c.redlockList = v // checked with the backend (check)
+		return nil
+	}},
+	{"redlock-node-timeout", "50ms", "deadline for one Redlock node in every operation", duration(time.Millisecond, func(c *Config) *time.Duration { return &c.RedlockTimeout })},
+	{"rate-limit-window", "0", "per-user window, one request each; 0 turns rate limiting off", func(c *Config, v string) error {
+		if err := duration(0, func(c *Config) *time.Duration { return &c.RateLimitWindow })(c, v); err != nil {
+			return err
+		}
+		if c.RateLimitWindow > 0 && c.RateLimitWindow < 10*time.Millisecond {
+			return fmt.Errorf("%v: use 0 (off) or at least 10ms", c.RateLimitWindow)
+		}
+		return nil
+	}},
+	{"rate-limit-routes", "PUT /locks/*", `comma-separated "METHOD /locks/..." routes the limit covers`, func(c *Config, v string) error {
+		c.RateLimitRoutes = v
+		if _, err := ratelimit.Routes(v); err != nil {
+			return err
+		}
+		for r := range strings.SplitSeq(v, ",") {
+			if _, path, _ := strings.Cut(strings.TrimSpace(r), " "); path != "" && !strings.HasPrefix(path, "/locks/") {
+				return fmt.Errorf("%q: only /locks/ routes can be limited (the check endpoint always is)", r)
+			}
+		}
+		return nil
+	}},
+	{"rate-limit-fail", "open", "when the store does not answer: open (admit) or closed (503)", oneOf(func(c *Config) *string { return &c.RateLimitFail }, "open", "closed")},
+	{"rate-limit-shadow", "false", "log and send headers but never refuse", boolean(func(c *Config) *bool { return &c.RateLimitShadow })},
+	{"rate-limit-timeout", "100ms", "deadline for one rate-limit store call", duration(time.Millisecond, func(c *Config) *time.Duration { return &c.RateLimitTimeout })},
+	{"user-header", "", "header naming the user, honoured only from trusted proxies", text(func(c *Config) *string { return &c.UserHeader })},
+	{"trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For and user header are believed", func(c *Config, v string) error {
+		var bad []string
+		for p := range strings.SplitSeq(v, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			prefix, err := netip.ParsePrefix(p)
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("%q is not a CIDR prefix (example: 10.0.0.0/8, 127.0.0.1/32)", p))
+				continue
+			}
+			c.TrustedProxies = append(c.TrustedProxies, prefix.Masked())
+		}
+		if len(bad) > 0 {
+			return errors.New(strings.Join(bad, "; "))
+		}
+		return nil
+	}},
+	{"api-keys-file", "", "JSON file of users and key digests; set, every /locks request needs a key", text(func(c *Config) *string { return &c.APIKeysFile })},
+	{"pprof", "false", "serve Go's profiler at /debug/pprof/, without cmdline; needs API keys or a loopback --addr", boolean(func(c *Config) *bool { return &c.PProf })},
+	{"log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {
+		level, err := zerolog.ParseLevel(v)
+		if err != nil || v == "" {
+			return fmt.Errorf("unknown log level %q (want debug, info, warn or error)", v)
+		}
+		c.LogLevel = level
+		return nil
+	}},
+	{"log-format", "json", "json or console", func(c *Config, v string) error {
+		c.LogFormat = v
+		if v != "json" && v != "console" {
+			return fmt.Errorf("unknown log format %q (want json or console)", v)
+		}
+		return nil
+	}},
+	{"default-ttl", "30s", "lease length when a request names none", duration(10*time.Millisecond, func(c *Config) *time.Duration { return &c.DefaultTTL })},
+	{"max-ttl", "24h", "longest lease a request may ask for", duration(10*time.Millisecond, func(c *Config) *time.Duration { return &c.MaxTTL })},
+	{"max-wait", "60s", "longest wait_ms a request may ask for", duration(0, func(c *Config) *time.Duration { return &c.MaxWait })},
+	{"max-body-bytes", "65536", "request body limit in bytes", func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1024 {
+			return fmt.Errorf("%q is not a byte count of at least 1024", v)
+		}
+		c.MaxBodyBytes = n
+		return nil
+	}},
+	{"backend-timeout", "1s", "deadline for one backend call", duration(time.Millisecond, func(c *Config) *time.Duration { return &c.BackendTimeout })},
+	{"shutdown-timeout", "15s", "how long a SIGTERM waits for in-flight requests", duration(0, func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+	{"memory-limit", "auto", "Go's soft memory limit: auto (90% of the cgroup's limit, else of the machine's memory) or a size such as 512MiB", func(c *Config, v string) error {
+		c.MemoryLimit = v
+		if v != "auto" {
+			if _, err := parseByteSize(v); err != nil {
+				return fmt.Errorf("%w, or auto", err)
+			}
+		}
+		return nil
+	}},
+	{"max-conns", "auto", fmt.Sprintf("most connections open at once; auto: one per %d KiB of the memory limit, %d to %d", connBudget>>10, minConns, maxConns),
+		autoCount(func(c *Config) *int { return &c.MaxConns })},
+	{"max-waiting", "auto", fmt.Sprintf("most acquires waiting at once; auto: one per %d KiB of the memory limit, %d to %d", waiterBudget>>10, minWaiting, maxWaiting),
+		autoCount(func(c *Config) *int { return &c.MaxWaiting })},
+	{"idle-timeout", "30s", "how long a keep-alive connection may sit idle", duration(time.Second, func(c *Config) *time.Duration { return &c.IdleTimeout })},
+	{"max-locks-per-user", "auto", fmt.Sprintf("most live locks one user may hold; 0 is no cap; auto: %d, or no cap with redlock, which does not count yet", defaultMaxLocksPerUser), setMaxLocksPerUser},
+	{"max-locks", "auto", fmt.Sprintf("memory backend: most live locks in all; auto: one per %d KiB of the memory limit, %d to %d", lockBudget>>10, minLocks, maxAutoLocks), setMaxLocks},
+}
+
+// The kinds of value most settings are.
+
+func text(field func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *field(c) = v; return nil }
+}
+
+func duration(min time.Duration, field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%q is not a duration (examples: 500ms, 30s, 24h)", v)
+		case d < min:
+			return fmt.Errorf("%v is below the minimum %v", d, min)
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+func boolean(field func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q: want true or false", v)
+		}
+		*field(c) = b
+		return nil
+	}
+}
+
+func oneOf(field func(*Config) *string, choices ...string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if !slices.Contains(choices, v) {
+			return fmt.Errorf("%q: want %s", v, strings.Join(choices, " or "))
+		}
+		*field(c) = v
+		return nil
+	}
+}
+
+// autoCount is "auto" (0: derived later) or a whole number of at least 1.
+func autoCount(field func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if v == "auto" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q: want auto or a whole number of at least 1", v)
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
 // parseConfig reads flags from args and, for each flag not given, the
 // LOCKGW_* variable from getenv. Nonsense is an error that says what is
 // wrong and what would be right.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("lockgateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var (
-		addr             = fs.String("addr", ":8080", "listen address (LOCKGW_ADDR)")
-		backend          = fs.String("backend", BackendMemory, "lock backend: memory, redis or redlock (LOCKGW_BACKEND)")
-		redisURL         = fs.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the redis backend (LOCKGW_REDIS_URL)")
-		redlockURLs      = fs.String("redlock-urls", "", "comma-separated redis:// URLs of ≥ 3 independent masters (LOCKGW_REDLOCK_URLS)")
-		redlockTimeout   = fs.String("redlock-node-timeout", "50ms", "deadline for one Redlock node in every operation (LOCKGW_REDLOCK_NODE_TIMEOUT)")
-		rateLimitWindow  = fs.String("rate-limit-window", "0", "per-user window, one request each; 0 turns rate limiting off (LOCKGW_RATE_LIMIT_WINDOW)")
-		rateLimitRoutes  = fs.String("rate-limit-routes", "PUT /locks/*", "comma-separated \"METHOD /locks/...\" routes the limit covers (LOCKGW_RATE_LIMIT_ROUTES)")
-		rateLimitFail    = fs.String("rate-limit-fail", "open", "when the store does not answer: open (admit) or closed (503) (LOCKGW_RATE_LIMIT_FAIL)")
-		rateLimitShadow  = fs.String("rate-limit-shadow", "false", "log and send headers but never refuse (LOCKGW_RATE_LIMIT_SHADOW)")
-		rateLimitTimeout = fs.String("rate-limit-timeout", "100ms", "deadline for one rate-limit store call (LOCKGW_RATE_LIMIT_TIMEOUT)")
-		userHeader       = fs.String("user-header", "", "header naming the user, honoured only from trusted proxies (LOCKGW_USER_HEADER)")
-		trustedProxies   = fs.String("trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For and user header are believed (LOCKGW_TRUSTED_PROXIES)")
-		pprof            = fs.String("pprof", "false", "serve Go's profiler at /debug/pprof/, without cmdline (LOCKGW_PPROF); needs API keys or a loopback --addr")
-		apiKeysFile      = fs.String("api-keys-file", "", "JSON file of users and key digests; set, every /locks request needs a key (LOCKGW_API_KEYS_FILE)")
-		logLevel         = fs.String("log-level", "info", "debug, info, warn or error (LOCKGW_LOG_LEVEL)")
-		logFormat        = fs.String("log-format", "json", "json or console (LOCKGW_LOG_FORMAT)")
-		defaultTTL       = fs.String("default-ttl", "30s", "lease length when a request names none (LOCKGW_DEFAULT_TTL)")
-		maxTTL           = fs.String("max-ttl", "24h", "longest lease a request may ask for (LOCKGW_MAX_TTL)")
-		maxWait          = fs.String("max-wait", "60s", "longest wait_ms a request may ask for (LOCKGW_MAX_WAIT)")
-		maxBody          = fs.String("max-body-bytes", "65536", "request body limit in bytes (LOCKGW_MAX_BODY_BYTES)")
-		backendTimeout   = fs.String("backend-timeout", "1s", "deadline for one backend call (LOCKGW_BACKEND_TIMEOUT)")
-		shutdownTimeout  = fs.String("shutdown-timeout", "15s", "how long a SIGTERM waits for in-flight requests (LOCKGW_SHUTDOWN_TIMEOUT)")
-		memoryLimit      = fs.String("memory-limit", "auto", "Go's soft memory limit: auto (90% of the cgroup's limit, else of the machine's memory) or a size such as 512MiB (LOCKGW_MEMORY_LIMIT)")
-		maxConns         = fs.String("max-conns", "auto", fmt.Sprintf("most connections open at once; auto: one per %d KiB of the memory limit, %d to %d (LOCKGW_MAX_CONNS)", connBudget>>10, minConns, maxConns))
-		maxWaiting       = fs.String("max-waiting", "auto", fmt.Sprintf("most acquires waiting at once; auto: one per %d KiB of the memory limit, %d to %d (LOCKGW_MAX_WAITING)", waiterBudget>>10, minWaiting, maxWaiting))
-		idleTimeout      = fs.String("idle-timeout", "30s", "how long a keep-alive connection may sit idle (LOCKGW_IDLE_TIMEOUT)")
-		maxLocksPerUser  = fs.String("max-locks-per-user", "auto", fmt.Sprintf("most live locks one user may hold; 0 is no cap; auto: %d, or no cap with redlock, which does not count yet (LOCKGW_MAX_LOCKS_PER_USER)", defaultMaxLocksPerUser))
-		maxLocks         = fs.String("max-locks", "auto", fmt.Sprintf("memory backend: most live locks in all; auto: one per %d KiB of the memory limit, %d to %d (LOCKGW_MAX_LOCKS)", lockBudget>>10, minLocks, maxAutoLocks))
-	)
+	flags := make(map[string]*string, len(settings))
+	for _, s := range settings {
+		flags[s.name] = fs.String(s.name, s.def, s.help+" ("+s.env()+")")
+	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -108,161 +271,63 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	// value is the flag when given, else its LOCKGW_ variable, else the default.
-	value := func(name string, p *string) (string, string) {
-		env := "LOCKGW_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-		if !given[name] {
-			if v := getenv(env); v != "" {
-				return v, env
-			}
-		}
-		return *p, "--" + name
-	}
 
 	var c Config
 	var errs []error
-	var err error
-	duration := func(name string, p *string, min time.Duration) time.Duration {
-		v, src := value(name, p)
-		d, err := time.ParseDuration(v)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %q is not a duration (examples: 500ms, 30s, 24h)", src, v))
-		case d < min:
-			errs = append(errs, fmt.Errorf("%s: %v is below the minimum %v", src, d, min))
+	src := make(map[string]string, len(settings)) // where each value came from
+	for _, s := range settings {
+		// The flag when given, else its variable when set, else the default.
+		v, from := *flags[s.name], "--"+s.name
+		if env := getenv(s.env()); !given[s.name] && env != "" {
+			v, from = env, s.env()
 		}
-		return d
+		src[s.name] = from
+		if err := s.set(&c, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", from, err))
+		}
 	}
+	errs = append(errs, check(&c, src, func(name string) bool { return given[name] || getenv(envName(name)) != "" })...)
+	return c, errors.Join(errs...)
+}
 
-	c.Addr, _ = value("addr", addr)
-	var src string
-	c.Backend, src = value("backend", backend)
-	switch c.Backend {
-	case BackendMemory, BackendRedis, BackendRedlock:
-	default:
-		errs = append(errs, fmt.Errorf("%s: unknown backend %q (want memory, redis or redlock)", src, c.Backend))
-	}
-
+// check finds what is wrong with settings together. src names where each
+// value came from; set reports whether the user set one at all.
+func check(c *Config, src map[string]string, set func(name string) bool) []error {
+	var errs []error
 	// A Redis address with no backend named would otherwise serve the
 	// memory backend without a word: locks a user believes are shared
 	// would live in one process. Refuse, and say what to set.
-	if !given["backend"] && getenv("LOCKGW_BACKEND") == "" {
-		for _, n := range []struct{ flag, env, backend string }{
-			{"redis-url", "LOCKGW_REDIS_URL", BackendRedis},
-			{"redlock-urls", "LOCKGW_REDLOCK_URLS", BackendRedlock},
-		} {
-			if given[n.flag] || getenv(n.env) != "" {
-				_, from := value(n.flag, new(string))
-				errs = append(errs, fmt.Errorf("%s is set but no backend is chosen, so it would be ignored and locks kept in this process's memory; set LOCKGW_BACKEND=%s (or --backend %s), or unset %s to use the memory backend", from, n.backend, n.backend, from))
+	if !set("backend") {
+		for _, n := range []struct{ flag, backend string }{{"redis-url", BackendRedis}, {"redlock-urls", BackendRedlock}} {
+			if set(n.flag) {
+				errs = append(errs, fmt.Errorf("%s is set but no backend is chosen, so it would be ignored and locks kept in this process's memory; set LOCKGW_BACKEND=%s (or --backend %s), or unset %s to use the memory backend",
+					src[n.flag], n.backend, n.backend, src[n.flag]))
 			}
 		}
 	}
-
-	c.RedisURL, src = value("redis-url", redisURL)
-	if c.Backend == BackendRedis {
+	switch c.Backend {
+	case BackendRedis:
 		if err := checkRedisURL(c.RedisURL); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", src, err))
+			errs = append(errs, fmt.Errorf("%s: %w", src["redis-url"], err))
 		}
-	}
-	urls, src := value("redlock-urls", redlockURLs)
-	if c.Backend == BackendRedlock {
-		c.RedlockURLs, errs = redlockList(urls, src, errs)
-	}
-	c.RedlockTimeout = duration("redlock-node-timeout", redlockTimeout, time.Millisecond)
-	c.RateLimitWindow = duration("rate-limit-window", rateLimitWindow, 0)
-	if c.RateLimitWindow > 0 && c.RateLimitWindow < 10*time.Millisecond {
-		errs = append(errs, fmt.Errorf("rate limit window %v: use 0 (off) or at least 10ms", c.RateLimitWindow))
-	}
-	c.RateLimitRoutes, src = value("rate-limit-routes", rateLimitRoutes)
-	if _, err := ratelimit.Routes(c.RateLimitRoutes); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", src, err))
-	}
-	for r := range strings.SplitSeq(c.RateLimitRoutes, ",") {
-		if _, path, _ := strings.Cut(strings.TrimSpace(r), " "); path != "" && !strings.HasPrefix(path, "/locks/") {
-			errs = append(errs, fmt.Errorf("%s: %q: only /locks/ routes can be limited (the check endpoint always is)", src, r))
-		}
-	}
-	c.RateLimitFail, src = value("rate-limit-fail", rateLimitFail)
-	if c.RateLimitFail != "open" && c.RateLimitFail != "closed" {
-		errs = append(errs, fmt.Errorf("%s: %q: want open or closed", src, c.RateLimitFail))
-	}
-	shadow, src := value("rate-limit-shadow", rateLimitShadow)
-	if c.RateLimitShadow, err = strconv.ParseBool(shadow); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %q: want true or false", src, shadow))
-	}
-	c.RateLimitTimeout = duration("rate-limit-timeout", rateLimitTimeout, time.Millisecond)
-	c.UserHeader, _ = value("user-header", userHeader)
-	proxies, src := value("trusted-proxies", trustedProxies)
-	for p := range strings.SplitSeq(proxies, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		prefix, err := netip.ParsePrefix(p)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %q is not a CIDR prefix (example: 10.0.0.0/8, 127.0.0.1/32)", src, p))
-			continue
-		}
-		c.TrustedProxies = append(c.TrustedProxies, prefix.Masked())
+	case BackendRedlock:
+		c.RedlockURLs, errs = redlockList(c.redlockList, src["redlock-urls"], errs)
 	}
 	if c.UserHeader != "" && len(c.TrustedProxies) == 0 {
-		errs = append(errs, fmt.Errorf("a user header (%s) needs trusted proxies: anyone could set it", c.UserHeader))
-	}
-	c.APIKeysFile, _ = value("api-keys-file", apiKeysFile)
-	pp, src := value("pprof", pprof)
-	if c.PProf, err = strconv.ParseBool(pp); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %q: want true or false", src, pp))
+		errs = append(errs, fmt.Errorf("%s (%s) needs trusted proxies (LOCKGW_TRUSTED_PROXIES): anyone could set it", src["user-header"], c.UserHeader))
 	}
 	if c.PProf && c.APIKeysFile == "" && !loopback(c.Addr) {
 		// Profiles show the whole process; with no key to ask for, only
 		// the machine itself may see them.
-		errs = append(errs, fmt.Errorf("%s: the profiler needs API keys (LOCKGW_API_KEYS_FILE) or a loopback listen address (LOCKGW_ADDR=127.0.0.1:8080), not %q", src, c.Addr))
+		errs = append(errs, fmt.Errorf("%s: the profiler needs API keys (LOCKGW_API_KEYS_FILE) or a loopback listen address (LOCKGW_ADDR=127.0.0.1:8080), not %q", src["pprof"], c.Addr))
 	}
-
-	level, src := value("log-level", logLevel)
-	if c.LogLevel, err = zerolog.ParseLevel(level); err != nil || level == "" {
-		errs = append(errs, fmt.Errorf("%s: unknown log level %q (want debug, info, warn or error)", src, level))
-	}
-	c.LogFormat, src = value("log-format", logFormat)
-	if c.LogFormat != "json" && c.LogFormat != "console" {
-		errs = append(errs, fmt.Errorf("%s: unknown log format %q (want json or console)", src, c.LogFormat))
-	}
-
-	c.DefaultTTL = duration("default-ttl", defaultTTL, 10*time.Millisecond)
-	c.MaxTTL = duration("max-ttl", maxTTL, 10*time.Millisecond)
 	if c.DefaultTTL > c.MaxTTL {
 		errs = append(errs, fmt.Errorf("the default TTL %v is above the maximum TTL %v", c.DefaultTTL, c.MaxTTL))
 	}
-	c.MaxWait = duration("max-wait", maxWait, 0)
-	c.BackendTimeout = duration("backend-timeout", backendTimeout, time.Millisecond)
-	c.ShutdownTimeout = duration("shutdown-timeout", shutdownTimeout, 0)
-
-	c.MemoryLimit, src = value("memory-limit", memoryLimit)
-	if c.MemoryLimit != "auto" {
-		if _, err := parseByteSize(c.MemoryLimit); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w, or auto", src, err))
-		}
+	if c.MetricsAddr != "" && c.MetricsAddr == c.Addr {
+		errs = append(errs, fmt.Errorf("%s: %q is the API's address too; give /metrics an address of its own, or leave it unset to serve /metrics with the API", src["metrics-addr"], c.MetricsAddr))
 	}
-	count := func(name string, p *string) int {
-		v, src := value(name, p)
-		if v == "auto" {
-			return 0
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			errs = append(errs, fmt.Errorf("%s: %q: want auto or a whole number of at least 1", src, v))
-		}
-		return n
-	}
-	c.MaxConns = count("max-conns", maxConns)
-	c.MaxWaiting = count("max-waiting", maxWaiting)
-	c.IdleTimeout = duration("idle-timeout", idleTimeout, time.Second)
-	errs = parseLockCaps(&c, value, maxLocksPerUser, maxLocks, errs)
-
-	body, src := value("max-body-bytes", maxBody)
-	if c.MaxBodyBytes, err = strconv.ParseInt(body, 10, 64); err != nil || c.MaxBodyBytes < 1024 {
-		errs = append(errs, fmt.Errorf("%s: %q is not a byte count of at least 1024", src, body))
-	}
-	return c, errors.Join(errs...)
+	return errs
 }
 
 // loopback reports whether addr (host:port) listens on loopback only: an

@@ -3,7 +3,9 @@ package server_test
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,4 +135,37 @@ func TestMetricsMethodLabelIsBounded(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 3.0, other)
+}
+
+// TestMetricsOnTheirOwnAddress: with LOCKGW_METRICS_ADDR, /metrics is served
+// there and only there, so a deployment with API keys can keep it on a
+// private interface (it asks for no key).
+func TestMetricsOnTheirOwnAddress(t *testing.T) {
+	g := apitest.Start(t, map[string]string{"LOCKGW_METRICS_ADDR": "127.0.0.1:0"})
+	var addr string
+	require.Eventually(t, func() bool {
+		m := regexp.MustCompile(`"addr":"([^"]+)","time":"[^"]+","message":"metrics listening"`).FindStringSubmatch(g.Logs.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	}, 5*time.Second, 10*time.Millisecond, "the log names the metrics address: %s", g.Logs)
+
+	c := apitest.NewClient(g.URL)
+	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/locks/"+apitest.Key(t), nil).Status)
+	r := c.Do(t, "GET", "/metrics", nil)
+	assert.Equal(t, http.StatusNotFound, r.Status, "the API's listener no longer serves /metrics")
+
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, string(body), `lockgw_acquire_duration_seconds_count{outcome="acquired"} 1`)
+
+	resp, err = http.Get("http://" + addr + "/locks/x")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the metrics address serves nothing else")
 }

@@ -29,35 +29,37 @@ const (
 	maxAutoLocks = 1_000_000
 )
 
-// parseLockCaps reads LOCKGW_MAX_LOCKS_PER_USER and LOCKGW_MAX_LOCKS into c
-// (its backend already read), as parseConfig reads every setting.
-func parseLockCaps(c *Config, value func(string, *string) (string, string), perUser, all *string, errs []error) []error {
-	v, src := value("max-locks-per-user", perUser)
+// setMaxLocksPerUser reads LOCKGW_MAX_LOCKS_PER_USER into c, whose backend
+// is already set.
+func setMaxLocksPerUser(c *Config, v string) error {
 	switch n, err := strconv.Atoi(v); {
 	case v == "auto" && c.Backend == BackendRedlock:
 		c.MaxLocksPerUser = 0
 	case v == "auto":
 		c.MaxLocksPerUser = defaultMaxLocksPerUser
 	case err != nil || n < 0:
-		errs = append(errs, fmt.Errorf("%s: %q: want auto, 0 (no cap) or a whole number of locks", src, v))
+		return fmt.Errorf("%q: want auto, 0 (no cap) or a whole number of locks", v)
 	case n > 0 && c.Backend == BackendRedlock:
-		errs = append(errs, fmt.Errorf("%s: %d: the redlock backend does not count locks per user yet; set 0 or auto (no cap)", src, n))
+		return fmt.Errorf("%d: the redlock backend does not count locks per user yet; set 0 or auto (no cap)", n)
 	default:
 		c.MaxLocksPerUser = n
 	}
+	return nil
+}
 
-	v, src = value("max-locks", all)
+// setMaxLocks reads LOCKGW_MAX_LOCKS into c, whose backend is already set.
+func setMaxLocks(c *Config, v string) error {
 	switch n, err := strconv.Atoi(v); {
 	case v == "auto":
 	case err != nil || n < 1:
-		errs = append(errs, fmt.Errorf("%s: %q: want auto or a whole number of at least 1", src, v))
+		return fmt.Errorf("%q: want auto or a whole number of at least 1", v)
 	case c.Backend != BackendMemory:
-		errs = append(errs, fmt.Errorf("%s: %d: only the memory backend keeps locks in the gateway; "+
-			"bound Redis's memory with its maxmemory (with noeviction, a full Redis refuses new locks with 503)", src, n))
+		return fmt.Errorf("%d: only the memory backend keeps locks in the gateway; "+
+			"bound Redis's memory with its maxmemory (with noeviction, a full Redis refuses new locks with 503)", n)
 	default:
 		c.MaxLocks = n
 	}
-	return errs
+	return nil
 }
 
 // resolveMaxLocks is the memory backend's bound on live locks: the setting,

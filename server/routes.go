@@ -16,7 +16,9 @@ func addRoutes(r chi.Router, d deps) {
 	locks := handlers.NewLocks(d.store, d.limits, d.log, d.stopping, d.metrics)
 
 	r.Get("/healthz", handlers.Healthz().ServeHTTP)
-	r.Get("/metrics", d.metrics.Handler().ServeHTTP)
+	if !d.metricsApart {
+		r.Get("/metrics", d.metrics.Handler().ServeHTTP)
+	}
 	if d.pprof {
 		// Go's profiler, but not cmdline, whose arguments may hold a Redis
 		// password, nor expvar's /debug/vars, which repeats them. With API

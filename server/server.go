@@ -42,7 +42,10 @@ type deps struct {
 	limit     func(http.Handler) http.Handler // nil with rate limiting off
 	check     func(http.Handler) http.Handler // the limiter for /ratelimit/check
 	metrics   *metrics.Metrics
-	pprof     bool
+	// metricsApart: /metrics has a listener of its own (metrics-addr),
+	// so the API's does not serve it.
+	metricsApart bool
+	pprof        bool
 }
 
 // New returns the gateway's HTTP handler.
@@ -99,11 +102,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			MaxBodyBytes:   cfg.MaxBodyBytes,
 			BackendTimeout: cfg.BackendTimeout,
 		},
-		log:      logger,
-		spec:     lockgateway.OpenAPI,
-		clientIP: chimw.ClientIPFromRemoteAddr,
-		metrics:  m,
-		pprof:    cfg.PProf,
+		log:          logger,
+		spec:         lockgateway.OpenAPI,
+		clientIP:     chimw.ClientIPFromRemoteAddr,
+		metrics:      m,
+		metricsApart: cfg.MetricsAddr != "",
+		pprof:        cfg.PProf,
 	}
 	if len(cfg.TrustedProxies) > 0 {
 		d.clientIP = chimw.ClientIPFromXFF(prefixStrings(cfg.TrustedProxies)...)
@@ -141,7 +145,15 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ConnContext: handlers.ConnContext,
 	}
 
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
+	if cfg.MetricsAddr != "" {
+		msrv, err := serveMetrics(cfg.MetricsAddr, m, logger, serveErr)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer msrv.Close()
+	}
 	go func() { serveErr <- srv.Serve(ln) }()
 	logger.Info().
 		Str("addr", ln.Addr().String()).
@@ -175,6 +187,33 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger.Info().Msg("stopped")
 	return nil
+}
+
+// serveMetrics serves /metrics alone on addr (LOCKGW_METRICS_ADDR), for a
+// Prometheus on a private network or loopback: the API's listener then
+// does not serve it. A serve error is sent on errs.
+func serveMetrics(addr string, m *metrics.Metrics, logger zerolog.Logger, errs chan<- error) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (--metrics-addr): %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          log.New(logWriter{logger}, "", 0),
+	}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("metrics: %w", err)
+		}
+	}()
+	logger.Info().Str("addr", ln.Addr().String()).Msg("metrics listening")
+	return srv, nil
 }
 
 // newLogger returns the logger and a func that flushes it, for Run to
