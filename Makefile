@@ -77,31 +77,32 @@ lint:
 	if [[ -n "$$unformatted" ]]; then echo "gofmt -w these files:" >&2; echo "$$unformatted" >&2; exit 1; fi
 	$(GO) vet ./...
 
-# cmd/lockbench starts its own redis-servers, gateways, baseline and (when
-# Debian's etcd-server package is installed) etcd on free loopback ports,
-# and prints one table: ~1.5 min with the defaults (7 rows × 10 s, in two
-# interleaved rounds of 5 s after 1 s of warm-up). Results land in
-# bench-results/<time>.json and .svg.
+# tools/benchmark (lockbench) starts its own redis-servers, gateways,
+# baseline and (when Debian's etcd-server package is installed) etcd on free
+# loopback ports, and prints one table: ~1.5 min with the defaults (7 rows ×
+# 10 s, in two interleaved rounds of 5 s after 1 s of warm-up). Results land
+# in bench-results/<time>.json and .svg.
 # BENCH_ARGS passes flags, e.g. BENCH_ARGS='-rows gateway,baseline -duration 5s'.
 BENCH_ARGS ?=
 bench:
-	$(GO) run ./cmd/lockbench $(BENCH_ARGS)
+	$(GO) run ./tools/benchmark $(BENCH_ARGS)
 
 # A few seconds: every row for 300 ms with 4 clients (also part of make test).
 .PHONY: bench-smoke
 bench-smoke:
-	$(GO) test -count=1 -run TestSmoke -v ./cmd/lockbench
+	$(GO) test -count=1 -run TestSmoke -v ./tools/benchmark
 
-# The fault-injection suite (chaos/, build tag chaos): real redis-server and
-# gateway processes (the binary is built from the tree) through kills,
-# pauses, restarts, clock steps, latency and dropped connections, about
-# 10 minutes, one scenario at a time. It prints a table and writes it to
-# docs/chaos-report.md. CHAOS_RUNS=N runs each scenario N times (default 2).
+# The fault-injection suite (tests/robustness/, build tag chaos; the harness
+# and checkers are in tools/chaos/): real redis-server and gateway processes
+# (the binary is built from the tree) through kills, pauses, restarts, clock
+# steps, latency and dropped connections, about 10 minutes, one scenario at
+# a time. It prints a table and writes it to docs/chaos-report.md.
+# CHAOS_RUNS=N runs each scenario N times (default 2).
 # Needs what make test needs: redis-server, and a C compiler for the clock
 # shim it preloads into Redis. (A 10-second smoke of it runs in make test.)
 .PHONY: chaos
 chaos: deps
-	CHAOS_REPORT=docs/chaos-report.md $(GO) test -tags chaos -p 1 -count=1 -timeout 30m -v ./chaos/
+	CHAOS_REPORT=docs/chaos-report.md $(GO) test -tags chaos -p 1 -count=1 -timeout 30m -v ./tests/robustness/
 
 # BuildKit for the Dockerfile's cache mounts (already the default on Docker 23+).
 docker:

@@ -131,8 +131,8 @@ func (b *bench) build() error {
 		b.cfg.gatewayBin = filepath.Join(b.dir, "lockgateway")
 	}
 	if b.cfg.baselineBin == "" {
-		pkgs = append(pkgs, "./cmd/lockbench-baseline")
-		b.cfg.baselineBin = filepath.Join(b.dir, "lockbench-baseline")
+		pkgs = append(pkgs, "./tools/benchmark/baseline")
+		b.cfg.baselineBin = filepath.Join(b.dir, "baseline")
 	}
 	if b.cfg.luaDir == "" {
 		root, err := b.moduleRoot()

@@ -2,7 +2,7 @@
 // (build tag chaos, `make chaos`) runs real redis-server and gateway
 // processes through every fault and writes docs/chaos-report.md; a smoke of it
 // runs with every `go test` (smoke_test.go). The harness and the checkers
-// live in internal/chaos.
+// live in tools/chaos.
 package chaos_test
 
 import (
@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lockgateway/lockgateway/internal/chaos"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/tools/chaos"
 )
 
 // stagedClient is the client number staged operations are recorded under,

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/lockgateway/lockgateway/internal/chaos"
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/tools/chaos"
 )
 
 // The settings of every run: leases of 400 ms, at most 1.5 s (so a

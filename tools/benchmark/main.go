@@ -5,7 +5,7 @@
 // It starts everything it measures itself: redis-server processes on free
 // loopback ports (no persistence), the gateway as a separate process with
 // production defaults (info JSON logging, rate limiting off), the bare
-// baseline (cmd/lockbench-baseline) and, when an etcd binary is installed,
+// baseline (tools/benchmark/baseline) and, when an etcd binary is installed,
 // a single-node etcd. C keep-alive clients then run acquire+release cycles
 // for each row in turn:
 //
@@ -23,10 +23,10 @@
 // failure), the gateway's memory before and after, and writes the results
 // as JSON and an SVG chart.
 //
-//	go run ./cmd/lockbench                       # everything, 10 s per row
-//	go run ./cmd/lockbench -rows gateway,baseline -duration 5s
-//	go run ./cmd/lockbench -rows gateway -profile-dir prof  # pprof of the gateway process
-//	go run ./cmd/lockbench -in-process -cpuprofile cpu.pprof -rows gateway
+//	go run ./tools/benchmark                     # everything, 10 s per row
+//	go run ./tools/benchmark -rows gateway,baseline -duration 5s
+//	go run ./tools/benchmark -rows gateway -profile-dir prof  # pprof of the gateway process
+//	go run ./tools/benchmark -in-process -cpuprofile cpu.pprof -rows gateway
 package main
 
 import (
@@ -102,7 +102,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&rows, "rows", "all", "comma-separated rows to run: all, or "+strings.Join(rowIDs(), ", "))
 	fs.StringVar(&c.out, "out", "", "JSON results file; the SVG chart goes beside it (default bench-results/<UTC time>.json)")
 	fs.StringVar(&c.gatewayBin, "gateway-bin", "", "lockgateway binary to measure (default: go build ./cmd/lockgateway)")
-	fs.StringVar(&c.baselineBin, "baseline-bin", "", "lockbench-baseline binary (default: go build ./cmd/lockbench-baseline)")
+	fs.StringVar(&c.baselineBin, "baseline-bin", "", "lockbench-baseline binary (default: go build ./tools/benchmark/baseline)")
 	fs.StringVar(&c.luaDir, "lua-dir", "", "the Lua scripts the baseline runs (default: <module>/lockstore/lua)")
 	fs.StringVar(&c.redisServer, "redis-server", "", "redis-server binary (default: $REDIS_SERVER, else redis-server on PATH)")
 	fs.StringVar(&c.etcdBin, "etcd", "", `etcd binary (default: etcd on PATH or /usr/bin/etcd); "none" skips the etcd rows`)

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/internal/apitest"
-	"github.com/lockgateway/lockgateway/internal/chaos"
+	"github.com/lockgateway/lockgateway/tools/chaos"
 )
 
 // TestChaosSmoke is the chaos suite in small, for every `go test`: five
@@ -27,7 +27,7 @@ import (
 // unfenced counter with a holder paused past its lease must lose an update;
 // a lock key made persistent must be reported by the state checker. (The
 // fence checker's own control needs a node whose clock goes back; it is in
-// the full suite, and TestCheckersCatchViolations in internal/chaos.)
+// the full suite, and TestCheckersCatchViolations in tools/chaos.)
 //
 // Nothing here depends on timing for correctness: the checkers are sound,
 // and the staged controls retry until their stage is set.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockgateway/lockgateway/internal/chaos"
+	"github.com/lockgateway/lockgateway/tools/chaos"
 )
 
 // writeDoc writes docs/chaos-report.md (path is relative to the module root)
@@ -26,14 +26,14 @@ func writeDoc(path string, took time.Duration) error {
 	fmt.Fprintf(&b, `# Safety under faults
 
 What lockgateway survives, from its own fault-injection suite (`+"`make chaos`"+`, in
-[`+"`chaos/`"+`](../chaos) with the harness and checkers in
-[`+"`internal/chaos/`"+`](../internal/chaos)). This file is written by that run; the
+[`+"`tests/robustness/`"+`](../tests/robustness) with the harness and checkers in
+[`+"`tools/chaos/`"+`](../tools/chaos)). This file is written by that run; the
 numbers below are real.
 
 - **Date:** %s
 - **Machine:** %s
 - **Commit:** %s
-- **Command:** `+"`make chaos`"+`, that is `+"`CHAOS_REPORT=docs/chaos-report.md go test -tags chaos -p 1 -count=1 -timeout 30m -v ./chaos/`"+` (%d runs of each scenario; `+"`CHAOS_RUNS`"+` changes it)
+- **Command:** `+"`make chaos`"+`, that is `+"`CHAOS_REPORT=docs/chaos-report.md go test -tags chaos -p 1 -count=1 -timeout 30m -v ./tests/robustness/`"+` (%d runs of each scenario; `+"`CHAOS_RUNS`"+` changes it)
 - **Took:** %v
 
 ## Results

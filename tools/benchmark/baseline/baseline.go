@@ -111,7 +111,7 @@ var (
 	keysLine    = regexp.MustCompile(`^--\s+KEYS\[(\d+)\]`)
 	argvLine    = regexp.MustCompile(`^--\s+ARGV\[(\d+)\]`)
 	keyPattern  = regexp.MustCompile(`"(lockgw:\{<key>\}[^"]*)"`)
-	errOutdated = errors.New("the script's arguments changed; update cmd/lockbench-baseline to pass them")
+	errOutdated = errors.New("the script's arguments changed; update tools/benchmark/baseline to pass them")
 )
 
 // loadScript reads a script and checks that the baseline can pass every
