@@ -48,8 +48,9 @@ type deps struct {
 	pprof        bool
 }
 
-// New returns the gateway's HTTP handler.
-func New(d deps) http.Handler {
+// newHandler returns the gateway's HTTP handler: the middleware every
+// request goes through, then the routes (routes.go).
+func newHandler(d deps) http.Handler {
 	r := chi.NewRouter()
 	r.Use(
 		middleware.RequestID,
@@ -126,7 +127,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	stopping := make(chan struct{})
 	d.stopping = stopping
 	srv := &http.Server{
-		Handler: New(d),
+		Handler: newHandler(d),
 		// A slow client holds a connection, not the service: headers must
 		// arrive in 5 s and a body in 10 s.
 		ReadHeaderTimeout: 5 * time.Second,
