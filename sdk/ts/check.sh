@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# `make sdk-check`: generate a TypeScript client from openapi.yaml with the
-# npm packages pinned in package-lock.json (nothing installed globally),
-# type-check check.ts against it, start a gateway (memory backend) on a free
-# loopback port, run check.ts against it, and stop the gateway.
+# `make sdk-check`: with the npm packages pinned in package-lock.json
+# (nothing installed globally), lint openapi.yaml with Redocly's recommended
+# rules (redocly.yaml), generate a TypeScript client from it, type-check
+# check.ts against it, start a gateway (memory backend) on a free loopback
+# port, run check.ts against it; then run the README's TypeScript example as
+# a newcomer would, in a new project, against the same gateway; and stop the
+# gateway.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -17,6 +20,21 @@ for tool in node npm; do
 done
 
 npm ci --no-audit --no-fund --loglevel=error
+
+# redocly exits 0 on warnings; here a warning fails as an error does.
+lint() { REDOCLY_SUPPRESS_UPDATE_NOTICE=true npm run --silent lint -- "$@"; }
+if ! lint --format=json 2>/dev/null | node -e '
+	let s = "";
+	process.stdin.on("data", (d) => (s += d)).on("end", () => {
+		const { errors, warnings } = JSON.parse(s).totals;
+		process.exit(errors + warnings === 0 ? 0 : 1);
+	});'; then
+	lint --format=stylish >&2 || true
+	echo "sdk-check: openapi.yaml is not lint clean (rules: redocly.yaml, the recommended set)" >&2
+	exit 1
+fi
+echo "ok   openapi.yaml: redocly lint, recommended rules"
+
 npm run --silent generate
 npm run --silent build
 
@@ -59,3 +77,64 @@ if [[ -z "$url" ]]; then
 fi
 
 LOCKGW_URL=$url node build/check.js
+
+# The README's TypeScript example, as a newcomer runs it. Each block after a
+# <!-- sdk-check: NAME --> line in README.md is taken as it is, with only the
+# gateway's address put for http://127.0.0.1:8080.
+readme_block() {
+	local text
+	text=$(awk -v marker="<!-- sdk-check: $1 -->" '
+		$0 == marker { state = 1; next }
+		state == 1 && /^```/ { state = 2; next }
+		state == 1 { exit }
+		state == 2 && /^```/ { exit }
+		state == 2 { print }
+	' "$root/README.md")
+	if [[ -z "$text" ]]; then
+		echo "sdk-check: README.md has no \`\`\` block right after <!-- sdk-check: $1 -->" >&2
+		exit 1
+	fi
+	printf '%s\n' "${text//http:\/\/127.0.0.1:8080/$url}"
+}
+setup=$(readme_block setup)
+tsconfig=$(readme_block tsconfig.json)
+index=$(readme_block index.ts)
+run=$(readme_block run)
+want=$(readme_block output)
+if [[ "$index" != *"$url"* ]]; then
+	echo "sdk-check: README.md's index.ts does not name http://127.0.0.1:8080, so it would not reach this gateway" >&2
+	exit 1
+fi
+
+project=$tmp/readme-project
+mkdir -p "$project" "$tmp/bin"
+# npm as the README's commands meet it: `npm install` held to package-lock.json
+# (pinned-npm says how); npx may run only what the project installed.
+ln -s "$PWD/pinned-npm" "$tmp/bin/npm"
+readme_env=(env "PATH=$tmp/bin:$PATH" "REAL_NPM=$(command -v npm)" "PINS=$PWD/package-lock.json" npm_config_yes=false)
+cd "$project"
+if ! "${readme_env[@]}" bash -euo pipefail -c "$setup" >"$tmp/readme.log" 2>&1; then
+	echo "sdk-check: the README's TypeScript setup failed:" >&2
+	cat "$tmp/readme.log" >&2
+	exit 1
+fi
+printf '%s\n' "$tsconfig" >tsconfig.json
+printf '%s\n' "$index" >index.ts
+if ! "${readme_env[@]}" bash -euo pipefail -c "$run" >"$tmp/readme.out" 2>"$tmp/readme.log"; then
+	echo "sdk-check: the README's TypeScript example failed:" >&2
+	cat "$tmp/readme.out" "$tmp/readme.log" >&2
+	exit 1
+fi
+# What it printed must be what the README shows, any fence.
+if ! node -e '
+	const [want, got] = process.argv.slice(1);
+	const escaped = want.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+	process.exit(new RegExp("^" + escaped.replace(/fence \d+/g, "fence [1-9]\\d*") + "$").test(got) ? 0 : 1);
+' "$want" "$(cat "$tmp/readme.out")"; then
+	echo "sdk-check: the README's TypeScript example printed" >&2
+	cat "$tmp/readme.out" >&2
+	echo "where the README shows (any fence)" >&2
+	printf '%s\n' "$want" >&2
+	exit 1
+fi
+echo "ok   README.md TypeScript example: $(cat "$tmp/readme.out")"
