@@ -82,8 +82,9 @@ func StartOptions(t testing.TB, opts Options) *Server {
 }
 
 // Run starts a redis-server on a free loopback port for a caller that is
-// not a test, which must Kill it when done. Of the methods that can fail,
-// only Addr, URL, Kill, Pause and Resume are for such servers.
+// not a test, which must Kill it (and close any Client) when done. The
+// methods that would fail a test (Start, Restart, Fill, SetClock) panic
+// instead on such a server.
 func Run(opts Options) (*Server, error) {
 	if opts.Bin == "" {
 		bin, err := FindBinary()
