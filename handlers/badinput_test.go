@@ -219,3 +219,38 @@ func TestKeysWithSlashes(t *testing.T) {
 	r = c.Do(t, "PUT", "/locks/user@example.com:cart/sku-1.2_3", nil)
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 }
+
+// TestDetailsAreBoundedAndSayWhatToDo: details quote at most a short part
+// of what the client sent, and say what to send instead.
+func TestDetailsAreBoundedAndSayWhatToDo(t *testing.T) {
+	g := apitest.Start(t, nil)
+	c := apitest.NewClient(g.URL)
+	long := strings.Repeat("X", 2000)
+	tests := []struct {
+		name          string
+		method, path  string
+		headers       []string
+		want, notEcho string
+	}{
+		{"long method", "PATCHX" + long, "/healthz", nil, "is not allowed here; use GET", long[:21]},
+		{"long content type", "PUT", "/locks/k", []string{"Content-Type", "text/" + long}, "send Content-Type: application/json", long[:65]},
+		{"doubled slash in key", "GET", "/locks/a//b", nil, "remove the extra /", ""},
+		{"short token", "DELETE", "/locks/k", []string{"Lock-Token", "abc"}, "send the token an acquire returned", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var body []byte
+			if tc.method == "PUT" {
+				body = []byte(`{}`)
+			}
+			r := c.Do(t, tc.method, tc.path, body, tc.headers...)
+			require.GreaterOrEqual(t, r.Status, 400, "%s", r.Body)
+			detail, _ := r.Problem(t)["detail"].(string)
+			assert.Contains(t, detail, tc.want)
+			if tc.notEcho != "" {
+				assert.NotContains(t, detail, tc.notEcho)
+			}
+			assert.Less(t, len(detail), 400)
+		})
+	}
+}

@@ -49,14 +49,14 @@ func decode(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any) err
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return tooLarge(maxBytes)
 		}
-		return newError(KindMalformed, "the request body could not be read")
+		return newError(KindMalformed, "the request body could not be read to its end (the connection broke or the body is shorter than its Content-Length); send it again")
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
 	// The exact common value skips the media-type parser.
 	if ct := r.Header.Get("Content-Type"); ct != "" && ct != "application/json" && !isJSON(ct) {
-		return newError(KindUnsupportedMedia, fmt.Sprintf("the body must be application/json, not %q", ct))
+		return newError(KindUnsupportedMedia, fmt.Sprintf("the body must be application/json, not %.64q: send Content-Type: application/json", ct))
 	}
 	if !utf8.Valid(body) {
 		// encoding/json would turn each bad byte into U+FFFD and grant

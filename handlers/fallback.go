@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -20,7 +21,7 @@ func MethodNotAllowed(allowed func(r *http.Request) []string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		allow := strings.Join(allowed(r), ", ")
 		w.Header().Set("Allow", allow)
-		WriteProblem(w, r, newError(KindMethodNotAllowed, r.Method+" is not allowed here; allowed: "+allow))
+		WriteProblem(w, r, newError(KindMethodNotAllowed, fmt.Sprintf("%.20q is not allowed here; use %s", r.Method, allow)))
 	})
 }
 

@@ -44,7 +44,7 @@ func Readyz(store lockstore.Store, backend string, nodes func() []lockstore.Node
 		}
 		if err != nil {
 			log.Warn().Err(err).Msg("readiness check failed")
-			detail := "the " + backend + " backend does not answer"
+			detail := "the " + backend + " backend does not answer; check that it runs and that this gateway reaches it (the gateway's log says what failed)"
 			if q, ok := errors.AsType[quorumError](err); ok {
 				detail = q.QuorumDetail()
 			}

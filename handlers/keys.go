@@ -24,7 +24,7 @@ func KeyFromPath(r *http.Request) (string, error) {
 	}
 	key, err := url.PathUnescape(raw)
 	if err != nil {
-		return "", newError(KindMalformed, "the lock key has a malformed percent-escape")
+		return "", newError(KindMalformed, "the lock key has a malformed percent-escape; % must start an escape such as %2F (write a literal % as %25)")
 	}
 	if err := CheckKey(key); err != nil {
 		return "", newError(KindMalformed, err.Error())
@@ -37,10 +37,10 @@ func KeyFromPath(r *http.Request) (string, error) {
 // Braces are never allowed: they would break the Redis hash tag.
 func CheckKey(key string) error {
 	if key == "" {
-		return fmt.Errorf("the lock key is empty")
+		return fmt.Errorf("the lock key is empty; name the resource, as in /locks/jobs/nightly")
 	}
 	if len(key) > MaxKeyBytes {
-		return fmt.Errorf("the lock key is %d bytes; the limit is %d", len(key), MaxKeyBytes)
+		return fmt.Errorf("the lock key is %d bytes; the limit is %d: use a shorter name, or a hash of a long one", len(key), MaxKeyBytes)
 	}
 	for i := 0; i < len(key); i++ {
 		if !keyByte(key[i]) {
@@ -50,7 +50,7 @@ func CheckKey(key string) error {
 	for seg := range strings.SplitSeq(key, "/") {
 		switch seg {
 		case "":
-			return fmt.Errorf("the lock key has an empty segment (a leading, trailing or doubled /)")
+			return fmt.Errorf("the lock key has an empty segment (a leading, trailing or doubled /); remove the extra /")
 		case ".", "..":
 			return fmt.Errorf("the lock key has a %q segment", seg)
 		}
@@ -95,12 +95,12 @@ const (
 // The error never repeats the token.
 func CheckToken(token string) error {
 	if len(token) < MinTokenLen || len(token) > MaxTokenLen {
-		return fmt.Errorf("a lock token is %d to %d characters, not %d", MinTokenLen, MaxTokenLen, len(token))
+		return fmt.Errorf("a lock token is %d to %d characters, not %d: send the token an acquire returned", MinTokenLen, MaxTokenLen, len(token))
 	}
 	for i := 0; i < len(token); i++ {
 		c := token[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("a lock token may hold only A-Z a-z 0-9 _ and -")
+			return fmt.Errorf("a lock token may hold only A-Z a-z 0-9 _ and -: send the token an acquire returned")
 		}
 	}
 	return nil
@@ -117,7 +117,7 @@ func tokenFromHeaders(r *http.Request, allowIfMatch bool) (string, error) {
 	token := r.Header.Get("Lock-Token")
 	if token != "" || len(r.Header.Values("Lock-Token")) > 0 {
 		if len(r.Header.Values("Lock-Token")) > 1 {
-			return "", newError(KindMalformed, "send one Lock-Token header")
+			return "", newError(KindMalformed, "more than one Lock-Token header: send one")
 		}
 		if err := CheckToken(token); err != nil {
 			return "", newError(KindMalformed, "Lock-Token: "+err.Error())
@@ -143,7 +143,7 @@ func tokenFromHeaders(r *http.Request, allowIfMatch bool) (string, error) {
 		return "", newError(KindMalformed, "If-Match: "+err.Error())
 	}
 	if token != "" && token != etag {
-		return "", newError(KindMalformed, "Lock-Token and If-Match name different tokens")
+		return "", newError(KindMalformed, "Lock-Token and If-Match name different tokens: send one of them")
 	}
 	return etag, nil
 }

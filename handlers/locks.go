@@ -223,7 +223,7 @@ func preferWait(values []string) (secs int64, ok bool, _ error) {
 			val, _, _ = strings.Cut(val, ";") // parameters, none defined for wait
 			n, err := strconv.ParseInt(strings.Trim(strings.TrimSpace(val), `"`), 10, 64)
 			if err != nil || n < 0 {
-				return 0, false, newError(KindMalformed, "Prefer: wait must be a whole number of seconds")
+				return 0, false, newError(KindMalformed, "Prefer: wait must be a whole number of seconds, as in Prefer: wait=30")
 			}
 			return n, true, nil
 		}

@@ -23,7 +23,7 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 			LockKey:      handlers.KeyFromPath,
 			CheckPrefix:  handlers.CheckKeyPrefix,
 			Unauthorized: handlers.Refuse(handlers.KindUnauthorized, `send a valid API key as "Authorization: Bearer <key>"`),
-			Forbidden:    handlers.Refuse(handlers.KindForbidden, "your API key may not lock this key"),
+			Forbidden:    handlers.Refuse(handlers.KindForbidden, "your API key may not lock this key: its prefixes do not cover it; use a key whose prefixes do"),
 		})
 		if err != nil {
 			return fmt.Errorf("--api-keys-file: %s: %w", cfg.APIKeysFile, err)
