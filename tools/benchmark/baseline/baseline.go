@@ -122,15 +122,23 @@ func loadScript(path string, nValues int) (script, error) {
 		return script{}, fmt.Errorf("%w (run from the repository root or pass -lua-dir)", err)
 	}
 	s := script{argvKeys: map[int]string{}}
-	optional := false // from the first ARGV the Redis backend leaves out
+	optional := false    // from the first ARGV the Redis backend leaves out
+	redlockOnly := false // in a "-- Redlock only:" block, up to the next "--"
 	sc := bufio.NewScanner(strings.NewReader(string(src)))
 	for sc.Scan() {
 		line := sc.Text()
+		switch strings.TrimSpace(line) {
+		case "-- Redlock only:":
+			redlockOnly = true
+		case "--":
+			redlockOnly = false
+		}
 		pattern := keyPattern.FindStringSubmatch(line)
 		if m := keysLine.FindStringSubmatch(line); m != nil {
-			if strings.Contains(line, "absent without a quota") {
-				// A per-user quota's keys: the baseline mirrors the
-				// Redis backend without one (LOCKGW_MAX_LOCKS_PER_USER=0).
+			if strings.Contains(line, "absent without a quota") || redlockOnly {
+				// A per-user quota's keys, or Redlock's: the baseline
+				// mirrors the Redis backend without a quota
+				// (LOCKGW_MAX_LOCKS_PER_USER=0).
 				continue
 			}
 			n, _ := strconv.Atoi(m[1])
