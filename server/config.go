@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/ratelimit"
 )
 
@@ -26,6 +27,7 @@ type Config struct {
 	MetricsAddr      string // "" serves /metrics on Addr
 	Backend          string
 	RedisURL         string
+	RedisMode        lockstore.RedisMode
 	RedlockURLs      []string
 	RedlockTimeout   time.Duration
 	RateLimitWindow  time.Duration
@@ -100,7 +102,14 @@ var settings = []setting{
 	}},
 	{"addr", ":8080", "listen address", text(func(c *Config) *string { return &c.Addr })},
 	{"metrics-addr", "", "serve /metrics on this address only (e.g. 127.0.0.1:9090), not on --addr", text(func(c *Config) *string { return &c.MetricsAddr })},
-	{"redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the redis backend", text(func(c *Config) *string { return &c.RedisURL })},
+	{"redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the redis backend, in the form --redis-mode takes", text(func(c *Config) *string { return &c.RedisURL })},
+	{"redis-mode", string(lockstore.RedisSingle), "how the redis backend reaches Redis: single, sentinel or cluster", func(c *Config, v string) error {
+		if !slices.Contains(lockstore.RedisModes, lockstore.RedisMode(v)) {
+			return fmt.Errorf("unknown Redis mode %q (want single, sentinel or cluster)", v)
+		}
+		c.RedisMode = lockstore.RedisMode(v)
+		return nil
+	}},
 	{"redlock-urls", "", "comma-separated redis:// URLs of ≥ 3 independent masters", func(c *Config, v string) error {
 		c.redlockList = v // checked with the backend (check)
 		return nil
@@ -307,8 +316,10 @@ func check(c *Config, src map[string]string, set func(name string) bool) []error
 	}
 	switch c.Backend {
 	case BackendRedis:
-		if err := checkRedisURL(c.RedisURL); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", src["redis-url"], err))
+		if c.RedisMode == lockstore.RedisSingle {
+			if err := checkRedisURL(c.RedisURL); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", src["redis-url"], err))
+			}
 		}
 	case BackendRedlock:
 		c.RedlockURLs, errs = redlockList(c.redlockList, src["redlock-urls"], errs)

@@ -229,24 +229,16 @@ func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func()) {
 	return zerolog.New(out).Level(cfg.LogLevel).With().Timestamp().Logger(), func() { _ = out.Close() }
 }
 
-// openStore builds the configured backend. Redis clients fail fast: dial,
-// read and write timeouts are the backend timeout, and retries are off (a
-// retried release whose first attempt worked would answer "not held"); the
-// client reconnects by itself when Redis comes back.
+// openStore builds the configured backend. lockstore.OpenRedis and
+// OpenRedlock give their clients the options the stores rely on.
 func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics) (lockstore.Store, func() []lockstore.NodeStatus, error) {
 	switch cfg.Backend {
 	case BackendRedis:
-		opts, err := redis.ParseURL(cfg.RedisURL)
+		store, err := lockstore.OpenRedis(cfg.RedisURL, lockstore.RedisOptions{Mode: cfg.RedisMode, Timeout: cfg.BackendTimeout})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--redis-url: %s: %w", redactURL(cfg.RedisURL), err)
 		}
-		opts.DialTimeout = cfg.BackendTimeout
-		opts.ReadTimeout = cfg.BackendTimeout
-		opts.WriteTimeout = cfg.BackendTimeout
-		opts.ContextTimeoutEnabled = true
-		opts.MaxRetries = -1
-		opts.DialerRetries = 1 // the caller retries; five dials would outlast its deadline
-		return lockstore.NewRedis(redis.NewClient(opts)), nil, nil
+		return store, nil, nil
 	case BackendRedlock:
 		rl, err := lockstore.OpenRedlock(cfg.RedlockURLs, lockstore.RedlockOptions{
 			NodeTimeout: cfg.RedlockTimeout,

@@ -406,6 +406,12 @@ func TestConfigErrors(t *testing.T) {
 			"LOCKGW_REDIS_URL is set but no backend is chosen"},
 		{"redlock urls env, no backend", nil, map[string]string{"LOCKGW_REDLOCK_URLS": "redis://a:1,redis://b:1,redis://c:1"},
 			"LOCKGW_REDLOCK_URLS is set but no backend is chosen, so it would be ignored and locks kept in this process's memory; set LOCKGW_BACKEND=redlock"},
+		{"unknown redis mode", nil, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_MODE": "shards"},
+			`LOCKGW_REDIS_MODE: unknown Redis mode "shards" (want single, sentinel or cluster)`},
+		{"sentinel url without master", nil, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_MODE": "sentinel", "LOCKGW_REDIS_URL": "redis://:hunter2@127.0.0.1:26379"},
+			"not a sentinel URL (no master_name); write it as redis://sentinel1:26379?addr=sentinel2:26379&addr=sentinel3:26379&master_name=mymaster"},
+		{"cluster url of another scheme", nil, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_MODE": "cluster", "LOCKGW_REDIS_URL": "http://node1:7000"},
+			"not a cluster URL"},
 		{"redis url flag, no backend", []string{"--redis-url", "redis://127.0.0.1:6379/0"}, nil,
 			"--redis-url is set but no backend is chosen, so it would be ignored and locks kept in this process's memory; set LOCKGW_BACKEND=redis (or --backend redis)"},
 	}
@@ -416,6 +422,7 @@ func TestConfigErrors(t *testing.T) {
 			err := server.Run(ctx, tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
+			assert.NotContains(t, err.Error(), "hunter2", "a password is never repeated")
 		})
 	}
 }

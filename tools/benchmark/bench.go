@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
@@ -332,22 +331,17 @@ func (b *bench) baselineServer(ctx context.Context) (string, error) {
 }
 
 // directStore is a lockstore.Redis with the gateway's client settings
-// (server.openStore).
+// (lockstore.OpenRedis).
 func (b *bench) directStore(ctx context.Context) (*lockstore.Redis, error) {
 	if b.direct == nil {
 		addr, err := b.redis(ctx)
 		if err != nil {
 			return nil, err
 		}
-		b.direct = lockstore.NewRedis(redis.NewClient(&redis.Options{
-			Addr:                  addr,
-			DialTimeout:           backendTimeout,
-			ReadTimeout:           backendTimeout,
-			WriteTimeout:          backendTimeout,
-			ContextTimeoutEnabled: true,
-			MaxRetries:            -1,
-			DialerRetries:         1,
-		}))
+		b.direct, err = lockstore.OpenRedis("redis://"+addr+"/0", lockstore.RedisOptions{Timeout: backendTimeout})
+		if err != nil {
+			return nil, err
+		}
 	}
 	return b.direct, nil
 }

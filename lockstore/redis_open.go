@@ -1,0 +1,106 @@
+package lockstore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisMode is how the redis backend reaches Redis.
+type RedisMode string
+
+const (
+	RedisSingle   RedisMode = "single"   // one server: redis://host:port/db
+	RedisSentinel RedisMode = "sentinel" // a master found through Sentinel
+	RedisCluster  RedisMode = "cluster"  // Redis Cluster
+)
+
+// RedisModes lists the modes, for help and error texts.
+var RedisModes = []RedisMode{RedisSingle, RedisSentinel, RedisCluster}
+
+// urlForm is the URL each mode takes, as go-redis's parser for it reads it.
+var urlForm = map[RedisMode]string{
+	RedisSingle:   "redis://host:6379/0",
+	RedisSentinel: "redis://sentinel1:26379?addr=sentinel2:26379&addr=sentinel3:26379&master_name=mymaster",
+	RedisCluster:  "redis://node1:7000?addr=node2:7001&addr=node3:7002",
+}
+
+// RedisOptions configure OpenRedis.
+type RedisOptions struct {
+	Mode RedisMode // RedisSingle when empty
+	// Timeout bounds each dial, read and write: a dead Redis costs a
+	// request that long, no more.
+	Timeout time.Duration
+}
+
+// OpenRedis returns a Redis store for url, parsed by go-redis's parser for
+// the mode (ParseURL, ParseFailoverURL, ParseClusterURL). It is the one
+// place the client gets the options the store relies on: timeouts of
+// Timeout with context deadlines honoured, and no command retries (a
+// retried release whose first attempt succeeded would report "not held";
+// the caller retries, with the same token) and one dial per call (five
+// would outlast the caller's deadline). The client reconnects by itself
+// when Redis comes back. A URL that does not fit the mode is an error
+// that shows the form the mode expects; it never repeats a password.
+func OpenRedis(url string, o RedisOptions) (*Redis, error) {
+	mode := o.Mode
+	if mode == "" {
+		mode = RedisSingle
+	}
+	var client redis.UniversalClient
+	switch mode {
+	case RedisSingle:
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, urlError(mode, err)
+		}
+		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
+		opts.ContextTimeoutEnabled = true
+		opts.MaxRetries = -1
+		opts.DialerRetries = 1
+		client = redis.NewClient(opts)
+	case RedisSentinel:
+		opts, err := redis.ParseFailoverURL(url)
+		if err == nil && opts.MasterName == "" {
+			err = errors.New("no master_name")
+		}
+		if err != nil {
+			return nil, urlError(mode, err)
+		}
+		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
+		opts.ContextTimeoutEnabled = true
+		opts.MaxRetries = -1
+		opts.DialerRetries = 1
+		client = redis.NewFailoverClient(opts)
+	case RedisCluster:
+		opts, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, urlError(mode, err)
+		}
+		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
+		opts.ContextTimeoutEnabled = true
+		opts.MaxRetries = -1
+		opts.DialerRetries = 1
+		client = redis.NewClusterClient(opts)
+	default:
+		return nil, fmt.Errorf("lockstore: unknown Redis mode %q (want %s)", mode, modeList())
+	}
+	return NewRedis(client), nil
+}
+
+func urlError(mode RedisMode, err error) error {
+	// go-redis's own messages name the part that is wrong; none of them
+	// repeats the URL, so none can leak its password.
+	return fmt.Errorf("not a %s URL (%v); write it as %s", mode, err, urlForm[mode])
+}
+
+func modeList() string {
+	names := make([]string, len(RedisModes))
+	for i, m := range RedisModes {
+		names[i] = string(m)
+	}
+	return strings.Join(names, ", ")
+}
