@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/sleep"
+	"github.com/lockgateway/lockgateway/problem"
 )
 
 // Errors returned by the Client, matched with errors.Is. An error from the
@@ -69,8 +70,6 @@ var (
 	// the lease expired.
 	ErrLockLost = errors.New("client: lock lost")
 )
-
-const problemTypePrefix = "https://lockgateway.dev/problems/"
 
 // callTimeout bounds one request (plus the wait of a waiting acquire), so
 // that a gateway that accepts a connection and never answers cannot hang a
@@ -116,21 +115,21 @@ func (e *Error) Error() string {
 func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrHeld:
-		return e.Type == "lock-held"
+		return e.Type == problem.LockHeld.Slug
 	case ErrNotHeld:
-		return e.Type == "lock-not-found"
+		return e.Type == problem.LockNotFound.Slug
 	case ErrTokenMismatch:
-		return e.Type == "token-mismatch"
+		return e.Type == problem.TokenMismatch.Slug
 	case ErrRateLimited:
-		return e.Type == "rate-limited" || (e.Type == "" && e.Status == http.StatusTooManyRequests)
+		return e.Type == problem.RateLimited.Slug || (e.Type == "" && e.Status == http.StatusTooManyRequests)
 	case ErrQuotaExceeded:
-		return e.Type == "quota-exceeded"
+		return e.Type == problem.QuotaExceeded.Slug
 	case ErrUnavailable:
 		if e.Type == "" {
 			return e.Status == http.StatusBadGateway || e.Status == http.StatusServiceUnavailable ||
 				e.Status == http.StatusGatewayTimeout
 		}
-		return e.Type == "backend-unavailable"
+		return e.Type == problem.Unavailable.Slug
 	}
 	return false
 }
@@ -503,7 +502,7 @@ func responseError(resp *http.Response, body []byte) error {
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/problem+json" {
 		var p Problem
 		if json.Unmarshal(body, &p) == nil {
-			e.Type = strings.TrimPrefix(p.Type, problemTypePrefix)
+			e.Type = strings.TrimPrefix(p.Type, problem.Base)
 			e.Title, e.Detail, e.Instance, e.RequestID = p.Title, p.Detail, p.Instance, p.RequestId
 			if p.Errors != nil {
 				e.Fields = *p.Errors

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/lockgateway/lockgateway/problem"
 )
 
 // encode writes v as JSON with status. Headers must be set before: after
@@ -49,33 +51,33 @@ func decode(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any) err
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return tooLarge(maxBytes)
 		}
-		return newError(KindMalformed, "the request body could not be read to its end (the connection broke or the body is shorter than its Content-Length); send it again")
+		return newError(problem.Malformed, "the request body could not be read to its end (the connection broke or the body is shorter than its Content-Length); send it again")
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
 	// The exact common value skips the media-type parser.
 	if ct := r.Header.Get("Content-Type"); ct != "" && ct != "application/json" && !isJSON(ct) {
-		return newError(KindUnsupportedMedia, fmt.Sprintf("the body must be application/json, not %.64q: send Content-Type: application/json", ct))
+		return newError(problem.UnsupportedMedia, fmt.Sprintf("the body must be application/json, not %.64q: send Content-Type: application/json", ct))
 	}
 	if !utf8.Valid(body) {
 		// encoding/json would turn each bad byte into U+FFFD and grant
 		// a lease to an owner the client never wrote.
-		return newError(KindMalformed, "the body is not valid UTF-8 (RFC 8259 JSON is UTF-8); send the text UTF-8 encoded")
+		return newError(problem.Malformed, "the body is not valid UTF-8 (RFC 8259 JSON is UTF-8); send the text UTF-8 encoded")
 	}
 	if err := checkStructure(body, fieldNames(dst)); err != nil {
-		return newError(KindMalformed, err.Error())
+		return newError(problem.Malformed, err.Error())
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return newError(KindMalformed, jsonProblem(err))
+		return newError(problem.Malformed, jsonProblem(err))
 	}
 	return nil
 }
 
 func tooLarge(maxBytes int64) *Error {
-	return newError(KindBodyTooLarge, fmt.Sprintf("the request body is over the %d-byte limit", maxBytes))
+	return newError(problem.BodyTooLarge, fmt.Sprintf("the request body is over the %d-byte limit", maxBytes))
 }
 
 func isJSON(contentType string) bool {

@@ -19,6 +19,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/lockgateway/lockgateway"
+
+	"github.com/lockgateway/lockgateway/problem"
 )
 
 var (
@@ -154,7 +156,7 @@ func FuzzKeyFromPath(f *testing.F) {
 		key, err := KeyFromPath(r)
 		if err != nil {
 			var e *Error
-			if !errors.As(err, &e) || e.Kind != KindMalformed {
+			if !errors.As(err, &e) || e.Kind != problem.Malformed {
 				t.Fatalf("path %q: error %v is not a malformed-request problem", r.URL.EscapedPath(), err)
 			}
 			return
@@ -269,7 +271,7 @@ func FuzzTokenFromHeaders(f *testing.F) {
 		}
 		if err != nil {
 			var e *Error
-			if !errors.As(err, &e) || e.Kind != KindMalformed {
+			if !errors.As(err, &e) || e.Kind != problem.Malformed {
 				t.Fatalf("error %v is not a malformed-request problem", err)
 			}
 			for _, v := range append(append([]string{}, lockTokens...), ifMatches...) {

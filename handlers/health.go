@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/problem"
 )
 
 // Healthz serves GET /healthz: the process serves HTTP. It never asks the
@@ -48,7 +49,7 @@ func Readyz(store lockstore.Store, backend string, nodes func() []lockstore.Node
 			if q, ok := errors.AsType[quorumError](err); ok {
 				detail = q.QuorumDetail()
 			}
-			e := &Error{Kind: KindUnavailable, Detail: detail, RetryAfter: time.Second, Nodes: list}
+			e := &Error{Kind: problem.Unavailable, Detail: detail, RetryAfter: time.Second, Nodes: list}
 			if errors.Is(err, lockstore.ErrRefused) { // it answers, but could not take a lock
 				refused := fromDomain(err)
 				e.Kind, e.Detail = refused.Kind, refused.Detail

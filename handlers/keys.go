@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/lockgateway/lockgateway/problem"
 )
 
 // MaxKeyBytes is the longest lock key.
@@ -20,14 +22,14 @@ const LocksPrefix = "/locks/"
 func KeyFromPath(r *http.Request) (string, error) {
 	raw, ok := strings.CutPrefix(r.URL.EscapedPath(), LocksPrefix)
 	if !ok {
-		return "", newError(KindMalformed, "the lock key is missing: use /locks/{key}")
+		return "", newError(problem.Malformed, "the lock key is missing: use /locks/{key}")
 	}
 	key, err := url.PathUnescape(raw)
 	if err != nil {
-		return "", newError(KindMalformed, "the lock key has a malformed percent-escape; % must start an escape such as %2F (write a literal % as %25)")
+		return "", newError(problem.Malformed, "the lock key has a malformed percent-escape; % must start an escape such as %2F (write a literal % as %25)")
 	}
 	if err := CheckKey(key); err != nil {
-		return "", newError(KindMalformed, err.Error())
+		return "", newError(problem.Malformed, err.Error())
 	}
 	return key, nil
 }
@@ -117,15 +119,15 @@ func tokenFromHeaders(r *http.Request, allowIfMatch bool) (string, error) {
 	token := r.Header.Get("Lock-Token")
 	if token != "" || len(r.Header.Values("Lock-Token")) > 0 {
 		if len(r.Header.Values("Lock-Token")) > 1 {
-			return "", newError(KindMalformed, "more than one Lock-Token header: send one")
+			return "", newError(problem.Malformed, "more than one Lock-Token header: send one")
 		}
 		if err := CheckToken(token); err != nil {
-			return "", newError(KindMalformed, "Lock-Token: "+err.Error())
+			return "", newError(problem.Malformed, "Lock-Token: "+err.Error())
 		}
 	}
 	if !allowIfMatch {
 		if len(r.Header.Values("If-Match")) > 0 {
-			return "", newError(KindMalformed, "If-Match is not accepted on an acquire: a PUT is not conditional. "+
+			return "", newError(problem.Malformed, "If-Match is not accepted on an acquire: a PUT is not conditional. "+
 				"To retry an acquire, send the same Lock-Token; to extend a lease you hold, PATCH it with If-Match or Lock-Token")
 		}
 		return token, nil
@@ -137,13 +139,13 @@ func tokenFromHeaders(r *http.Request, allowIfMatch bool) (string, error) {
 	etag, ok := strings.CutPrefix(ifMatch, `"`)
 	etag, ok2 := strings.CutSuffix(etag, `"`)
 	if !ok || !ok2 || strings.ContainsAny(etag, `",`) {
-		return "", newError(KindMalformed, `If-Match must be one strong entity tag, "<token>", as the acquire's ETag`)
+		return "", newError(problem.Malformed, `If-Match must be one strong entity tag, "<token>", as the acquire's ETag`)
 	}
 	if err := CheckToken(etag); err != nil {
-		return "", newError(KindMalformed, "If-Match: "+err.Error())
+		return "", newError(problem.Malformed, "If-Match: "+err.Error())
 	}
 	if token != "" && token != etag {
-		return "", newError(KindMalformed, "Lock-Token and If-Match name different tokens: send one of them")
+		return "", newError(problem.Malformed, "Lock-Token and If-Match name different tokens: send one of them")
 	}
 	return etag, nil
 }

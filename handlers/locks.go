@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/problem"
 )
 
 // Limits are the service's bounds on requests.
@@ -223,7 +224,7 @@ func preferWait(values []string) (secs int64, ok bool, _ error) {
 			val, _, _ = strings.Cut(val, ";") // parameters, none defined for wait
 			n, err := strconv.ParseInt(strings.Trim(strings.TrimSpace(val), `"`), 10, 64)
 			if err != nil || n < 0 {
-				return 0, false, newError(KindMalformed, "Prefer: wait must be a whole number of seconds, as in Prefer: wait=30")
+				return 0, false, newError(problem.Malformed, "Prefer: wait must be a whole number of seconds, as in Prefer: wait=30")
 			}
 			return n, true, nil
 		}
@@ -268,7 +269,7 @@ func acquireOutcome(lease lockstore.Lease, err error) string {
 		return "over_quota"
 	case errors.Is(err, lockstore.ErrFull):
 		return "full"
-	case isKind(err, KindTooManyWaiters):
+	case isKind(err, problem.TooManyWaiters):
 		return "too_many_waiters"
 	case errors.Is(err, lockstore.ErrUnavailable), errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, errShuttingDown):
@@ -279,7 +280,7 @@ func acquireOutcome(lease lockstore.Lease, err error) string {
 
 // isKind reports whether err is a problem of kind k that a handler or
 // middleware decided on.
-func isKind(err error, k Kind) bool {
+func isKind(err error, k problem.Kind) bool {
 	e, ok := errors.AsType[*Error](err)
 	return ok && e.Kind == k
 }
@@ -446,7 +447,7 @@ func (h *Locks) Inspect() http.Handler {
 // errUnidentified refuses an acquire whose client cannot be identified
 // while locks are counted per user: it would count against nobody, or
 // share a count where one client could use up everybody's.
-var errUnidentified = newError(KindMalformed, "the client could not be identified, so its locks cannot be counted: "+
+var errUnidentified = newError(problem.Malformed, "the client could not be identified, so its locks cannot be counted: "+
 	"a trusted proxy sent a malformed X-Forwarded-For, or a user header that is not exactly one name")
 
 // userHint is r's context, telling the store whom the caller's locks
@@ -473,7 +474,7 @@ func (h *Locks) keyAndToken(r *http.Request, requireToken bool) (key, token stri
 		return "", "", err
 	}
 	if requireToken && token == "" {
-		return "", "", newError(KindTokenRequired, `send the lock's token as Lock-Token: <token> or If-Match: "<token>"`)
+		return "", "", newError(problem.TokenRequired, `send the lock's token as Lock-Token: <token> or If-Match: "<token>"`)
 	}
 	return key, token, nil
 }
@@ -496,7 +497,7 @@ func (h *Locks) decodeValid(w http.ResponseWriter, r *http.Request, dst any) err
 	if !ok {
 		return err
 	}
-	e := newError(KindValidation, "the request has values out of range; see errors")
+	e := newError(problem.Validation, "the request has values out of range; see errors")
 	for _, fe := range verrs {
 		e.Fields = append(e.Fields, FieldError{Field: fe.Field(), Message: h.fieldMessage(fe)})
 	}

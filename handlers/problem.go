@@ -14,43 +14,7 @@ import (
 	"github.com/lockgateway/lockgateway/internal/retryafter"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/middleware"
-)
-
-// ProblemBase prefixes every problem type URI; openapi.yaml lists them all.
-const ProblemBase = "https://lockgateway.dev/problems/"
-
-// Kind is one kind of problem: a stable type URI, its status and title.
-type Kind struct {
-	Slug   string
-	Status int
-	Title  string
-}
-
-// Type is the kind's stable type URI.
-func (k Kind) Type() string { return ProblemBase + k.Slug }
-
-// The catalogue of problem kinds. Their slugs are part of the API: clients
-// branch on them. openapi.yaml and the README list the same table.
-var (
-	KindMalformed        = Kind{"malformed-request", http.StatusBadRequest, "Malformed request"}
-	KindUnauthorized     = Kind{"unauthorized", http.StatusUnauthorized, "Unauthorized"}
-	KindForbidden        = Kind{"forbidden", http.StatusForbidden, "Forbidden"}
-	KindNotFound         = Kind{"not-found", http.StatusNotFound, "Not found"}
-	KindLockNotFound     = Kind{"lock-not-found", http.StatusNotFound, "Lock not found"}
-	KindMethodNotAllowed = Kind{"method-not-allowed", http.StatusMethodNotAllowed, "Method not allowed"}
-	KindLockHeld         = Kind{"lock-held", http.StatusConflict, "Lock held"}
-	KindTokenMismatch    = Kind{"token-mismatch", http.StatusPreconditionFailed, "Lock token mismatch"}
-	KindBodyTooLarge     = Kind{"body-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
-	KindUnsupportedMedia = Kind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type"}
-	KindValidation       = Kind{"validation", http.StatusUnprocessableEntity, "Validation failed"}
-	KindTokenRequired    = Kind{"token-required", http.StatusPreconditionRequired, "Lock token required"}
-	KindRateLimited      = Kind{"rate-limited", http.StatusTooManyRequests, "Rate limited"}
-	KindQuotaExceeded    = Kind{"quota-exceeded", http.StatusTooManyRequests, "Lock quota exceeded"}
-	KindInternal         = Kind{"internal", http.StatusInternalServerError, "Internal error"}
-	KindUnavailable      = Kind{"backend-unavailable", http.StatusServiceUnavailable, "Backend unavailable"}
-	KindRefused          = Kind{"backend-refuses-writes", http.StatusServiceUnavailable, "Backend refuses writes"}
-	KindTooManyLocks     = Kind{"too-many-locks", http.StatusServiceUnavailable, "Too many locks"}
-	KindTooManyWaiters   = Kind{"too-many-waiters", http.StatusServiceUnavailable, "Too many waiting acquires"}
+	"github.com/lockgateway/lockgateway/problem"
 )
 
 // Problem is an RFC 9457 problem details body.
@@ -75,7 +39,7 @@ type FieldError struct {
 // Error is a problem a handler or middleware decided on: it carries its kind
 // and a detail written for the client.
 type Error struct {
-	Kind       Kind
+	Kind       problem.Kind
 	Detail     string
 	Fields     []FieldError
 	RetryAfter time.Duration // sent as Retry-After when positive
@@ -85,32 +49,32 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Kind.Slug + ": " + e.Detail }
 
-func newError(k Kind, detail string) *Error { return &Error{Kind: k, Detail: detail} }
+func newError(k problem.Kind, detail string) *Error { return &Error{Kind: k, Detail: detail} }
 
 // errShuttingDown ends a waiting acquire when the server stops.
-var errShuttingDown = &Error{Kind: KindUnavailable, Detail: "the server is shutting down; retry, another instance will answer", RetryAfter: time.Second}
+var errShuttingDown = &Error{Kind: problem.Unavailable, Detail: "the server is shutting down; retry, another instance will answer", RetryAfter: time.Second}
 
 // domainErrors is the one table from the store's errors to problems.
 // Anything not here (and not an *Error) is unexpected: logged once, and
 // answered as a 500 that says nothing of its cause.
 var domainErrors = []struct {
 	err    error
-	kind   Kind
+	kind   problem.Kind
 	detail string
 }{
-	{lockstore.ErrHeld, KindLockHeld, "the lock is held by another token"},
-	{lockstore.ErrNotHeld, KindLockNotFound, "the lock is not held: it was never taken, was released, or expired"},
-	{lockstore.ErrTokenMismatch, KindTokenMismatch, "the lock is held by another token"},
+	{lockstore.ErrHeld, problem.LockHeld, "the lock is held by another token"},
+	{lockstore.ErrNotHeld, problem.LockNotFound, "the lock is not held: it was never taken, was released, or expired"},
+	{lockstore.ErrTokenMismatch, problem.TokenMismatch, "the lock is held by another token"},
 	// Retry-After is when the earliest of the counted locks expires.
-	{lockstore.ErrUserQuota, KindQuotaExceeded, "you already hold as many live locks as one user may (LOCKGW_MAX_LOCKS_PER_USER); nothing was taken; release one of yours, or retry after Retry-After seconds, when your earliest lock expires"},
-	{lockstore.ErrFull, KindTooManyLocks, "the gateway holds as many live locks as it may (LOCKGW_MAX_LOCKS); nothing was taken; retry after Retry-After seconds, when the earliest lock expires"},
+	{lockstore.ErrUserQuota, problem.QuotaExceeded, "you already hold as many live locks as one user may (LOCKGW_MAX_LOCKS_PER_USER); nothing was taken; release one of yours, or retry after Retry-After seconds, when your earliest lock expires"},
+	{lockstore.ErrFull, problem.TooManyLocks, "the gateway holds as many live locks as it may (LOCKGW_MAX_LOCKS); nothing was taken; retry after Retry-After seconds, when the earliest lock expires"},
 	// Before ErrUnavailable, which it also is; refusalDetails says why.
-	{lockstore.ErrRefused, KindRefused, "the lock backend refuses writes; nothing was written"},
-	{lockstore.ErrUnavailable, KindUnavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
+	{lockstore.ErrRefused, problem.Refused, "the lock backend refuses writes; nothing was written"},
+	{lockstore.ErrUnavailable, problem.Unavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
 	// A client that went away, or a deadline we set, ends the request
 	// before the backend answered.
-	{context.Canceled, KindUnavailable, "the request was cancelled before the backend answered; retry with the same Lock-Token"},
-	{context.DeadlineExceeded, KindUnavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
+	{context.Canceled, problem.Unavailable, "the request was cancelled before the backend answered; retry with the same Lock-Token"},
+	{context.DeadlineExceeded, problem.Unavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
 }
 
 // refusalDetails says why the backend refuses writes, by
@@ -153,7 +117,7 @@ func WriteError(w http.ResponseWriter, r *http.Request, log zerolog.Logger, err 
 				Str("request_id", middleware.GetRequestID(r.Context())).
 				Str("method", r.Method).
 				Msg("unexpected error")
-			e = newError(KindInternal, "the server could not handle the request; quote the request_id when reporting it")
+			e = newError(problem.Internal, "the server could not handle the request; quote the request_id when reporting it")
 		}
 	}
 	WriteProblem(w, r, e)
@@ -221,7 +185,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *Error) {
 // ProblemJSON is the body of a problem of kind k, for a response written
 // outside any handler (see server/rawerrors.go): its instance is empty, as
 // the request could not be parsed.
-func ProblemJSON(k Kind, detail, requestID string) []byte {
+func ProblemJSON(k problem.Kind, detail, requestID string) []byte {
 	b, err := json.Marshal(Problem{Type: k.Type(), Title: k.Title, Status: k.Status, Detail: detail, RequestID: requestID})
 	if err != nil {
 		panic(fmt.Sprintf("handlers: marshal problem: %v", err))
@@ -231,7 +195,7 @@ func ProblemJSON(k Kind, detail, requestID string) []byte {
 
 // Refuse answers every request with one problem: for middleware that
 // refuses requests (401, 403, 429) in the gateway's own format.
-func Refuse(k Kind, detail string) http.Handler {
+func Refuse(k problem.Kind, detail string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		WriteProblem(w, r, newError(k, detail))
 	})

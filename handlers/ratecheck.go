@@ -1,6 +1,10 @@
 package handlers
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/lockgateway/lockgateway/problem"
+)
 
 // Admitted serves GET /ratelimit/check behind the rate limiter: reaching it
 // means the request was admitted. Forward-auth gateways (Traefik, Envoy
@@ -26,7 +30,7 @@ func CheckRefused(detail string) http.Handler {
 			WriteProblem(w, r, err)
 			return
 		}
-		k := KindRateLimited
+		k := problem.RateLimited
 		k.Status = status
 		WriteProblem(w, r, newError(k, detail))
 	})
@@ -39,5 +43,5 @@ func refuseStatus(r *http.Request) (int, *Error) {
 	case "403":
 		return http.StatusForbidden, nil
 	}
-	return 0, newError(KindMalformed, "refuse_status may be 429 (the default) or 403")
+	return 0, newError(problem.Malformed, "refuse_status may be 429 (the default) or 403")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockgateway/lockgateway/internal/retryafter"
+	"github.com/lockgateway/lockgateway/problem"
 )
 
 // Config is what Middleware needs besides the Limiter.
@@ -48,13 +49,13 @@ func Middleware(l *Limiter, c Config) (func(http.Handler) http.Handler, error) {
 		return nil, errors.New("ratelimit: Middleware needs a Limiter and a Key func")
 	}
 	if c.Refused == nil {
-		c.Refused = plainProblem(http.StatusTooManyRequests, "rate-limited", "Rate limited", "one request per window; retry after Retry-After seconds")
+		c.Refused = plainProblem(problem.RateLimited, "one request per window; retry after Retry-After seconds")
 	}
 	if c.Unavailable == nil {
-		c.Unavailable = plainProblem(http.StatusServiceUnavailable, "backend-unavailable", "Backend unavailable", "the rate limit could not be checked")
+		c.Unavailable = plainProblem(problem.Unavailable, "the rate limit could not be checked; retry shortly")
 	}
 	if c.Unidentified == nil {
-		c.Unidentified = plainProblem(http.StatusBadRequest, "malformed-request", "Malformed request", "the client could not be identified")
+		c.Unidentified = plainProblem(problem.Malformed, "the client could not be identified; configure how (see Config.Key)")
 	}
 	observe := c.Observe
 	if observe == nil {
@@ -138,11 +139,13 @@ func Middleware(l *Limiter, c Config) (func(http.Handler) http.Handler, error) {
 // rounded up.
 func windowSeconds(d time.Duration) int { return retryafter.Seconds(d) }
 
-func plainProblem(status int, slug, title, detail string) http.Handler {
-	body := fmt.Sprintf(`{"type":"https://lockgateway.dev/problems/%s","title":%q,"status":%d,"detail":%q}`+"\n", slug, title, status, detail)
+// plainProblem is the default answer of a limiter used without the
+// gateway's handlers: a bare problem of kind k.
+func plainProblem(k problem.Kind, detail string) http.Handler {
+	body := fmt.Sprintf(`{"type":%q,"title":%q,"status":%d,"detail":%q}`+"\n", k.Type(), k.Title, k.Status, detail)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/problem+json")
-		w.WriteHeader(status)
+		w.WriteHeader(k.Status)
 		_, _ = w.Write([]byte(body))
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/middleware"
+	"github.com/lockgateway/lockgateway/problem"
 	"github.com/lockgateway/lockgateway/ratelimit"
 )
 
@@ -22,8 +23,8 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 		d.auth, err = middleware.APIKeys(keys, middleware.APIKeysConfig{
 			LockKey:      handlers.KeyFromPath,
 			CheckPrefix:  handlers.CheckKeyPrefix,
-			Unauthorized: handlers.Refuse(handlers.KindUnauthorized, `send a valid API key as "Authorization: Bearer <key>"`),
-			Forbidden:    handlers.Refuse(handlers.KindForbidden, "your API key may not lock this key: its prefixes do not cover it; use a key whose prefixes do"),
+			Unauthorized: handlers.Refuse(problem.Unauthorized, `send a valid API key as "Authorization: Bearer <key>"`),
+			Forbidden:    handlers.Refuse(problem.Forbidden, "your API key may not lock this key: its prefixes do not cover it; use a key whose prefixes do"),
 		})
 		if err != nil {
 			return fmt.Errorf("--api-keys-file: %s: %w", cfg.APIKeysFile, err)
@@ -32,8 +33,8 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 			// No LockKey: the profiler shows the whole process, every
 			// user's work, so only a user allowed every key may use it.
 			d.pprofAuth, err = middleware.APIKeys(keys, middleware.APIKeysConfig{
-				Unauthorized: handlers.Refuse(handlers.KindUnauthorized, `send a valid API key as "Authorization: Bearer <key>"`),
-				Forbidden:    handlers.Refuse(handlers.KindForbidden, `the profiler needs the API key of a user allowed every lock key ("prefixes": ["*"])`),
+				Unauthorized: handlers.Refuse(problem.Unauthorized, `send a valid API key as "Authorization: Bearer <key>"`),
+				Forbidden:    handlers.Refuse(problem.Forbidden, `the profiler needs the API key of a user allowed every lock key ("prefixes": ["*"])`),
 			})
 			if err != nil {
 				return err
@@ -75,9 +76,9 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 		Shadow:       cfg.RateLimitShadow,
 		Log:          d.log,
 		Observe:      d.metrics.RateLimit,
-		Refused:      handlers.Refuse(handlers.KindRateLimited, "one request per window for each user; retry after Retry-After seconds"),
-		Unavailable:  handlers.Refuse(handlers.KindUnavailable, "the rate limit could not be checked; retry shortly"),
-		Unidentified: handlers.Refuse(handlers.KindMalformed, unidentified(cfg.UserHeader)),
+		Refused:      handlers.Refuse(problem.RateLimited, "one request per window for each user; retry after Retry-After seconds"),
+		Unavailable:  handlers.Refuse(problem.Unavailable, "the rate limit could not be checked; retry shortly"),
+		Unidentified: handlers.Refuse(problem.Malformed, unidentified(cfg.UserHeader)),
 	}
 	if d.limit, err = ratelimit.Middleware(limiter, rc); err != nil {
 		return err

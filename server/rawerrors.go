@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/middleware"
+	"github.com/lockgateway/lockgateway/problem"
 )
 
 // net/http answers a request it cannot parse (a malformed percent-escape
@@ -50,7 +51,7 @@ func (c *rawErrorConn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	id := middleware.NewRequestID()
-	body := handlers.ProblemJSON(handlers.KindMalformed, detail, id)
+	body := handlers.ProblemJSON(problem.Malformed, detail, id)
 	out := fmt.Appendf(nil, "%s\r\nContent-Type: application/problem+json\r\nContent-Length: %d\r\nX-Request-Id: %s\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n%s",
 		rawPrefix, len(body), id, body)
 	// The access line every request gets, with what is known of this one.

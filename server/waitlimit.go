@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/problem"
 )
 
 // refusedWaiterRetry is the Retry-After of a too-many-waiters refusal.
@@ -14,7 +15,7 @@ const refusedWaiterRetry = 5 * time.Second
 
 // waitLimit is the store the handlers see: it lets at most max acquires
 // wait at once (those with AcquireRequest.Wait > 0), and refuses the others
-// at once with handlers.KindTooManyWaiters. A waiting acquire holds a connection, a
+// at once with problem.TooManyWaiters. A waiting acquire holds a connection, a
 // goroutine, and with Redis a place in the key's queue refreshed every
 // second: about 35 KiB and a Redis call a second each. 3 000 of them past a
 // small memory limit made every other request seven times dearer (issue
@@ -32,7 +33,7 @@ func newWaitLimit(store lockstore.Store, max int, refused func()) waitLimit {
 		refused: refused,
 		slots:   make(chan struct{}, max),
 		refuse: &handlers.Error{
-			Kind: handlers.KindTooManyWaiters,
+			Kind: problem.TooManyWaiters,
 			Detail: fmt.Sprintf("the gateway has %d acquires waiting, its limit (LOCKGW_MAX_WAITING); "+
 				"retry later, or without waiting", max),
 			// The places free up as waits end, which take up to
