@@ -375,6 +375,19 @@ func (c *Client) Hold(ctx context.Context, key string, opts AcquireOptions, fn f
 	if err != nil {
 		return err
 	}
+	if opts.Wait > 0 {
+		// A waited-for lease began when the wait ended, somewhere inside
+		// the request, so counted from the request's start (all this
+		// client can be sure of) it may look over already: a wait longer
+		// than the TTL would lose the lock at once. A renewal with the
+		// same token and no wait restarts it from a moment we know. If
+		// the renewal fails, the first lease stands, counted as before.
+		again := opts
+		again.Token, again.Wait = lease.Token, 0
+		if renewed, err := c.Acquire(ctx, key, again); err == nil {
+			lease = renewed
+		}
+	}
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := make(chan struct{})
@@ -433,7 +446,10 @@ func (c *Client) keep(ctx context.Context, lease *Lease, stop <-chan struct{}, l
 		case <-ctx.Done():
 			return nil
 		case <-expiry.C:
-			err := fmt.Errorf("%w: %s: the lease ended while extends failed: %w", ErrLockLost, lease.Key, lastErr)
+			err := fmt.Errorf("%w: %s: the lease ended before it could be extended", ErrLockLost, lease.Key)
+			if lastErr != nil {
+				err = fmt.Errorf("%w: %s: the lease ended while extends failed: %w", ErrLockLost, lease.Key, lastErr)
+			}
 			lose(err)
 			return err
 		case <-next.C:

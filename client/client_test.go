@@ -370,3 +370,28 @@ func TestHoldReleasesWhenFnFails(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrHeld)
 	require.NoError(t, c.Release(t.Context(), key, other.Token))
 }
+
+// TestHoldAfterAWaitLongerThanTheTTL: the lease a wait got began when the
+// wait ended; Hold used to count it from before the wait, so a wait longer
+// than the TTL reported the lock lost at once and cancelled fn.
+func TestHoldAfterAWaitLongerThanTheTTL(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	ctx := t.Context()
+	key := "hold-after-wait"
+	_, err := c.Acquire(ctx, key, client.AcquireOptions{TTL: 1200 * time.Millisecond})
+	require.NoError(t, err)
+
+	ran := false
+	err = c.Hold(ctx, key, client.AcquireOptions{TTL: 600 * time.Millisecond, Wait: 5 * time.Second}, func(ctx context.Context, lease *client.Lease) error {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(300 * time.Millisecond): // half the TTL, well before any extend could fail
+		}
+		ran = true
+		return nil
+	})
+	require.NoError(t, err, "the lease was not lost: it began after the wait")
+	assert.True(t, ran)
+}
