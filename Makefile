@@ -25,7 +25,7 @@ help:
 	@echo 'make bench   benchmarks'
 	@echo 'make chaos   fault-injection suite (~10 min): real Redis and gateway processes; writes docs/chaos-report.md'
 	@echo 'make generate     regenerate client/lockgateway.gen.go from openapi.yaml'
-	@echo 'make sdk-check    generate a TypeScript client from openapi.yaml (npm) and run it against a gateway'
+	@echo 'make sdk-check    lint openapi.yaml (Redocly), generate a TypeScript client from it (npm), run it and the docs'"'"' TypeScript example against a gateway'
 	@echo 'make docker  build the $(IMAGE) image'
 	@echo 'make clean   remove build output'
 
