@@ -54,7 +54,7 @@ func TestCheck(t *testing.T) {
 		"[in a code block](not-a-link.md)",
 		"curl -s -X PUT localhost:8080/locks/a --json '{}'",
 		"```",
-		"`[in code](nope.md)`",
+		"`[in code](nope.md)`, no curl --json here, but `curl -X PUT localhost:8080/locks/a --json '{}'` is one",
 		"```console",
 		"$ curl -s -X PUT localhost:8080/locks/a \\",
 		"    --json '{}'",
@@ -69,6 +69,7 @@ func TestCheck(t *testing.T) {
 		`line 7: link "docs/api.md#errors-2": api.md has no heading #errors-2`,
 		`line 8: link "#quick-start": README.md has no heading #quick-start`,
 		`line 11: curl --json needs curl 7.82; write -H 'Content-Type: application/json' -d '…'`,
+		`line 13: curl --json needs curl 7.82; write -H 'Content-Type: application/json' -d '…'`,
 		`line 15: curl --json needs curl 7.82; write -H 'Content-Type: application/json' -d '…'`,
 		`line 20: link "docs/missing.md": no such file`,
 	}, got)
@@ -117,7 +118,8 @@ var (
 	refLink    = regexp.MustCompile(`^\s{0,3}\[[^\]]+\]:\s+<?(\S+?)>?(?:\s|$)`)
 	htmlAnchor = regexp.MustCompile(`<a\s+(?:name|id)="([^"]+)"`)
 	scheme     = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
-	curlJSON   = regexp.MustCompile(`\bcurl\b.*\s--json(\s|=|$)`)
+	// curl given a body with --json: `curl … --json '{…}'`, or --json=….
+	curlJSON = regexp.MustCompile(`\bcurl\s.*\s--json(\s+['"{@]|=)`)
 )
 
 // doc is a Markdown file read once: its lines outside code blocks, the
@@ -125,6 +127,7 @@ var (
 type doc struct {
 	lines   int
 	prose   map[int]string // line number → text, code spans removed
+	raw     map[int]string // the same lines as they are
 	code    map[int]string // line number → a code block's line
 	anchors map[string]bool
 }
@@ -139,7 +142,7 @@ func read(path string) (*doc, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &doc{prose: map[int]string{}, code: map[int]string{}, anchors: map[string]bool{}}
+	d := &doc{prose: map[int]string{}, raw: map[int]string{}, code: map[int]string{}, anchors: map[string]bool{}}
 	seen := map[string]int{}
 	inCode := ""
 	lines := strings.Split(string(b), "\n")
@@ -160,6 +163,7 @@ func read(path string) (*doc, error) {
 			d.code[n] = line
 			continue
 		}
+		d.raw[n] = line
 		d.prose[n] = codeSpan.ReplaceAllStringFunc(line, func(s string) string { return "" })
 		for _, m := range htmlAnchor.FindAllStringSubmatch(line, -1) {
 			d.anchors[m[1]] = true
@@ -233,8 +237,12 @@ func check(path string) []string {
 			if curlJSON.MatchString(line) {
 				problems = append(problems, fmt.Sprintf("line %d: curl --json needs curl 7.82; write -H 'Content-Type: application/json' -d '…'", start))
 			}
-		} else if line, ok := d.prose[n]; ok && curlJSON.MatchString(line) {
-			problems = append(problems, fmt.Sprintf("line %d: curl --json needs curl 7.82; write -H 'Content-Type: application/json' -d '…'", n))
+		} else if raw, ok := d.raw[n]; ok {
+			for _, span := range codeSpan.FindAllString(raw, -1) {
+				if curlJSON.MatchString(span) {
+					problems = append(problems, fmt.Sprintf("line %d: curl --json needs curl 7.82; write -H 'Content-Type: application/json' -d '…'", n))
+				}
+			}
 		}
 	}
 	return problems

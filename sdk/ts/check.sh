@@ -3,7 +3,7 @@
 # (nothing installed globally), lint openapi.yaml with Redocly's recommended
 # rules (redocly.yaml), generate a TypeScript client from it, type-check
 # check.ts against it, start a gateway (memory backend) on a free loopback
-# port, run check.ts against it; then run the README's TypeScript example as
+# port, run check.ts against it; then run docs/clients.md's TypeScript example as
 # a newcomer would, in a new project, against the same gateway; and stop the
 # gateway.
 set -euo pipefail
@@ -78,8 +78,8 @@ fi
 
 LOCKGW_URL=$url node build/check.js
 
-# The README's TypeScript example, as a newcomer runs it. Each block after a
-# <!-- sdk-check: NAME --> line in README.md is taken as it is, with only the
+# docs/clients.md's TypeScript example, as a newcomer runs it. Each block after a
+# <!-- sdk-check: NAME --> line in docs/clients.md is taken as it is, with only the
 # gateway's address put for http://127.0.0.1:8080.
 readme_block() {
 	local text
@@ -89,9 +89,9 @@ readme_block() {
 		state == 1 { exit }
 		state == 2 && /^```/ { exit }
 		state == 2 { print }
-	' "$root/README.md")
+	' "$root/docs/clients.md")
 	if [[ -z "$text" ]]; then
-		echo "sdk-check: README.md has no \`\`\` block right after <!-- sdk-check: $1 -->" >&2
+		echo "sdk-check: docs/clients.md has no \`\`\` block right after <!-- sdk-check: $1 -->" >&2
 		exit 1
 	fi
 	printf '%s\n' "${text//http:\/\/127.0.0.1:8080/$url}"
@@ -102,39 +102,39 @@ index=$(readme_block index.ts)
 run=$(readme_block run)
 want=$(readme_block output)
 if [[ "$index" != *"$url"* ]]; then
-	echo "sdk-check: README.md's index.ts does not name http://127.0.0.1:8080, so it would not reach this gateway" >&2
+	echo "sdk-check: docs/clients.md's index.ts does not name http://127.0.0.1:8080, so it would not reach this gateway" >&2
 	exit 1
 fi
 
 project=$tmp/readme-project
 mkdir -p "$project" "$tmp/bin"
-# npm as the README's commands meet it: `npm install` held to package-lock.json
+# npm as the page's commands meet it: `npm install` held to package-lock.json
 # (pinned-npm says how); npx may run only what the project installed.
 ln -s "$PWD/pinned-npm" "$tmp/bin/npm"
 readme_env=(env "PATH=$tmp/bin:$PATH" "REAL_NPM=$(command -v npm)" "PINS=$PWD/package-lock.json" npm_config_yes=false)
 cd "$project"
 if ! "${readme_env[@]}" bash -euo pipefail -c "$setup" >"$tmp/readme.log" 2>&1; then
-	echo "sdk-check: the README's TypeScript setup failed:" >&2
+	echo "sdk-check: docs/clients.md's TypeScript setup failed:" >&2
 	cat "$tmp/readme.log" >&2
 	exit 1
 fi
 printf '%s\n' "$tsconfig" >tsconfig.json
 printf '%s\n' "$index" >index.ts
 if ! "${readme_env[@]}" bash -euo pipefail -c "$run" >"$tmp/readme.out" 2>"$tmp/readme.log"; then
-	echo "sdk-check: the README's TypeScript example failed:" >&2
+	echo "sdk-check: docs/clients.md's TypeScript example failed:" >&2
 	cat "$tmp/readme.out" "$tmp/readme.log" >&2
 	exit 1
 fi
-# What it printed must be what the README shows, any fence.
+# What it printed must be what the page shows, any fence.
 if ! node -e '
 	const [want, got] = process.argv.slice(1);
 	const escaped = want.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 	process.exit(new RegExp("^" + escaped.replace(/fence \d+/g, "fence [1-9]\\d*") + "$").test(got) ? 0 : 1);
 ' "$want" "$(cat "$tmp/readme.out")"; then
-	echo "sdk-check: the README's TypeScript example printed" >&2
+	echo "sdk-check: docs/clients.md's TypeScript example printed" >&2
 	cat "$tmp/readme.out" >&2
-	echo "where the README shows (any fence)" >&2
+	echo "where docs/clients.md shows (any fence)" >&2
 	printf '%s\n' "$want" >&2
 	exit 1
 fi
-echo "ok   README.md TypeScript example: $(cat "$tmp/readme.out")"
+echo "ok   docs/clients.md TypeScript example: $(cat "$tmp/readme.out")"
