@@ -15,7 +15,7 @@
 // while someone else holds the lock: a paused process does not look at its
 // context. So pass Lease.Fence with every write to the resource the lock
 // protects, and have the resource refuse writes whose fence is lower than the
-// highest it has seen (see "Fencing tokens" in the README).
+// highest it has seen (see "Fencing tokens" in docs/api.md).
 //
 // A key may contain "/" (jobs/nightly): the generated client sends it
 // percent-encoded (/locks/jobs%2Fnightly), which the gateway decodes.

@@ -759,7 +759,7 @@ type ClientInterface interface {
 	// outcome, wait and hold times, contention, leases found gone, rate-limit
 	// decisions, backend errors, Redlock votes per node, HTTP requests by route, and
 	// Go runtime and process metrics. Labels never carry lock keys, users or tokens.
-	// The README's Monitoring section says what each tells an operator.
+	// docs/operations.md's Monitoring section says what each tells an operator.
 	//
 	// Corresponds with GET /metrics (the `Metrics` operationId).
 	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1026,7 +1026,7 @@ func (c *APIClient) AcquireLock(ctx context.Context, key Key, params *AcquireLoc
 // outcome, wait and hold times, contention, leases found gone, rate-limit
 // decisions, backend errors, Redlock votes per node, HTTP requests by route, and
 // Go runtime and process metrics. Labels never carry lock keys, users or tokens.
-// The README's Monitoring section says what each tells an operator.
+// docs/operations.md's Monitoring section says what each tells an operator.
 //
 // Corresponds with GET /metrics (the `Metrics` operationId).
 func (c *APIClient) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1822,7 +1822,7 @@ type ClientWithResponsesInterface interface {
 	// outcome, wait and hold times, contention, leases found gone, rate-limit
 	// decisions, backend errors, Redlock votes per node, HTTP requests by route, and
 	// Go runtime and process metrics. Labels never carry lock keys, users or tokens.
-	// The README's Monitoring section says what each tells an operator.
+	// docs/operations.md's Monitoring section says what each tells an operator.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3365,7 +3365,7 @@ func (c *ClientWithResponses) AcquireLockWithResponse(ctx context.Context, key K
 // outcome, wait and hold times, contention, leases found gone, rate-limit
 // decisions, backend errors, Redlock votes per node, HTTP requests by route, and
 // Go runtime and process metrics. Labels never carry lock keys, users or tokens.
-// The README's Monitoring section says what each tells an operator.
+// docs/operations.md's Monitoring section says what each tells an operator.
 //
 // Returns a wrapper object for the known response body format(s).
 //

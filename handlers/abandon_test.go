@@ -67,7 +67,7 @@ func (g *grantThenHold) Acquire(ctx context.Context, key string, req lockstore.A
 }
 
 // TestGrantToAbandonedRequestWithClientTokenIsKept: a client that chose its
-// token may retry with it after losing an answer (the README tells it to),
+// token may retry with it after losing an answer (docs/api.md tells it to),
 // and its retry can be answered "200, you hold it" before the abandoned
 // request's handler is done. Releasing the abandoned grant then took that
 // very lease away, and another client could be granted the key while the

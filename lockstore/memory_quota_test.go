@@ -57,7 +57,7 @@ func TestMemoryMaxLocks(t *testing.T) {
 
 // BenchmarkMemoryLiveLock measures what one live lock costs the memory
 // store in heap (B/lock), with a key and an owner of typical size, counted
-// against a user's quota or not (README, Memory and bounds). Run with
+// against a user's quota or not (docs/operations.md, Memory and bounds). Run with
 // -benchtime=100000x or more: the figure is the heap after the locks less
 // the heap before, divided by their number.
 func BenchmarkMemoryLiveLock(b *testing.B) {

@@ -436,7 +436,7 @@ func TestRedlockRestartGuard(t *testing.T) {
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 // A restarted node stays quarantined as long as a lease it may have granted
-// can be live, and no longer: the README's Redlock demo (stop two nodes,
+// can be live, and no longer: docs/backends.md's Redlock demo (stop two nodes,
 // start them again) used to lock every client out for MaxTTL, 24 h by
 // default. Extends count: they raise the horizon too. When too few peers
 // answer to be sure of the longest lease, the quarantine stays MaxTTL long

@@ -10,7 +10,7 @@ import (
 )
 
 // What one of each costs the gateway in memory, measured with make bench's
-// flood rows (README, Memory): an idle keep-alive connection (a goroutine
+// flood rows (docs/operations.md, Memory and bounds): an idle keep-alive connection (a goroutine
 // and its read and write buffers), and what a waiting acquire adds to its
 // connection.
 const (

@@ -13,7 +13,7 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
-// How the gateway sets Go's garbage collector (README, Memory).
+// How the gateway sets Go's garbage collector (docs/operations.md, Memory and bounds).
 //
 // The live heap is usually a few MiB, so Go's default (GOGC=100, a
 // collection at least every 4 MiB) collects nonstop under load: GOGC=400
@@ -44,7 +44,7 @@ const (
 // math.MaxInt64 is none) and where it came from, and GOGC.
 type memoryPolicy struct {
 	limit  int64
-	source string // for the start-up log line and the README
+	source string // for the start-up log line and docs/operations.md
 	// setLimit and gcPercent are what Run sets; false and 0 leave the
 	// runtime's own value (GOMEMLIMIT or GOGC from the environment).
 	setLimit  bool

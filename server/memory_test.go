@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestMemoryPolicy: the memory limit the gateway chooses, as the README's
-// Memory section says: GOMEMLIMIT as Go reads it, else LOCKGW_MEMORY_LIMIT,
+// TestMemoryPolicy: the memory limit the gateway chooses, as docs/operations.md's
+// Memory and bounds says: GOMEMLIMIT as Go reads it, else LOCKGW_MEMORY_LIMIT,
 // else 90% of the cgroup's limit, else 90% of the machine's memory; GOGC
 // 400 unless GOGC is set.
 func TestMemoryPolicy(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// Caps on live locks (README, Quotas).
+// Caps on live locks (docs/rate-limiting.md, Quotas).
 //
 // Per user (LOCKGW_MAX_LOCKS_PER_USER): 10 000 by default, far above what
 // one worker pool holds at once, yet it takes a hundred users at their cap
@@ -22,7 +22,7 @@ const (
 	defaultMaxLocksPerUser = 10_000
 	// lockBytes is what a live lock of the memory backend costs the
 	// gateway's heap, counted against a user, its hold-time metric
-	// included: measured by BenchmarkGatewayLiveLock (README, Quotas).
+	// included: measured by BenchmarkGatewayLiveLock (docs/rate-limiting.md, Quotas).
 	lockBytes    = 512
 	lockBudget   = 8 << 10
 	minLocks     = 1_000

@@ -195,7 +195,7 @@ func TestQuotaConfig(t *testing.T) {
 
 // BenchmarkGatewayLiveLock measures what a live lock costs a memory-backend
 // gateway's heap (B/lock), counted against one of 100 users, the hold-time
-// metric included: lockBytes in quota.go and the README's Quotas come from
+// metric included: lockBytes in quota.go and docs/rate-limiting.md's Quotas come from
 // it. Run with -benchtime=100000x; the figure is the heap after the locks
 // less the heap before, over their number (the client's garbage collected).
 func BenchmarkGatewayLiveLock(b *testing.B) {

@@ -63,7 +63,8 @@ func redlockEnv(t *testing.T, n int) ([]*redistest.Server, map[string]string) {
 
 func lockPath(key string) string { return "/locks/" + key }
 
-// TestWalkthrough is the README's curl walkthrough, as HTTP calls.
+// TestWalkthrough is the curl walkthrough of the README's Quick start and
+// docs/api.md, as HTTP calls.
 func TestWalkthrough(t *testing.T) {
 	backends(t, func(t *testing.T, g *apitest.Gateway) {
 		c := apitest.NewClient(g.URL)

@@ -405,7 +405,7 @@ func TestSignals(t *testing.T) {
 	})
 }
 
-// TestShellFlow runs the README's flow in real shells with the built binary:
+// TestShellFlow runs docs/clients.md's lockctl flow in real shells with the built binary:
 // eval "$(lockctl acquire …)" must leave LOCK_TOKEN where the next lockctl
 // (a child of the shell) finds it, so extend and release need no --token.
 func TestShellFlow(t *testing.T) {

@@ -6,7 +6,7 @@
 // `run` keeps the lock alive while the command runs, releases it when the
 // command exits, and terminates the command (SIGTERM, then SIGKILL after
 // --grace) the moment the lock is lost. `lockctl help` lists the commands,
-// flags and exit codes; the README has examples.
+// flags and exit codes; docs/clients.md has examples.
 package main
 
 import (

@@ -1,4 +1,4 @@
-// Command lockgateway serves leases on named keys over HTTP. See the README.
+// Command lockgateway serves leases on named keys over HTTP. See README.md and docs/.
 package main
 
 import (

@@ -104,8 +104,8 @@ func startGateway(t *testing.T, env []string, prefix string) gc {
 	return g
 }
 
-// TestMemoryLimit: what the gateway process sets, as the README's Memory
-// section says, with GOMEMLIMIT, LOCKGW_MEMORY_LIMIT, GOGC, and none of them.
+// TestMemoryLimit: what the gateway process sets, as docs/operations.md's
+// Memory and bounds says, with GOMEMLIMIT, LOCKGW_MEMORY_LIMIT, GOGC, and none of them.
 func TestMemoryLimit(t *testing.T) {
 	t.Run("GOMEMLIMIT", func(t *testing.T) {
 		g := startGateway(t, []string{"GOMEMLIMIT=300MiB"}, "")

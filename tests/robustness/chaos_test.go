@@ -289,7 +289,7 @@ var scenarios = []scenario{
 	},
 	{
 		name: "retry-after-503", backends: redlockOnly,
-		desc: "a client retries a PUT with its own token after a 503, as the README says it may. Everything gateway 0 sends reaches the nodes 300 ms late (the clients' workload goes through gateway 1): its round times out (100 ms), it answers 503 and its clean-up is on its way to every node. The retry through gateway 1 is granted at once; then the first attempt's scripts and clean-up land, and Q tries to take the key through gateway 1 while the retry's lease is valid. Staged 3 times (up to 3 tries each until the first attempt answers 503 and the retry is granted)",
+		desc: "a client retries a PUT with its own token after a 503, as docs/api.md says it may. Everything gateway 0 sends reaches the nodes 300 ms late (the clients' workload goes through gateway 1): its round times out (100 ms), it answers 503 and its clean-up is on its way to every node. The retry through gateway 1 is granted at once; then the first attempt's scripts and clean-up land, and Q tries to take the key through gateway 1 while the retry's lease is valid. Staged 3 times (up to 3 tries each until the first attempt answers 503 and the retry is granted)",
 		workload: func(r *run) {
 			r.w.Gateways = r.URLs[1:2] // gateway 0 carries only the staged requests
 		},
@@ -380,7 +380,7 @@ var scenarios = []scenario{
 	{
 		name: "clock-behind-restart", backends: redisOnly, shim: true,
 		expect: []string{"fences"}, tolerate: []string{"overlap", "linearizability"},
-		desc: "CONTROL. The single Redis is killed and started again empty with its clock an hour behind: fences (max(counter+1, TIME in µs)) go backwards, the one case the README says they do not survive. The fenced counter refuses the lower fences and loses nothing",
+		desc: "CONTROL. The single Redis is killed and started again empty with its clock an hour behind: fences (max(counter+1, TIME in µs)) go backwards, the one case docs/api.md says they do not survive. The fenced counter refuses the lower fences and loses nothing",
 		fault: func(t *testing.T, r *run) {
 			r.at(1500 * time.Millisecond)
 			r.Nodes[0].Kill()

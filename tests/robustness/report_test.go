@@ -88,7 +88,7 @@ including the ones answered 409 or 503 and the ones they abandoned).
   surely hold it. Abandoned requests may take effect at any later time. 409s and
   acquires with unknown outcome say nothing certain and are left out.
 - **fences**: a grant asked for after another grant was answered carries a higher
-  fence, and no fence is granted twice (the guarantee the README documents).
+  fence, and no fence is granted twice (the guarantee docs/backends.md documents).
 - **counter**: the fenced counter (it refuses reads and writes below the highest
   fence it has seen) ends equal to the increments it acknowledged: no update lost,
   even from holders paused past their lease.
@@ -133,7 +133,7 @@ including the ones answered 409 or 503 and the ones they abandoned).
 
 The safe rows show that, under these faults, no two clients ever held a lease at
 once, the lock history was linearizable, fences increased, and a fenced resource lost
-no update. The controls show the limits the README lists, each caught by the
+no update. The controls show the limits docs/safety.md lists, each caught by the
 checkers:
 
 - a **clock step** on a Redis host ends leases early there: a second holder while the
@@ -148,7 +148,7 @@ checkers:
   even with a correct lock service.
 
 In every safe row, on both backends, clients retry half of the acquires whose answer
-they lost with the same token, as the README says they may; four rows race requests
+they lost with the same token, as docs/api.md says they may; four rows race requests
 with the same token against each other's clean-up on purpose.
 
 In every control but no-fencing, the fenced counter lost nothing: fences are what

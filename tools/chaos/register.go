@@ -6,8 +6,8 @@ import (
 )
 
 // Register is the resource a lock protects in the workloads: a counter that
-// each holder reads, and writes back incremented. Fenced, it does what the
-// README asks of a resource: it remembers the highest fence it has seen and
+// each holder reads, and writes back incremented. Fenced, it does what
+// docs/api.md asks of a resource: it remembers the highest fence it has seen and
 // refuses reads and writes that carry a lower one, in the same atomic step.
 // Checking reads too matters: a holder that read before a newer holder's
 // read and writes after it would otherwise write back a stale value.

@@ -27,7 +27,7 @@ type Workload struct {
 	Extend   float64       // probability that a holder extends its lease once
 	Pause    float64       // probability that a holder pauses past its lease before writing
 	// Retry is the probability that a client whose acquire got no answer
-	// retries it with the same token (up to 3 times), as the README says is
+	// retries it with the same token (up to 3 times), as docs/api.md says is
 	// safe: if the lost attempt took the key, the retry answers 200 with
 	// its fence.
 	Retry float64
