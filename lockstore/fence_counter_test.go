@@ -64,7 +64,7 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 		pipe = rdb.Pipeline()
 		for i := range batch {
 			require.Equal(t, int64(acquireNew), acquires[i].Val().([]any)[0], "cycle %d granted", first+i)
-			k, a := releaseCall(keys[i], digests[i], nil)
+			k, a := releaseCall(keys[i], digests[i], publishAll, nil)
 			releases[i] = pipe.EvalSha(ctx, releaseScript.Hash(), k, a...)
 		}
 		_, err = pipe.Exec(ctx)

@@ -55,6 +55,9 @@ var (
 type Redis struct {
 	client   redis.UniversalClient
 	notifier *notifier
+	// publish is how the scripts tell waiters: PUBLISH, or SPUBLISH on a
+	// Cluster (see notifier).
+	publish string
 }
 
 var _ Store = (*Redis)(nil)
@@ -66,7 +69,12 @@ var _ Store = (*Redis)(nil)
 // wait, and MaxRetries -1: a retried release whose first attempt succeeded
 // would report "not held".
 func NewRedis(client redis.UniversalClient) *Redis {
-	return &Redis{client: client, notifier: newNotifier(client)}
+	n := newNotifier(client)
+	publish := publishAll
+	if n.sharded {
+		publish = publishShard
+	}
+	return &Redis{client: client, notifier: n, publish: publish}
 }
 
 // Acquire implements Store.
@@ -79,7 +87,7 @@ func (s *Redis) Acquire(ctx context.Context, key string, req AcquireRequest) (Le
 	}
 	start := time.Now()
 	digest := digestHex(req.Token)
-	a := acquireArgs{digest: digest, ttl: req.TTL, owner: req.Owner, quota: newCounting(ctx, req.Quota)}
+	a := acquireArgs{digest: digest, ttl: req.TTL, owner: req.Owner, quota: newCounting(ctx, req.Quota), publish: s.publish}
 	r, err := s.acquire(ctx, key, &a)
 	if err != nil {
 		return Lease{}, err
@@ -146,7 +154,7 @@ func (s *Redis) Release(ctx context.Context, key, token string) error {
 	}
 	holder := escapeUser(userHint(ctx))
 	for range recountTries {
-		keys, args := releaseCall(key, digestHex(token), nil)
+		keys, args := releaseCall(key, digestHex(token), s.publish, nil)
 		reply, err := releaseScript.Run(ctx, s.client, quotaKeys(keys, holder), args...).Result()
 		if err != nil {
 			return redisErr(err)
@@ -289,6 +297,8 @@ type acquireArgs struct {
 	attempt string
 	// quota counts the grant against a user (Redis only).
 	quota counting
+	// publish is SPUBLISH on a Cluster; "" (PUBLISH) elsewhere.
+	publish string
 }
 
 // call is acquire.lua's KEYS and ARGV for key.
@@ -307,6 +317,11 @@ func (a acquireArgs) call(key string) (keys []string, args []any) {
 		}
 		keys = append(keys, quotaKey(user), quotaKey(a.quota.holder))
 		args = append(args, "", a.quota.max, a.quota.user)
+	case a.publish == publishShard:
+		args = append(args, "", 0, "")
+	}
+	if a.publish == publishShard {
+		args = append(args, a.publish)
 	}
 	return keys, args
 }
@@ -380,7 +395,7 @@ var errMoved = errors.New("lockstore: the lease was taken over by another attemp
 // nodeRelease deletes digest's lease. With attempt non-nil (Redlock) it
 // deletes it only if the value still carries that attempt field.
 func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string, attempt *string) error {
-	keys, args := releaseCall(key, digest, attempt)
+	keys, args := releaseCall(key, digest, publishAll, attempt)
 	code, err := releaseScript.Run(ctx, c, keys, args...).Int64()
 	if err != nil {
 		return redisErr(err)
@@ -403,8 +418,8 @@ func releaseCode(code int64) error {
 }
 
 // releaseCall is release.lua's KEYS and ARGV for key.
-func releaseCall(key, digest string, attempt *string) (keys []string, args []any) {
-	args = []any{digest, channel(key), FenceMargin.Milliseconds()}
+func releaseCall(key, digest, publish string, attempt *string) (keys []string, args []any) {
+	args = []any{digest, channel(key), FenceMargin.Milliseconds(), publish}
 	if attempt != nil {
 		args = append(args, *attempt)
 	}
@@ -441,8 +456,17 @@ func queueKey(key string) string { return "lockgw:{" + key + "}:queue" }
 func aliveKey(key string) string { return "lockgw:{" + key + "}:alive" }
 
 // channel is where a release tells the first waiter, by its id, that the
-// lock is free.
+// lock is free. It shares the lock's hash tag, so on a Cluster the scripts
+// may SPUBLISH to it: the notification stays on the lock's shard.
 func channel(key string) string { return "lockgw:{" + key + "}:released" }
+
+// The scripts' publish commands (their last argument): classic pub/sub
+// for a single Redis, Sentinel and Redlock's nodes (any Redis version),
+// sharded pub/sub on a Cluster (Redis 7 or later).
+const (
+	publishAll   = "PUBLISH"
+	publishShard = "SPUBLISH"
+)
 
 func digestHex(token string) string {
 	d := tokenDigest(token)

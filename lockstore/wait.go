@@ -89,24 +89,62 @@ func (s *Redis) wait(ctx context.Context, key string, a acquireArgs, req Acquire
 func (s *Redis) leave(key, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = leaveScript.Run(ctx, s.client, []string{lockKey(key), queueKey(key), aliveKey(key)}, id, channel(key)).Err()
+	_ = leaveScript.Run(ctx, s.client, []string{lockKey(key), queueKey(key), aliveKey(key)}, id, channel(key), s.publish).Err()
 }
 
-// notifier shares one pub/sub connection among all the waiters of a Redis
-// store and hands each message to the waiter it names. Subscriptions are
-// per key, made by the first waiter on the key and dropped by the last.
+// notifier hands each release notification to the waiter it names. On a
+// single Redis (or Sentinel's master) all waiters of a store share one
+// SUBSCRIBE connection, the scripts PUBLISH. On a Redis Cluster a classic
+// PUBLISH goes to every node, so the scripts SPUBLISH (sharded pub/sub,
+// Redis 7) and a key's notifications stay on the shard that owns its slot;
+// the notifier SSUBSCRIBEs there, with one connection per hash slot that
+// has waiters, because go-redis reconnects a sharded subscription to the
+// owner of its first channel's slot: with one slot per connection, a
+// connection follows its slot when the slot moves or its shard fails over.
+//
+// A notification can still be missed: a release that lands before the
+// subscription does, a shard that failed over or a slot that moved (the
+// old owner then ends our subscription, and the notifier subscribes again
+// where the slot lives now). None of that costs more than latency: a
+// waiter retries at least every waitRefresh (wait above).
+//
+// Subscriptions are per key, made by the first waiter on the key and
+// dropped by the last.
 type notifier struct {
-	client redis.UniversalClient
+	client  redis.UniversalClient
+	sharded bool // SSUBSCRIBE per slot (Cluster), else one SUBSCRIBE connection
 
-	subMu sync.Mutex // serializes SUBSCRIBE/UNSUBSCRIBE with the map changes
-	mu    sync.Mutex // guards ps and waiters, also for the dispatcher
-	ps    *redis.PubSub
+	subMu sync.Mutex // serializes (S)SUBSCRIBE/(S)UNSUBSCRIBE with the map changes
+	mu    sync.Mutex // guards conns and waiters, also for the dispatchers
+	// conns: slot → its pub/sub connection and how many channels it holds;
+	// the one connection of an unsharded notifier sits at slot -1.
+	conns map[int]*subConn
 	// waiters: channel → waiter id → its wake-up (buffered, never blocks).
 	waiters map[string]map[string]chan struct{}
+	closed  bool
+}
+
+type subConn struct {
+	ps       *redis.PubSub
+	channels int
 }
 
 func newNotifier(client redis.UniversalClient) *notifier {
-	return &notifier{client: client, waiters: make(map[string]map[string]chan struct{})}
+	_, sharded := client.(*redis.ClusterClient)
+	return &notifier{
+		client:  client,
+		sharded: sharded,
+		conns:   make(map[int]*subConn),
+		waiters: make(map[string]map[string]chan struct{}),
+	}
+}
+
+// slot is the connection ch is subscribed on.
+func (n *notifier) slot(ch string) int {
+	if !n.sharded {
+		return -1
+	}
+	return clusterSlot(ch)
 }
 
 // listen makes wake (buffered) receive when a message on ch names id, or
@@ -115,10 +153,9 @@ func (n *notifier) listen(ctx context.Context, ch, id string, wake chan struct{}
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	n.mu.Lock()
-	if n.ps == nil {
-		// The dispatcher runs for the store's lifetime, one per store.
-		n.ps = n.client.Subscribe(context.Background())
-		go n.dispatch(n.ps)
+	if n.closed {
+		n.mu.Unlock()
+		return redisErr(redis.ErrClosed)
 	}
 	ws, subscribed := n.waiters[ch]
 	if !subscribed {
@@ -126,21 +163,65 @@ func (n *notifier) listen(ctx context.Context, ch, id string, wake chan struct{}
 		n.waiters[ch] = ws
 	}
 	ws[id] = wake
-	ps := n.ps
 	n.mu.Unlock()
-
-	if !subscribed {
-		if err := ps.Subscribe(ctx, ch); err != nil {
-			n.mu.Lock()
-			delete(n.waiters, ch)
-			n.mu.Unlock()
-			return redisErr(err)
-		}
+	if subscribed {
+		return nil
+	}
+	if err := n.subscribe(ctx, ch); err != nil {
+		n.mu.Lock()
+		delete(n.waiters, ch)
+		n.mu.Unlock()
+		return redisErr(err)
 	}
 	return nil
 }
 
-// stop forgets a waiter, unsubscribing from ch when it was the last.
+// subscribe subscribes to ch on its slot's connection, making the
+// connection if it is the slot's first channel. Called with subMu held.
+func (n *notifier) subscribe(ctx context.Context, ch string) error {
+	slot := n.slot(ch)
+	n.mu.Lock()
+	c := n.conns[slot]
+	n.mu.Unlock()
+	if c != nil {
+		var err error
+		if n.sharded {
+			err = c.ps.SSubscribe(ctx, ch)
+		} else {
+			err = c.ps.Subscribe(ctx, ch)
+		}
+		if err == nil {
+			n.mu.Lock()
+			c.channels++
+			n.mu.Unlock()
+		}
+		return err
+	}
+	// A new connection is made by its first subscribe, which is what
+	// routes a sharded one to the slot's owner; its dispatcher starts only
+	// after, or it would open the connection first, on a random node.
+	var ps *redis.PubSub
+	var err error
+	if n.sharded {
+		ps = n.client.SSubscribe(context.Background())
+		err = ps.SSubscribe(ctx, ch)
+	} else {
+		ps = n.client.Subscribe(context.Background())
+		err = ps.Subscribe(ctx, ch)
+	}
+	if err != nil {
+		_ = ps.Close()
+		return err
+	}
+	n.mu.Lock()
+	n.conns[slot] = &subConn{ps: ps, channels: 1}
+	n.mu.Unlock()
+	go n.dispatch(slot, ps)
+	return nil
+}
+
+// stop forgets a waiter, unsubscribing from ch when it was the last, and
+// closing a Cluster slot's connection with its last channel.
 func (n *notifier) stop(ch, id string) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
@@ -151,35 +232,107 @@ func (n *notifier) stop(ch, id string) {
 	if last {
 		delete(n.waiters, ch)
 	}
-	ps := n.ps
+	slot := n.slot(ch)
+	c := n.conns[slot]
+	var drop bool
+	if last && c != nil {
+		c.channels--
+		drop = n.sharded && c.channels <= 0
+		if drop {
+			delete(n.conns, slot)
+		}
+	}
 	n.mu.Unlock()
-	if last && ps != nil {
+	switch {
+	case !last || c == nil:
+	case drop:
+		_ = c.ps.Close()
+	default:
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_ = ps.Unsubscribe(ctx, ch)
+		if n.sharded {
+			_ = c.ps.SUnsubscribe(ctx, ch)
+		} else {
+			_ = c.ps.Unsubscribe(ctx, ch)
+		}
 	}
 }
 
-func (n *notifier) dispatch(ps *redis.PubSub) {
-	for msg := range ps.Channel() {
-		n.mu.Lock()
-		for id, wake := range n.waiters[msg.Channel] {
-			if msg.Payload == "*" || msg.Payload == id {
-				select {
-				case wake <- struct{}{}:
-				default: // already woken
+func (n *notifier) dispatch(slot int, ps *redis.PubSub) {
+	for msg := range ps.ChannelWithSubscriptions() {
+		switch msg := msg.(type) {
+		case *redis.Message:
+			n.mu.Lock()
+			for id, wake := range n.waiters[msg.Channel] {
+				if msg.Payload == "*" || msg.Payload == id {
+					select {
+					case wake <- struct{}{}:
+					default: // already woken
+					}
 				}
 			}
+			n.mu.Unlock()
+		case *redis.Subscription:
+			// A shard that no longer owns the slot (it moved, or the
+			// shard's master became a replica) ends the subscriptions
+			// itself. Ours, if a waiter still listens: subscribe again
+			// where the slot lives now.
+			n.mu.Lock()
+			lost := msg.Kind == "sunsubscribe" && len(n.waiters[msg.Channel]) > 0 && n.conns[slot] != nil && n.conns[slot].ps == ps
+			n.mu.Unlock()
+			if lost {
+				go n.resubscribe(slot, ps)
+			}
 		}
+	}
+}
+
+// resubscribe replaces a slot's connection that its shard dropped with one
+// to the slot's owner now, for every channel that still has waiters. A
+// failure leaves the waiters to their polling.
+func (n *notifier) resubscribe(slot int, old *redis.PubSub) {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	n.mu.Lock()
+	c := n.conns[slot]
+	if n.closed || c == nil || c.ps != old {
 		n.mu.Unlock()
+		return // already replaced, or dropped
+	}
+	delete(n.conns, slot)
+	var channels []string
+	for ch, ws := range n.waiters {
+		if len(ws) > 0 && n.slot(ch) == slot {
+			channels = append(channels, ch)
+		}
+	}
+	n.mu.Unlock()
+	_ = old.Close()
+	// The client may still believe the old owner holds the slot: have it
+	// reload the slot map (go-redis does that in the background, in a few
+	// milliseconds) before the new connection is routed. Routed to the old
+	// owner all the same, the subscribe is refused with MOVED, which
+	// go-redis drops: the waiters then poll, no worse than now.
+	if cc, ok := n.client.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+		time.Sleep(100 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, ch := range channels {
+		if err := n.subscribe(ctx, ch); err != nil {
+			return
+		}
 	}
 }
 
 func (n *notifier) close() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ps != nil {
-		_ = n.ps.Close()
+	n.closed = true
+	for slot, c := range n.conns {
+		_ = c.ps.Close()
+		delete(n.conns, slot)
 	}
 }
 

@@ -41,6 +41,13 @@ type Options struct {
 	// DieWithParent kills the server when the process that started it
 	// dies, even by SIGKILL (Linux), for tools that are not tests.
 	DieWithParent bool
+	// Args are more redis-server arguments, after the ones every server
+	// gets (StartCluster passes the cluster ones).
+	Args []string
+
+	// port picks the port to try; LoopbackPort when nil. A cluster node
+	// needs its bus port (port+10000) free too.
+	port func() (int, error)
 }
 
 // Server is one redis-server process.
@@ -103,9 +110,13 @@ func Run(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("redistest: clock file: %w", err)
 		}
 	}
+	pick := opts.port
+	if pick == nil {
+		pick = LoopbackPort
+	}
 	var err error
 	for range 5 { // a free port can be taken between our probe and Redis's bind
-		if s.port, err = LoopbackPort(); err != nil {
+		if s.port, err = pick(); err != nil {
 			return nil, err
 		}
 		if err = s.start(); err == nil {
@@ -312,6 +323,7 @@ func (s *Server) start() error {
 		"--daemonize", "no",
 		"--loglevel", "warning",
 	)
+	cmd.Args = append(cmd.Args, s.opts.Args...)
 	if s.clock != "" {
 		cmd.Env = append(os.Environ(), "LD_PRELOAD="+s.opts.ClockShim, "CLOCKSHIM_FILE="+s.clock)
 	}

@@ -51,6 +51,13 @@
 -- ARGV[10] the caller's cap on live locks; 0 counts nothing new
 -- ARGV[11] the caller's user, escaped (no ":", "{" or "}"), as KEYS[5] names it
 --
+-- Redis on a Cluster only (absent elsewhere):
+-- ARGV[12] "SPUBLISH": tell waiters by sharded pub/sub (Redis 7), so the
+--          notification stays on this key's shard; ARGV[7] shares the
+--          lock's hash tag, so a script may. Absent: PUBLISH, which any
+--          Redis has. (ARGV[9] to ARGV[11] are then "", 0, "" when there
+--          is no quota.)
+--
 -- Returns
 --   {1, value}        acquired: a new grant with a new fence
 --   {2, value}        the same digest already held it: TTL reset, fence unchanged
@@ -82,6 +89,7 @@
 -- before (unless the clock stepped back): a counter expires only once TIME
 -- has passed it by the margin (docs/safety.md, "Fences").
 local waiter = ARGV[5]
+local publish = ARGV[12] or 'PUBLISH'
 local attempt = ARGV[9]
 if attempt == '' then
   attempt = nil
@@ -266,7 +274,7 @@ if waiter ~= '' then
   -- runs out and can take over if this holder dies.
   local next = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if next then
-    redis.call('PUBLISH', ARGV[7], next)
+    redis.call(publish, ARGV[7], next)
   end
 end
 return {1, value}

@@ -9,6 +9,9 @@
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
 -- ARGV[2]  the failed round's attempt id
 -- ARGV[3]  the key's notification channel, "lockgw:{<key>}:released"
+-- ARGV[4]  (optional) how to tell the next waiter, as in release.lua;
+--          absent: PUBLISH. Redlock's nodes are single servers, so it
+--          passes none.
 --
 -- Returns
 --   1  the round was the last one holding the lease: deleted
@@ -43,5 +46,5 @@ if #left > 0 then
 end
 redis.call('DEL', KEYS[1])
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-redis.call('PUBLISH', ARGV[3], head or '*')
+redis.call(ARGV[4] or 'PUBLISH', ARGV[3], head or '*')
 return 1

@@ -7,6 +7,9 @@
 -- KEYS[3]  the waiters' heartbeats, "lockgw:{<key>}:alive"
 -- ARGV[1]  the waiter id
 -- ARGV[2]  the key's notification channel, "lockgw:{<key>}:released"
+-- ARGV[3]  how to tell the one now first: "PUBLISH", or "SPUBLISH" on a
+--          Redis Cluster (sharded pub/sub, Redis 7: the notification stays
+--          on this key's shard; ARGV[2] shares the lock's hash tag)
 --
 -- Returns 1 when the waiter was queued, 0 when it was not.
 local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
@@ -15,7 +18,7 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 if first == ARGV[1] then
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   if head then
-    redis.call('PUBLISH', ARGV[2], head)
+    redis.call(ARGV[3], ARGV[2], head)
   end
 end
 return removed

@@ -11,7 +11,10 @@
 -- ARGV[3]  the fence margin in milliseconds (see acquire.lua): the lease is
 --          over, so the counter now lives until Redis TIME has passed it,
 --          plus this margin
--- ARGV[4]  Redlock only (absent for Redis): the attempt field the value must
+-- ARGV[4]  how to tell the next waiter: "PUBLISH", or "SPUBLISH" on a Redis
+--          Cluster (sharded pub/sub, Redis 7: the notification stays on
+--          this key's shard; ARGV[2] shares the lock's hash tag)
+-- ARGV[5]  Redlock only (absent for Redis): the attempt field the value must
 --          carry (see acquire.lua; "" for a value without one), as Release
 --          read it a moment before. Any acquire round that takes the lease
 --          over changes the field, so a delete that lands late cannot
@@ -21,14 +24,14 @@
 --   1   released
 --   0   not held (never taken, released, or expired)
 --   -1  held by another digest; left as it is
---   -2  held by the same digest, but its attempt field is no longer ARGV[4]
+--   -2  held by the same digest, but its attempt field is no longer ARGV[5]
 --       (an acquire round took it over since); left as it is
 --   {-3, user}  the lock counts against user, whose set is not KEYS[4] (or
 --       none was passed); left as it is: call again with that user's set
 --
 -- Only the first waiter is told (the message is its id), so a release costs
 -- one wake-up, not one per waiter. With nobody queued the message is "*",
--- for waiters without a queue (Redlock's); with nobody listening, PUBLISH
+-- for waiters without a queue (Redlock's); with nobody listening, a publish
 -- costs next to nothing.
 local cur = redis.call('GET', KEYS[1])
 if not cur then
@@ -44,12 +47,12 @@ if string.sub(cur, 66, 66) == '^' then
     return {-3, user}
   end
 end
-if ARGV[4] then
+if ARGV[5] then
   local field = ''
   if string.sub(cur, 66, 66) == '~' then
     field = string.match(string.sub(cur, 66), '^([^:]*):')
   end
-  if field ~= ARGV[4] then
+  if field ~= ARGV[5] then
     return -2
   end
 end
@@ -64,5 +67,5 @@ if counter then
   redis.call('PEXPIRE', KEYS[3], math.max(ahead, 0) + tonumber(ARGV[3]))
 end
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-redis.call('PUBLISH', ARGV[2], head or '*')
+redis.call(ARGV[4], ARGV[2], head or '*')
 return 1

@@ -1,0 +1,257 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// clusterSlots is how many hash slots a Redis Cluster has.
+const clusterSlots = 16384
+
+// busOffset is where a cluster node listens for its peers: its port plus
+// 10000, as Redis places the cluster bus by default.
+const busOffset = 10000
+
+// Cluster is a Redis Cluster of masters (no replicas), each a Server of its
+// own: the slots split evenly among them in node order, joined with
+// CLUSTER MEET, ready (cluster_state:ok on every node) when StartCluster
+// returns.
+type Cluster struct {
+	Masters []*Server
+}
+
+// StartCluster starts a Redis Cluster of n masters on free loopback ports
+// (each with its bus port, port+10000, free too), every node in a folder
+// of the test's temporary folder; they are killed when the test ends. It
+// fails the test, saying how to get one, when redis-server cannot run a
+// cluster (it needs Redis 7 or later: CLUSTER ADDSLOTSRANGE, SPUBLISH).
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c, err := RunCluster(Options{Bin: Binary(t), Dir: t.TempDir()}, n)
+	if c != nil {
+		for _, s := range c.Masters {
+			s.t = t
+		}
+		t.Cleanup(c.Kill)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// RunCluster is StartCluster for a caller that is not a test, which must
+// Kill the cluster when done. opts.Dir is the folder the nodes' folders go
+// in; opts.Args are added to every node's. On error it returns the nodes it
+// started (to Kill) and why it could not make a cluster of them.
+func RunCluster(opts Options, n int) (*Cluster, error) {
+	if n < 1 || n > 100 {
+		return nil, fmt.Errorf("redistest: a cluster of %d masters; want 1 to 100", n)
+	}
+	if opts.Dir == "" {
+		return nil, errors.New("redistest: RunCluster needs Options.Dir")
+	}
+	if opts.Bin == "" {
+		bin, err := FindBinary()
+		if err != nil {
+			return nil, err
+		}
+		opts.Bin = bin
+	}
+	base := opts.Dir
+	c := &Cluster{}
+	for i := range n {
+		o := opts
+		o.Dir = filepath.Join(base, "node"+strconv.Itoa(i))
+		if err := mkdir(o.Dir); err != nil {
+			return c, err
+		}
+		// Each node keeps its nodes.conf in its own --dir; nothing else is
+		// written (no persistence).
+		o.Args = append([]string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			// A node that stops answering is failed after 2 s, not 15:
+			// tests that kill a node wait that long, no more.
+			"--cluster-node-timeout", "2000",
+		}, opts.Args...)
+		o.port = clusterPort
+		s, err := Run(o)
+		if err != nil {
+			if strings.Contains(err.Error(), "cluster") || strings.Contains(err.Error(), "Bad directive") {
+				return c, fmt.Errorf("redistest: %s cannot run a Redis Cluster node (%v). "+
+					"Install Redis 7 or later built with cluster support (Debian's redis-server package is), "+
+					"or point REDIS_SERVER at such a redis-server", opts.Bin, err)
+			}
+			return c, fmt.Errorf("redistest: cluster node %d: %w", i, err)
+		}
+		c.Masters = append(c.Masters, s)
+	}
+	if err := c.form(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// form gives each master its share of the slots, introduces them to one
+// another and waits until every node sees the whole cluster.
+func (c *Cluster) form() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := len(c.Masters)
+	for i, s := range c.Masters {
+		rdb := s.plainClient()
+		defer rdb.Close()
+		info, err := rdb.Info(ctx, "server").Result()
+		if err != nil {
+			return fmt.Errorf("redistest: cluster node %s: INFO: %w", s.Addr(), err)
+		}
+		if v := infoField(info, "redis_version"); !atLeast7(v) {
+			return fmt.Errorf("redistest: redis-server %s is too old for the cluster tests: "+
+				"sharded pub/sub (SPUBLISH) and CLUSTER ADDSLOTSRANGE need Redis 7 or later; "+
+				"install it (Debian 12's redis-server package is 7.0) or point REDIS_SERVER at one", v)
+		}
+		// Distinct config epochs, as redis-cli --cluster create sets them,
+		// so no two masters start out claiming the same epoch.
+		if err := rdb.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return fmt.Errorf("redistest: cluster node %s: CLUSTER SET-CONFIG-EPOCH: %w", s.Addr(), err)
+		}
+		first, last := i*clusterSlots/n, (i+1)*clusterSlots/n-1
+		if err := rdb.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", first, last).Err(); err != nil {
+			return fmt.Errorf("redistest: cluster node %s: CLUSTER ADDSLOTSRANGE %d %d: %w", s.Addr(), first, last, err)
+		}
+		if i > 0 {
+			first := c.Masters[0]
+			if err := rdb.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", first.port).Err(); err != nil {
+				return fmt.Errorf("redistest: cluster node %s: CLUSTER MEET %s: %w", s.Addr(), first.Addr(), err)
+			}
+		}
+	}
+	// Ready means every node has every slot covered and knows every master:
+	// a client that loads the slot map from any of them routes every key.
+	for _, s := range c.Masters {
+		rdb := s.plainClient()
+		defer rdb.Close()
+		var last string
+		for {
+			info, err := rdb.ClusterInfo(ctx).Result()
+			if err == nil && infoField(info, "cluster_state") == "ok" &&
+				infoField(info, "cluster_known_nodes") == strconv.Itoa(n) &&
+				infoField(info, "cluster_slots_ok") == strconv.Itoa(clusterSlots) {
+				break
+			}
+			if err != nil {
+				last = err.Error()
+			} else {
+				last = strings.Join(strings.Fields(info), " ")
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("redistest: cluster node %s not ready in 30s: %s", s.Addr(), last)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// Addrs are the masters' host:port, in slot order.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.Masters))
+	for i, s := range c.Masters {
+		addrs[i] = s.Addr()
+	}
+	return addrs
+}
+
+// URL is the cluster's URL as LOCKGW_REDIS_URL takes it with
+// LOCKGW_REDIS_MODE=cluster (go-redis's ParseClusterURL form): the first
+// master, then the others as addr= parameters.
+func (c *Cluster) URL() string {
+	addrs := c.Addrs()
+	u := "redis://" + addrs[0]
+	for i, a := range addrs[1:] {
+		sep := "&"
+		if i == 0 {
+			sep = "?"
+		}
+		u += sep + "addr=" + a
+	}
+	return u
+}
+
+// Client returns a new cluster client, closed when the test ends (a
+// cluster from RunCluster: the caller closes it).
+func (c *Cluster) Client() *redis.ClusterClient {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRetries: -1})
+	if t := c.Masters[0].t; t != nil {
+		t.Cleanup(func() { _ = rdb.Close() })
+	}
+	return rdb
+}
+
+// Kill kills every node. Safe to call twice.
+func (c *Cluster) Kill() {
+	for _, s := range c.Masters {
+		s.Kill()
+	}
+}
+
+// plainClient is a client of this one node, for the caller to close.
+func (s *Server) plainClient() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+}
+
+// clusterPort is a free loopback port whose cluster bus port (+10000) is
+// free too and below 65536.
+func clusterPort() (int, error) {
+	for range 50 {
+		p, err := LoopbackPort()
+		if err != nil {
+			return 0, err
+		}
+		bus := p + busOffset
+		if bus > 65535 || bus == 6379 || bus == 8080 {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(bus)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return p, nil
+	}
+	return 0, errors.New("redistest: no free loopback port with its cluster bus port (+10000) free")
+}
+
+func infoField(info, name string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func atLeast7(version string) bool {
+	major, _, _ := strings.Cut(version, ".")
+	n, err := strconv.Atoi(major)
+	return err == nil && n >= 7
+}
+
+func mkdir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("redistest: %w", err)
+	}
+	return nil
+}

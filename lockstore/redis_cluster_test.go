@@ -1,0 +1,230 @@
+package lockstore_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/lockstoretest"
+)
+
+// newClusterStore opens a store on the cluster as the gateway does
+// (LOCKGW_REDIS_MODE=cluster), closed when the test ends.
+func newClusterStore(t testing.TB, c *redistest.Cluster) *lockstore.Redis {
+	t.Helper()
+	s, err := lockstore.OpenRedis(c.URL(), lockstore.RedisOptions{Mode: lockstore.RedisCluster, Timeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestRedisCluster runs everything the redis backend does on one 3-master
+// Redis Cluster, shared by the subtests (starting one costs a second). Two
+// stores on it are two gateways.
+func TestRedisCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	a, b := newClusterStore(t, c), newClusterStore(t, c)
+	t.Run("Conformance", func(t *testing.T) {
+		lockstoretest.Run(t, func(t *testing.T) lockstore.Store { return a })
+	})
+	t.Run("Wait", func(t *testing.T) {
+		lockstoretest.RunWait(t, func(t *testing.T) lockstore.Store { return a }, true)
+	})
+	t.Run("KeysOnEveryMaster", func(t *testing.T) { testClusterSpread(t, c, a) })
+	t.Run("ShardedHandoff", func(t *testing.T) { testClusterHandoff(t, c, a, b) })
+	t.Run("HandoffAfterSlotMoves", func(t *testing.T) { testClusterSlotMove(t, c, a, b) })
+}
+
+// Lock keys of many names spread over every master: the hash tag is the
+// key, not a constant that would put every lock on one shard.
+func testClusterSpread(t *testing.T, c *redistest.Cluster, s *lockstore.Redis) {
+	ctx := context.Background()
+	for i := range 60 {
+		_, err := s.Acquire(ctx, fmt.Sprintf("spread/%d", i), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		require.NoError(t, err)
+	}
+	for _, m := range c.Masters {
+		keys, err := m.Client().Keys(ctx, "lockgw:{spread/*}:lock").Result()
+		require.NoError(t, err)
+		assert.NotEmpty(t, keys, "master %s holds some of the 60 locks", m.Addr())
+		t.Logf("master %s: %d of 60 locks", m.Addr(), len(keys))
+	}
+}
+
+// owner is the master that owns key's slot.
+func owner(t *testing.T, c *redistest.Cluster, key string) *redistest.Server {
+	t.Helper()
+	ctx := context.Background()
+	for _, m := range c.Masters {
+		// Only the owner answers a key command for the slot without MOVED.
+		err := m.Client().Exists(ctx, key).Err()
+		if err == nil {
+			return m
+		}
+	}
+	t.Fatalf("no master owns %s", key)
+	return nil
+}
+
+// shardSubscribers is how many connections on m listen to ch by SSUBSCRIBE.
+func shardSubscribers(t *testing.T, m *redistest.Server, ch string) int64 {
+	t.Helper()
+	n, err := m.Client().PubSubShardNumSub(context.Background(), ch).Result()
+	require.NoError(t, err)
+	return n[ch]
+}
+
+// waitForSubscriber waits until one connection on m listens to ch.
+func waitForSubscriber(t *testing.T, m *redistest.Server, ch string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for shardSubscribers(t, m, ch) != 1 {
+		require.True(t, time.Now().Before(deadline), "no SSUBSCRIBE to %s on %s in 5s", ch, m.Addr())
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// handoff has b wait for key while a holds it, releases it from a, and
+// returns how long after the release b was granted. The waiter's own
+// retry comes at least 750 ms after its last one (wait.go): a handoff far
+// quicker than that was the notification's doing.
+func handoff(t *testing.T, a, b *lockstore.Redis, key string, subscribed func()) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := a.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+	type result struct {
+		l   lockstore.Lease
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := b.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute, Wait: 20 * time.Second})
+		got <- result{l, err, time.Now()}
+	}()
+	subscribed()
+	// Let the waiter's first attempt pass, so only a notification (or its
+	// next retry, ≥ 750 ms away) can wake it.
+	time.Sleep(100 * time.Millisecond)
+	released := time.Now()
+	require.NoError(t, a.Release(ctx, key, holder.Token))
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Greater(t, r.l.Fence, holder.Fence)
+	return r.at.Sub(released)
+}
+
+// A waiter on one gateway is woken by a release on another through sharded
+// pub/sub on the key's own shard: SSUBSCRIBE there, SPUBLISH by the script,
+// no classic PUBLISH anywhere.
+func testClusterHandoff(t *testing.T, c *redistest.Cluster, a, b *lockstore.Redis) {
+	ctx := context.Background()
+	key := "handoff/sharded"
+	ch := "lockgw:{" + key + "}:released"
+	m := owner(t, c, "lockgw:{"+key+"}:lock")
+	before, err := m.CommandCalls(ctx)
+	require.NoError(t, err)
+	took := handoff(t, a, b, key, func() { waitForSubscriber(t, m, ch) })
+	t.Logf("handoff across gateways took %v", took)
+	assert.Less(t, took, 600*time.Millisecond, "the waiter was woken by the release, not by its own retry")
+	after, err := m.CommandCalls(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, after["spublish"], before["spublish"], "the release SPUBLISHed on the key's shard")
+	for _, n := range c.Masters {
+		calls, err := n.CommandCalls(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, calls["publish"], "no classic PUBLISH on %s: on a Cluster it reaches every node", n.Addr())
+		assert.Zero(t, calls["subscribe"], "no classic SUBSCRIBE on %s", n.Addr())
+	}
+	assert.Zero(t, shardSubscribers(t, m, ch), "the last waiter's subscription is gone")
+}
+
+// A waiter whose key's slot moves to another master while it waits is
+// subscribed again there: the old owner ends the subscription when it
+// gives the slot up, and the notifier follows the slot.
+func testClusterSlotMove(t *testing.T, c *redistest.Cluster, a, b *lockstore.Redis) {
+	ctx := context.Background()
+	key := "handoff/moving"
+	lock := "lockgw:{" + key + "}:lock"
+	ch := "lockgw:{" + key + "}:released"
+	holder, err := a.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+	src := owner(t, c, lock)
+	var dst *redistest.Server
+	for _, m := range c.Masters {
+		if m != src {
+			dst = m
+			break
+		}
+	}
+	type result struct {
+		l   lockstore.Lease
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := b.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute, Wait: 20 * time.Second})
+		got <- result{l, err, time.Now()}
+	}()
+	waitForSubscriber(t, src, ch)
+
+	moveSlot(t, c, lock, src, dst)
+	waitForSubscriber(t, dst, ch)
+	assert.Zero(t, shardSubscribers(t, src, ch), "the old owner dropped the subscription")
+
+	time.Sleep(100 * time.Millisecond)
+	released := time.Now()
+	require.NoError(t, a.Release(ctx, key, holder.Token))
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Greater(t, r.l.Fence, holder.Fence, "the fence counter moved with the slot")
+	t.Logf("handoff after the slot moved took %v", r.at.Sub(released))
+}
+
+// moveSlot migrates key's slot, keys and all, from src to dst, as
+// redis-cli --cluster reshard does, and tells every master.
+func moveSlot(t *testing.T, c *redistest.Cluster, key string, src, dst *redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	s, d := src.Client(), dst.Client()
+	slot, err := s.ClusterKeySlot(ctx, key).Result()
+	require.NoError(t, err)
+	srcID, err := s.Do(ctx, "CLUSTER", "MYID").Text()
+	require.NoError(t, err)
+	dstID, err := d.Do(ctx, "CLUSTER", "MYID").Text()
+	require.NoError(t, err)
+	require.NoError(t, d.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	require.NoError(t, s.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	host, port, err := net.SplitHostPort(dst.Addr())
+	require.NoError(t, err)
+	for {
+		keys, err := s.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		require.NoError(t, err)
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		require.NoError(t, s.Do(ctx, args...).Err())
+	}
+	for _, m := range []*redis.Client{d, s} {
+		require.NoError(t, m.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+	}
+	for _, m := range c.Masters {
+		if m != src && m != dst {
+			require.NoError(t, m.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+		}
+	}
+}
