@@ -54,6 +54,7 @@ var (
 // different Redis Cluster slots: quotas need a single Redis or Sentinel.
 type Redis struct {
 	client   redis.UniversalClient
+	acks     replicaAcks // LOCKGW_REDIS_WAIT_REPLICAS (redis_wait.go)
 	notifier *notifier
 	// publish is how the scripts tell waiters: PUBLISH, or SPUBLISH on a
 	// Cluster (see notifier).
@@ -109,7 +110,7 @@ func (s *Redis) Acquire(ctx context.Context, key string, req AcquireRequest) (Le
 // keeps the user it learnt for later calls).
 func (s *Redis) acquire(ctx context.Context, key string, a *acquireArgs) (acquireResult, error) {
 	for range recountTries {
-		r, err := nodeAcquire(ctx, s.client, key, *a)
+		r, err := s.acquireAcked(ctx, key, *a)
 		if err != nil || r.code != acquireElsewhere {
 			return r, err
 		}
@@ -127,9 +128,9 @@ func (s *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration
 	holder := escapeUser(userHint(ctx))
 	for range recountTries {
 		args := []any{digestHex(token), ttl.Milliseconds()}
-		reply, err := extendScript.Run(ctx, s.client, quotaKeys([]string{lockKey(key)}, holder), args...).Slice()
+		reply, err := s.extendAcked(ctx, quotaKeys([]string{lockKey(key)}, holder), args)
 		if err != nil {
-			return Lease{}, redisErr(err)
+			return Lease{}, err
 		}
 		if user, ok := elsewhere(reply, -2); ok {
 			holder = user
@@ -332,6 +333,10 @@ func nodeAcquire(ctx context.Context, c redis.Scripter, key string, a acquireArg
 	if err != nil {
 		return acquireResult{}, redisErr(err)
 	}
+	return acquireReply(reply, a)
+}
+
+func acquireReply(reply []any, a acquireArgs) (acquireResult, error) {
 	if len(reply) < 2 {
 		return acquireResult{}, fmt.Errorf("lockstore: acquire script replied %v", reply)
 	}

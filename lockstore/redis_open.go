@@ -34,6 +34,12 @@ type RedisOptions struct {
 	// Timeout bounds each dial, read and write: a dead Redis costs a
 	// request that long, no more.
 	Timeout time.Duration
+	// WaitReplicas, when above zero, holds back the answer to a grant, a
+	// renewal or an extend until that many replicas acknowledged it (Redis
+	// WAIT, for at most Timeout); see redis_wait.go. Single and Sentinel
+	// modes only: on a Cluster WAIT would need the connection of the shard
+	// that ran the script.
+	WaitReplicas int
 }
 
 // OpenRedis returns a Redis store for url, parsed by go-redis's parser for
@@ -49,6 +55,9 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 	mode := o.Mode
 	if mode == "" {
 		mode = RedisSingle
+	}
+	if o.WaitReplicas < 0 || (o.WaitReplicas > 0 && mode == RedisCluster) {
+		return nil, fmt.Errorf("lockstore: waiting for %d replicas is not supported in %s mode; use 0, or a single Redis or Sentinel with replicas", o.WaitReplicas, mode)
 	}
 	var client redis.UniversalClient
 	switch mode {
@@ -88,7 +97,9 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 	default:
 		return nil, fmt.Errorf("lockstore: unknown Redis mode %q (want %s)", mode, modeList())
 	}
-	return NewRedis(client), nil
+	s := NewRedis(client)
+	s.acks = replicaAcks{replicas: o.WaitReplicas, timeout: o.Timeout}
+	return s, nil
 }
 
 func urlError(mode RedisMode, err error) error {

@@ -59,6 +59,9 @@ type Config struct {
 	// only.
 	MaxLocksPerUser int
 	MaxLocks        int
+	// Replicas that must acknowledge a grant, renewal or extend of the
+	// redis backend before it is answered (Redis WAIT); 0 answers at once.
+	RedisWaitReplicas int
 
 	redlockList string // as given; RedlockURLs once checked
 }
@@ -108,6 +111,17 @@ var settings = []setting{
 			return fmt.Errorf("unknown Redis mode %q (want single, sentinel or cluster)", v)
 		}
 		c.RedisMode = lockstore.RedisMode(v)
+		return nil
+	}},
+	{"redis-wait-replicas", "0", "redis backend: answer a grant or extend only once this many replicas acknowledged it (Redis WAIT, within --backend-timeout), else 503; 0 answers at once", func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil || n < 0:
+			return fmt.Errorf("%q is not a replica count (0, 1, 2, …)", v)
+		case n > 0 && c.RedisMode == lockstore.RedisCluster:
+			return fmt.Errorf("%d: waiting for replicas works with --redis-mode single or sentinel, not cluster; use 0", n)
+		}
+		c.RedisWaitReplicas = n
 		return nil
 	}},
 	{"redlock-urls", "", "comma-separated redis:// URLs of ≥ 3 independent masters", func(c *Config, v string) error {

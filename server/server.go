@@ -234,7 +234,7 @@ func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func()) {
 func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics) (lockstore.Store, func() []lockstore.NodeStatus, error) {
 	switch cfg.Backend {
 	case BackendRedis:
-		store, err := lockstore.OpenRedis(cfg.RedisURL, lockstore.RedisOptions{Mode: cfg.RedisMode, Timeout: cfg.BackendTimeout})
+		store, err := lockstore.OpenRedis(cfg.RedisURL, lockstore.RedisOptions{Mode: cfg.RedisMode, Timeout: cfg.BackendTimeout, WaitReplicas: cfg.RedisWaitReplicas})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--redis-url: %s: %w", redactURL(cfg.RedisURL), err)
 		}

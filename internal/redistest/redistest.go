@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +39,9 @@ type Options struct {
 	ClockShim string
 	// Output, when set, also receives the server's stdout and stderr.
 	Output io.Writer
+	// Config, when set, is a configuration file passed before every other
+	// argument: Sentinel needs a file of its own that it can rewrite.
+	Config string
 	// DieWithParent kills the server when the process that started it
 	// dies, even by SIGKILL (Linux), for tools that are not tests.
 	DieWithParent bool
@@ -326,6 +330,9 @@ func (s *Server) start() error {
 	cmd.Args = append(cmd.Args, s.opts.Args...)
 	if s.clock != "" {
 		cmd.Env = append(os.Environ(), "LD_PRELOAD="+s.opts.ClockShim, "CLOCKSHIM_FILE="+s.clock)
+	}
+	if s.opts.Config != "" { // redis-server reads a configuration file only as its first argument
+		cmd.Args = slices.Insert(cmd.Args, 1, s.opts.Config)
 	}
 	var w io.Writer = out
 	if s.opts.Output != nil {

@@ -1,0 +1,237 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// SentinelMaster is the master name the sentinels of StartSentinel monitor.
+const SentinelMaster = "mymaster"
+
+// Sentinel timings, short so that a failover in a test takes one to three
+// seconds: a master that has not answered for sentinelDownAfter is down for
+// a sentinel; two of three agreeing start a failover, which a sentinel
+// gives up (and another may retry) after sentinelFailoverTimeout.
+const (
+	sentinelDownAfter       = 1000 * time.Millisecond
+	sentinelFailoverTimeout = 3000 * time.Millisecond
+)
+
+// Sentinels is a master, one replica and three sentinels monitoring them,
+// all real redis-server processes on free loopback ports.
+type Sentinels struct {
+	t testing.TB
+	// Nodes are the two data nodes; Nodes[0] starts as the master.
+	Nodes [2]*Server
+	// Watchers are the three sentinels (redis-server --sentinel).
+	Watchers [3]*Server
+}
+
+// StartSentinel starts a master, a replica of it (--replicaof) and three
+// sentinels with a quorum of two, each sentinel with a configuration file
+// of its own (Sentinel rewrites it), and returns once the replica is in
+// sync and every sentinel knows the replica and both other sentinels: only
+// then can a failover be elected. Everything is killed when the test ends.
+// Sentinel mode needs no package besides redis-server: Debian's
+// redis-sentinel is the same binary run with --sentinel.
+func StartSentinel(t testing.TB) *Sentinels {
+	t.Helper()
+	bin := Binary(t)
+	// A replica's first sync waits repl-diskless-sync-delay (5 s by
+	// default) for more replicas to join; there is only one.
+	data := []string{"--repl-diskless-sync-delay", "0"}
+	st := &Sentinels{t: t}
+	st.Nodes[0] = StartOptions(t, Options{Bin: bin, Args: data})
+	st.Nodes[1] = StartOptions(t, Options{Bin: bin, Args: append(data, "--replicaof", "127.0.0.1", st.Nodes[0].portString())})
+	for i := range st.Watchers {
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		text := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\n"+
+			"sentinel down-after-milliseconds %s %d\n"+
+			"sentinel failover-timeout %s %d\n"+
+			"sentinel parallel-syncs %s 1\n",
+			SentinelMaster, st.Nodes[0].port,
+			SentinelMaster, sentinelDownAfter.Milliseconds(),
+			SentinelMaster, sentinelFailoverTimeout.Milliseconds(),
+			SentinelMaster)
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			t.Fatalf("redistest: sentinel config: %v", err)
+		}
+		st.Watchers[i] = StartOptions(t, Options{Bin: bin, Dir: dir, Config: conf, Args: []string{"--sentinel"}})
+	}
+	st.waitSettled(st.Nodes[0], st.Nodes[1], 20*time.Second)
+	return st
+}
+
+// URL is the sentinel URL OpenRedis takes in sentinel mode:
+// redis://<sentinel1>?addr=<sentinel2>&addr=<sentinel3>&master_name=mymaster.
+func (st *Sentinels) URL() string {
+	return "redis://" + st.Watchers[0].Addr() + "?addr=" + st.Watchers[1].Addr() +
+		"&addr=" + st.Watchers[2].Addr() + "&master_name=" + SentinelMaster
+}
+
+// Master returns the node the sentinels name as master now.
+func (st *Sentinels) Master() *Server {
+	st.t.Helper()
+	addr, err := st.masterAddr(st.Watchers[0])
+	if err != nil {
+		st.t.Fatalf("redistest: asking sentinel for the master: %v", err)
+	}
+	for _, n := range st.Nodes {
+		if n.Addr() == addr {
+			return n
+		}
+	}
+	st.t.Fatalf("redistest: sentinel names %s as master, none of ours", addr)
+	return nil
+}
+
+// Replica returns the node that is not the master now.
+func (st *Sentinels) Replica() *Server {
+	st.t.Helper()
+	if m := st.Master(); m == st.Nodes[0] {
+		return st.Nodes[1]
+	}
+	return st.Nodes[0]
+}
+
+// Failover kills the master (SIGKILL, as a crash) and returns once every
+// sentinel names the replica as master and the replica says it is one.
+// It returns the time from the kill to then, measured on the monotonic
+// clock; it fails the test after 30 s.
+func (st *Sentinels) Failover() (killed *Server, took time.Duration) {
+	st.t.Helper()
+	old, next := st.Master(), st.Replica()
+	start := time.Now()
+	old.Kill()
+	st.waitMaster(next, 30*time.Second)
+	return old, time.Since(start)
+}
+
+// Rejoin starts a killed node again, empty, as a replica of the current
+// master, and returns once it is in sync and the sentinels list it, so
+// that writes can be acknowledged (LOCKGW_REDIS_WAIT_REPLICAS) and a
+// second failover could be elected. A restarted old master would be
+// turned into a replica by the sentinels themselves, but only after a
+// second or more, and it would serve as an empty master until then.
+func (st *Sentinels) Rejoin(n *Server) {
+	st.t.Helper()
+	master := st.Master()
+	n.opts.Args = []string{"--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", master.portString()}
+	n.Start()
+	st.waitSettled(master, n, 30*time.Second)
+}
+
+// waitMaster waits until every sentinel names want and want reports
+// role:master.
+func (st *Sentinels) waitMaster(want *Server, within time.Duration) {
+	st.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok := role(want) == "master"
+		for _, w := range st.Watchers {
+			addr, err := st.masterAddr(w)
+			ok = ok && err == nil && addr == want.Addr()
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			st.t.Fatalf("redistest: the sentinels did not promote %s within %v", want.Addr(), within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitSettled waits until replica is in sync with master, and every
+// sentinel names master, lists replica as a healthy replica and knows both
+// other sentinels.
+func (st *Sentinels) waitSettled(master, replica *Server, within time.Duration) {
+	st.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(within)
+	var why string
+	for time.Now().Before(deadline) {
+		why = st.unsettled(ctx, master, replica)
+		if why == "" {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st.t.Fatalf("redistest: Sentinel set-up not ready within %v: %s", within, why)
+}
+
+// unsettled says what is not ready yet, or "".
+func (st *Sentinels) unsettled(ctx context.Context, master, replica *Server) string {
+	info := infoFields(replica, "replication")
+	if info["master_link_status"] != "up" || info["master_port"] != master.portString() {
+		return fmt.Sprintf("replica %s not in sync with %s (%v)", replica.Addr(), master.Addr(), info["master_link_status"])
+	}
+	for _, w := range st.Watchers {
+		addr, err := st.masterAddr(w)
+		if err != nil || addr != master.Addr() {
+			return fmt.Sprintf("sentinel %s names master %q (%v)", w.Addr(), addr, err)
+		}
+		c := redis.NewSentinelClient(&redis.Options{Addr: w.Addr(), MaxRetries: -1})
+		replicas, err := c.Replicas(ctx, SentinelMaster).Result()
+		if err != nil {
+			_ = c.Close()
+			return fmt.Sprintf("sentinel %s: SENTINEL REPLICAS: %v", w.Addr(), err)
+		}
+		known := false
+		for _, r := range replicas {
+			known = known || (r["port"] == replica.portString() && r["flags"] == "slave" && r["master-link-status"] == "ok")
+		}
+		peers, err := c.Sentinels(ctx, SentinelMaster).Result()
+		_ = c.Close()
+		if !known {
+			return fmt.Sprintf("sentinel %s does not list %s as a healthy replica yet", w.Addr(), replica.Addr())
+		}
+		if err != nil || len(peers) < len(st.Watchers)-1 {
+			return fmt.Sprintf("sentinel %s knows %d other sentinels (%v)", w.Addr(), len(peers), err)
+		}
+	}
+	return ""
+}
+
+func (st *Sentinels) masterAddr(w *Server) (string, error) {
+	c := redis.NewSentinelClient(&redis.Options{Addr: w.Addr(), MaxRetries: -1, ReadTimeout: time.Second})
+	defer c.Close()
+	hp, err := c.GetMasterAddrByName(context.Background(), SentinelMaster).Result()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(hp[0], hp[1]), nil
+}
+
+// role is a node's INFO role, "" when it does not answer.
+func role(s *Server) string { return infoFields(s, "replication")["role"] }
+
+// infoFields reads one INFO section of s as a map; empty when s does not
+// answer.
+func infoFields(s *Server, section string) map[string]string {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second})
+	defer c.Close()
+	text, err := c.Info(context.Background(), section).Result()
+	fields := map[string]string{}
+	if err != nil {
+		return fields
+	}
+	for line := range strings.Lines(text) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	return fields
+}
+
+func (s *Server) portString() string { return strconv.Itoa(s.port) }

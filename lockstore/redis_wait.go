@@ -1,0 +1,175 @@
+package lockstore
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// LOCKGW_REDIS_WAIT_REPLICAS: a grant, a renewal or an extend is answered
+// only once that many replicas acknowledged it (Redis WAIT), so that a
+// replica Sentinel promotes after the master died has it. Without it,
+// replication is asynchronous: the master can answer a grant and die before
+// sending it on, the promoted replica has never seen the lease, and a
+// second client gets the lock. What WAIT does not promise is in
+// docs/safety.md ("WAIT").
+
+var (
+	//go:embed lua/unwait.lua
+	unwaitLua    string
+	unwaitScript = redis.NewScript(unwaitLua)
+)
+
+// replicaAcks is how many replicas must acknowledge a write, and the
+// longest the gateway waits for them (the backend timeout).
+type replicaAcks struct {
+	replicas int // 0: answer without waiting
+	timeout  time.Duration
+}
+
+// ErrReplicas says that fewer replicas acknowledged a write than
+// LOCKGW_REDIS_WAIT_REPLICAS asks for. It is also ErrUnavailable: the
+// client gets a 503 and may retry with the same token.
+var ErrReplicas = fmt.Errorf("%w: replicas did not acknowledge the write", ErrUnavailable)
+
+// conn is a connection of the client's own: WAIT waits for the writes of
+// the connection it is sent on, so the script and WAIT must share one.
+// OpenRedis turns WAIT on only for a single Redis or Sentinel, whose client
+// is a *redis.Client.
+func (s *Redis) conn() (*redis.Conn, error) {
+	c, ok := s.client.(*redis.Client)
+	if !ok {
+		return nil, fmt.Errorf("lockstore: LOCKGW_REDIS_WAIT_REPLICAS needs a single Redis or Sentinel, not a %T", s.client)
+	}
+	return c.Conn(), nil
+}
+
+// acquireAcked runs acquire.lua; with replicas to wait for, it answers a
+// grant or renewal only once they acknowledged it. A new grant they did not
+// acknowledge is taken back (unwait.lua) before the caller hears 503, so no
+// lease is left that nobody was told about. A renewal is left as it is:
+// the caller held the lease before this call, and deleting it would take
+// away what it was already told it holds, on a 503 that says "outcome
+// unknown" (a master that keeps it a little longer costs others a wait, no
+// more).
+func (s *Redis) acquireAcked(ctx context.Context, key string, a acquireArgs) (acquireResult, error) {
+	if s.acks.replicas == 0 {
+		return nodeAcquire(ctx, s.client, key, a)
+	}
+	conn, err := s.conn()
+	if err != nil {
+		return acquireResult{}, err
+	}
+	defer conn.Close()
+	keys, args := a.call(key)
+	var reply *redis.Cmd
+	var expiry *redis.Cmd
+	for try := 0; ; try++ {
+		// The lock's expiry, read in the same MULTI as the grant, is what
+		// tells the grant's own lease from the same token's renewal later
+		// (unwait.lua).
+		_, err = conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			reply = acquireScript.EvalSha(ctx, p, keys, args...)
+			// Do: go-redis's PExpireTime turns the reply into a Duration.
+			expiry = p.Do(ctx, "PEXPIRETIME", lockKey(key))
+			return nil
+		})
+		// EVALSHA refused for want of the script ran nothing: load it and
+		// send the MULTI again. Redis answers the MULTI itself then with
+		// EXECABORT (Redis 7 queues EVALSHA; older versions may not).
+		if try == 0 && (redis.HasErrorPrefix(reply.Err(), "NOSCRIPT") || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+			if err = acquireScript.Load(ctx, conn).Err(); err != nil {
+				return acquireResult{}, redisErr(err)
+			}
+			continue
+		}
+		break
+	}
+	if err = reply.Err(); err != nil {
+		return acquireResult{}, redisErr(err)
+	}
+	list, err := reply.Slice()
+	if err != nil {
+		return acquireResult{}, redisErr(err)
+	}
+	r, err := acquireReply(list, a)
+	if err != nil || (r.code != acquireNew && r.code != acquireRenewed) {
+		return r, err
+	}
+	if err := s.acks.await(ctx, conn); err != nil {
+		if r.code == acquireNew {
+			value, _ := list[1].(string)
+			at, _ := expiry.Int64()
+			s.unwait(ctx, key, a, value, at)
+		}
+		return acquireResult{}, err
+	}
+	return r, nil
+}
+
+// unwait takes back a new grant the replicas did not acknowledge, if the
+// lock is still exactly what it left. The caller's deadline may have run
+// out waiting, so it gets a backend timeout of its own. When it cannot run
+// (the master died), the grant is left to its TTL: a lease nobody was told
+// it holds, which costs others a wait and breaks nothing.
+func (s *Redis) unwait(ctx context.Context, key string, a acquireArgs, value string, expiry int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.acks.timeout)
+	defer cancel()
+	keys := []string{lockKey(key), queueKey(key), fenceKey(key)}
+	if a.quota.max > 0 { // the grant counted the lock in its caller's set
+		keys = append(keys, quotaKey(a.quota.user))
+	}
+	_ = unwaitScript.Run(ctx, s.client, keys, value, expiry, channel(key), FenceMargin.Milliseconds()).Err()
+}
+
+// extendAcked runs extend.lua; with replicas to wait for, it answers an
+// extend only once they acknowledged it. An extend they did not acknowledge
+// is left as it is: the caller held the lease before this call, and an
+// extend that failed must neither delete nor shorten it (the master keeping
+// it longer costs others a wait). The errors are the domain's.
+func (s *Redis) extendAcked(ctx context.Context, keys []string, args []any) ([]any, error) {
+	if s.acks.replicas == 0 {
+		reply, err := extendScript.Run(ctx, s.client, keys, args...).Slice()
+		return reply, redisErr(err)
+	}
+	conn, err := s.conn()
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	reply, err := extendScript.Run(ctx, conn, keys, args...).Slice()
+	if err != nil {
+		return nil, redisErr(err)
+	}
+	if len(reply) > 0 && reply[0] == int64(1) {
+		if err := s.acks.await(ctx, conn); err != nil {
+			return nil, err
+		}
+	}
+	return reply, nil
+}
+
+// await sends WAIT on conn, after a write on it, bounded by the backend
+// timeout and by ctx's deadline (less a tenth, for the reply to come back
+// before the connection's own deadline cuts it off).
+func (w replicaAcks) await(ctx context.Context, conn *redis.Conn) error {
+	bound := w.timeout
+	if deadline, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(deadline))
+	}
+	bound -= bound / 10
+	if bound < time.Millisecond { // WAIT 0 would wait for ever
+		return fmt.Errorf("%w: no time was left to wait for %d of them (LOCKGW_REDIS_WAIT_REPLICAS); raise LOCKGW_BACKEND_TIMEOUT", ErrReplicas, w.replicas)
+	}
+	n, err := conn.Wait(ctx, w.replicas, bound).Result()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: WAIT for %d of them within %v got no answer (%w)", ErrReplicas, w.replicas, bound, err)
+	case int(n) < w.replicas:
+		return fmt.Errorf("%w: %d of %d replicas did within %v (LOCKGW_REDIS_WAIT_REPLICAS); check the replicas' links to the master (INFO replication on it), or lower LOCKGW_REDIS_WAIT_REPLICAS", ErrReplicas, n, w.replicas, bound)
+	}
+	return nil
+}

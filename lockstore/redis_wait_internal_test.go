@@ -1,0 +1,70 @@
+package lockstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
+)
+
+// TestUnwaitKeepsRenewedLease stages what a grant whose WAIT failed can
+// meet when it takes itself back: the same token renewed the lease in the
+// meantime (a twin request, or a retry after the 503 while the take-back
+// was still on the wire), and that renewal may have been answered 200. The
+// take-back must leave it; it deletes only the lease exactly as the grant
+// left it.
+func TestUnwaitKeepsRenewedLease(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := OpenRedis(srv.URL(), RedisOptions{Timeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	c := srv.Client()
+
+	token := NewToken()
+	a := acquireArgs{digest: digestHex(token), ttl: time.Minute, owner: "o"}
+	grant := func(key string) (string, int64) {
+		r, err := nodeAcquire(ctx, s.client, key, a)
+		require.NoError(t, err)
+		v, err := c.Get(ctx, lockKey(key)).Result()
+		require.NoError(t, err)
+		at, err := c.Do(ctx, "PEXPIRETIME", lockKey(key)).Int64()
+		require.NoError(t, err)
+		require.Equal(t, acquireNew, r.code)
+		return v, at
+	}
+
+	v, at := grant("renewed")
+	time.Sleep(5 * time.Millisecond)
+	r, err := nodeAcquire(ctx, s.client, "renewed", a) // the same token, the same TTL: the same value
+	require.NoError(t, err)
+	require.Equal(t, acquireRenewed, r.code)
+	s.unwait(ctx, "renewed", a, v, at)
+	got, err := c.Get(ctx, lockKey("renewed")).Result()
+	require.NoError(t, err, "the renewed lease is still there")
+	assert.Equal(t, v, got)
+
+	v, at = grant("extended")
+	time.Sleep(5 * time.Millisecond)
+	_, err = nodeExtend(ctx, s.client, "extended", a.digest, time.Minute, false)
+	require.NoError(t, err)
+	s.unwait(ctx, "extended", a, v, at)
+	assert.EqualValues(t, 1, c.Exists(ctx, lockKey("extended")).Val(), "the extended lease is still there")
+
+	v, at = grant("regranted")
+	require.NoError(t, s.Release(ctx, "regranted", token))
+	v2, _ := grant("regranted") // the same token again: a new fence, so a new value
+	require.NotEqual(t, v, v2)
+	s.unwait(ctx, "regranted", a, v, at)
+	assert.EqualValues(t, 1, c.Exists(ctx, lockKey("regranted")).Val(), "a later grant is not this one")
+
+	v, at = grant("untouched")
+	s.unwait(ctx, "untouched", a, v, at)
+	assert.Zero(t, c.Exists(ctx, lockKey("untouched")).Val(), "the grant as it left it is taken back")
+	_, err = s.Acquire(ctx, "untouched", AcquireRequest{Token: NewToken(), TTL: time.Minute})
+	assert.NoError(t, err, "and the key is free")
+}
