@@ -27,30 +27,15 @@
 // Memory backend) therefore starts above every fence it handed out before, as
 // long as its clock did not step backwards by more than the time it was down.
 //
-// # Redlock and what it does not protect against
+// # Redlock
 //
-// Redlock (see the Redlock type) keeps a lease on a majority of independent
-// Redis masters, so it survives a minority of them dying. Its mutual
-// exclusion rests on timing assumptions that can fail:
-//
-//   - Clock jumps on a Redis host. Keys expire by the host's clock; a clock
-//     stepped forward (an NTP correction, an operator) expires a lease early
-//     on that node, and a second client can then win a majority. Drift is
-//     allowed for (1% of the TTL), jumps are not: slew clocks, never step them.
-//   - Restarts without persistence. A node that comes back empty has
-//     forgotten its leases. Redlock quarantines a node it sees restart for
-//     the maximum TTL; it cannot see a restart that happened before this
-//     process first reached the node, and the guard can be turned off.
-//     Persistence with an fsync on every write closes the gap.
-//   - Process pauses longer than the lease. A client stopped (GC, a frozen
-//     VM, a slow network) past its ExpiresAt acts on a lease another client
-//     now holds. No lock service can prevent that.
-//
-// Fences are the answer to all three: a resource that remembers the highest
-// fence it has seen and refuses lower ones stays consistent even when two
-// clients believe they hold the lock. Redlock's fences keep increasing
-// across grants that follow one another in time without relying on those
-// timing assumptions (see Redlock for the exact guarantee).
+// Redlock keeps a lease on a majority of independent Redis masters, so it
+// survives a minority of them dying; its rules and their proof are in
+// docs/safety.md, its exact guarantees in the Redlock type's documentation,
+// and the timing assumptions it rests on (and what breaks them) in
+// docs/backends.md. Fences are the answer when they break: a resource that
+// refuses fences lower than the highest it has seen stays consistent even
+// when two clients believe they hold the lock.
 package lockstore
 
 import (

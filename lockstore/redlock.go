@@ -27,7 +27,7 @@ import (
 const (
 	// DefaultNodeTimeout is how long Redlock waits for one node by default.
 	DefaultNodeTimeout = 50 * time.Millisecond
-	// DefaultMaxTTL is the default quarantine of a restarted node: the
+	// DefaultMaxTTL is the default longest quarantine of a restarted node: the
 	// longest lease the gateway grants (LOCKGW_MAX_TTL's default).
 	DefaultMaxTTL = 24 * time.Hour
 
@@ -196,8 +196,11 @@ type RedlockOptions struct {
 // connection to a node first runs INFO server (go-redis's OnConnect, before
 // the connection carries any command, and failing the connection when INFO
 // fails). A run_id different from the one seen before means the process
-// restarted: the node is quarantined for MaxTTL + drift and one warning is
-// logged. No restart can slip between two operations: the old process's
+// restarted: the node is quarantined, at most for MaxTTL + drift, and one
+// warning is logged; the quarantine then ends as soon as its peers' lease
+// horizons show no lease it voted for can still be valid (boundQuarantine;
+// docs/safety.md, "Restarted nodes"). No restart can slip between two
+// operations: the old process's
 // connections die with it, so every reply from the new process comes over a
 // connection whose OnConnect already saw its run_id, and a node's vote is
 // checked against the quarantine after its reply arrives.

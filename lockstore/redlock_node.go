@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
 // redlockNode is one Redis master of a Redlock.
@@ -166,12 +168,8 @@ func (r *Redlock) warmUp(n *redlockNode) {
 		if err == nil {
 			return
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep.For(ctx, backoff) {
 			return
-		case <-t.C:
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}

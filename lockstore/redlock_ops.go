@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
 var (
@@ -80,12 +82,8 @@ func (r *Redlock) acquireRounds(ctx context.Context, key, digest string, req Acq
 			return lease, err
 		}
 		pause := time.Millisecond + rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond))
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep.For(ctx, pause) {
 			return Lease{}, err
-		case <-t.C:
 		}
 	}
 }
