@@ -110,11 +110,30 @@ func (st *Sentinels) Replica() *Server {
 // clock; it fails the test after 30 s.
 func (st *Sentinels) Failover() (killed *Server, took time.Duration) {
 	st.t.Helper()
-	old, next := st.Master(), st.Replica()
 	start := time.Now()
-	old.Kill()
+	killed = st.KillMaster()
+	st.WaitFailover(killed)
+	return killed, time.Since(start)
+}
+
+// KillMaster kills the master (SIGKILL) and returns it at once.
+func (st *Sentinels) KillMaster() *Server {
+	st.t.Helper()
+	m := st.Master()
+	m.Kill()
+	return m
+}
+
+// WaitFailover waits until every sentinel names the node that is not
+// killed as master, and that node says it is one; it fails the test after
+// 30 s.
+func (st *Sentinels) WaitFailover(killed *Server) {
+	st.t.Helper()
+	next := st.Nodes[0]
+	if next == killed {
+		next = st.Nodes[1]
+	}
 	st.waitMaster(next, 30*time.Second)
-	return old, time.Since(start)
 }
 
 // Rejoin starts a killed node again, empty, as a replica of the current

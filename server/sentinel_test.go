@@ -1,0 +1,122 @@
+package server_test
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/apitest"
+	"github.com/lockgateway/lockgateway/internal/redistest"
+)
+
+// TestSentinelFailover: two gateways on one Sentinel set-up, one answering
+// at once, one waiting for a replica's acknowledgement
+// (LOCKGW_REDIS_WAIT_REPLICAS=1). The master is killed while clients keep
+// taking and releasing locks. The first gateway serves again once the
+// sentinels promoted the replica (how long is logged: docs/redis-sentinel.md
+// quotes it); on the second, a lease granted before the failover still
+// holds after it: another client gets 409, its holder releases it, and
+// the next grant's fence is higher.
+func TestSentinelFailover(t *testing.T) {
+	st := redistest.StartSentinel(t)
+	env := map[string]string{
+		"LOCKGW_BACKEND":         "redis",
+		"LOCKGW_REDIS_MODE":      "sentinel",
+		"LOCKGW_REDIS_URL":       st.URL(),
+		"LOCKGW_BACKEND_TIMEOUT": "500ms",
+	}
+	fast := apitest.NewClient(apitest.Start(t, env).URL)
+	env["LOCKGW_REDIS_WAIT_REPLICAS"] = "1"
+	acked := apitest.NewClient(apitest.Start(t, env).URL)
+
+	held := acked.Do(t, "PUT", "/locks/failover/held", []byte(`{"ttl_ms":60000}`), apitest.JSON...)
+	require.Equal(t, http.StatusCreated, held.Status, "%s", held.Body)
+	lease := held.JSON(t)
+	token, fence := lease["token"].(string), lease["fence"].(float64)
+
+	// Load: clients take and release locks on their own keys through the
+	// gateway that does not wait, noting when each answer came.
+	var (
+		killedAt    atomic.Int64 // ns since start, 0 before the kill
+		recoveredAt atomic.Int64
+		unexpected  atomic.Int32
+		served      atomic.Int32
+		stop        = make(chan struct{})
+		wg          sync.WaitGroup
+	)
+	start := time.Now()
+	for i := range 8 {
+		wg.Go(func() {
+			path := "/locks/failover/load-" + string(rune('a'+i))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				sent := time.Since(start)
+				r, err := fast.Try(t, "PUT", path, []byte(`{"ttl_ms":5000}`), apitest.JSON...)
+				if err != nil {
+					unexpected.Add(1)
+					continue
+				}
+				switch r.Status {
+				case http.StatusCreated:
+					served.Add(1)
+					// A request sent after the kill that got a lock: the
+					// gateway serves again.
+					if k := killedAt.Load(); k != 0 && sent > time.Duration(k) {
+						recoveredAt.CompareAndSwap(0, int64(time.Since(start)))
+					}
+					_, _ = fast.Try(t, "DELETE", path, nil, "Lock-Token", r.JSON(t)["token"].(string))
+				case http.StatusServiceUnavailable, http.StatusConflict:
+					// 503 while there is no master; 409 when a release
+					// answered 503 (outcome unknown) left the lock held.
+					time.Sleep(5 * time.Millisecond)
+				default:
+					unexpected.Add(1)
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	require.Positive(t, served.Load(), "the load is served before the failover")
+	killed := st.KillMaster()
+	killedAt.Store(int64(time.Since(start)))
+	st.WaitFailover(killed)
+	promoted := time.Since(start) - time.Duration(killedAt.Load())
+	require.Eventually(t, func() bool { return recoveredAt.Load() != 0 }, 20*time.Second, 10*time.Millisecond,
+		"the gateway serves again after the failover")
+	close(stop)
+	wg.Wait()
+	serving := time.Duration(recoveredAt.Load() - killedAt.Load())
+	t.Logf("master killed: the sentinels promoted the replica after %v; the gateway granted locks again %v after the kill",
+		promoted.Round(time.Millisecond), serving.Round(time.Millisecond))
+	assert.Zero(t, unexpected.Load(), "only 201, 409 and 503 answers, no transport errors")
+
+	// The acknowledged lease survived on the promoted replica.
+	r := acked.Do(t, "PUT", "/locks/failover/held", []byte(`{"ttl_ms":60000}`), apitest.JSON...)
+	require.Equal(t, http.StatusConflict, r.Status, "another client is refused: %s", r.Body)
+	r = acked.Do(t, "GET", "/locks/failover/held", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Equal(t, fence, r.JSON(t)["fence"])
+	r = acked.Do(t, "DELETE", "/locks/failover/held", nil, "Lock-Token", token)
+	require.Equal(t, http.StatusNoContent, r.Status, "its holder releases it: %s", r.Body)
+
+	// The new master has no replica: nothing can be acknowledged, so a
+	// grant is answered 503 and leaves nothing behind.
+	r = acked.Do(t, "PUT", "/locks/failover/held", []byte(`{"ttl_ms":60000}`), apitest.JSON...)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	assert.Equal(t, "backend-unavailable", r.ProblemType(t))
+	require.Equal(t, http.StatusNotFound, acked.Do(t, "GET", "/locks/failover/held", nil).Status, "no lease left behind")
+
+	st.Rejoin(killed)
+	r = acked.Do(t, "PUT", "/locks/failover/held", []byte(`{"ttl_ms":60000}`), apitest.JSON...)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	assert.Greater(t, r.JSON(t)["fence"].(float64), fence, "fences go on rising across the failover")
+}
