@@ -127,6 +127,11 @@ type notifier struct {
 type subConn struct {
 	ps       *redis.PubSub
 	channels int
+	// subscribed receives (buffered, never blocks) when the server
+	// confirms a subscription on ps: a sharded one routed to a node that
+	// does not own the slot is refused with MOVED, which go-redis drops
+	// without a word.
+	subscribed chan struct{}
 }
 
 func newNotifier(client redis.UniversalClient) *notifier {
@@ -213,10 +218,11 @@ func (n *notifier) subscribe(ctx context.Context, ch string) error {
 		_ = ps.Close()
 		return err
 	}
+	c = &subConn{ps: ps, channels: 1, subscribed: make(chan struct{}, 1)}
 	n.mu.Lock()
-	n.conns[slot] = &subConn{ps: ps, channels: 1}
+	n.conns[slot] = c
 	n.mu.Unlock()
-	go n.dispatch(slot, ps)
+	go n.dispatch(c)
 	return nil
 }
 
@@ -258,8 +264,8 @@ func (n *notifier) stop(ch, id string) {
 	}
 }
 
-func (n *notifier) dispatch(slot int, ps *redis.PubSub) {
-	for msg := range ps.ChannelWithSubscriptions() {
+func (n *notifier) dispatch(c *subConn) {
+	for msg := range c.ps.ChannelWithSubscriptions() {
 		switch msg := msg.(type) {
 		case *redis.Message:
 			n.mu.Lock()
@@ -277,27 +283,61 @@ func (n *notifier) dispatch(slot int, ps *redis.PubSub) {
 			// shard's master became a replica) ends the subscriptions
 			// itself. Ours, if a waiter still listens: subscribe again
 			// where the slot lives now.
+			if msg.Kind == "ssubscribe" || msg.Kind == "subscribe" {
+				select {
+				case c.subscribed <- struct{}{}:
+				default:
+				}
+				continue
+			}
+			slot := n.slot(msg.Channel)
 			n.mu.Lock()
-			lost := msg.Kind == "sunsubscribe" && len(n.waiters[msg.Channel]) > 0 && n.conns[slot] != nil && n.conns[slot].ps == ps
+			lost := msg.Kind == "sunsubscribe" && len(n.waiters[msg.Channel]) > 0 && n.conns[slot] == c
 			n.mu.Unlock()
 			if lost {
-				go n.resubscribe(slot, ps)
+				go n.resubscribe(slot, c)
 			}
 		}
 	}
 }
 
 // resubscribe replaces a slot's connection that its shard dropped with one
-// to the slot's owner now, for every channel that still has waiters. A
-// failure leaves the waiters to their polling.
-func (n *notifier) resubscribe(slot int, old *redis.PubSub) {
+// to the slot's owner now, for every channel that still has waiters. The
+// client may still believe the old owner holds the slot (the new map
+// reaches the nodes by gossip): a subscription not confirmed within half a
+// second was routed there and refused, so it tries again, a few times,
+// with the slot map reloaded. Giving up leaves the waiters to their
+// polling.
+func (n *notifier) resubscribe(slot int, old *subConn) {
+	for try := range 8 {
+		if cc, ok := n.client.(*redis.ClusterClient); ok {
+			// go-redis reloads the map in the background, in a few ms.
+			cc.ReloadState(context.Background())
+			time.Sleep(time.Duration(50*(try+1)) * time.Millisecond)
+		}
+		c, ok := n.replace(slot, old)
+		if !ok || c == nil {
+			return // replaced already, dropped, or nobody waits any more
+		}
+		select {
+		case <-c.subscribed:
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		old = c
+	}
+}
+
+// replace closes a slot's connection old and subscribes the slot's
+// channels that have waiters on a new one, which it returns (nil: no
+// channel left). ok is false when old is no longer the slot's connection.
+func (n *notifier) replace(slot int, old *subConn) (c *subConn, ok bool) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	n.mu.Lock()
-	c := n.conns[slot]
-	if n.closed || c == nil || c.ps != old {
+	if n.closed || n.conns[slot] != old {
 		n.mu.Unlock()
-		return // already replaced, or dropped
+		return nil, false
 	}
 	delete(n.conns, slot)
 	var channels []string
@@ -307,23 +347,17 @@ func (n *notifier) resubscribe(slot int, old *redis.PubSub) {
 		}
 	}
 	n.mu.Unlock()
-	_ = old.Close()
-	// The client may still believe the old owner holds the slot: have it
-	// reload the slot map (go-redis does that in the background, in a few
-	// milliseconds) before the new connection is routed. Routed to the old
-	// owner all the same, the subscribe is refused with MOVED, which
-	// go-redis drops: the waiters then poll, no worse than now.
-	if cc, ok := n.client.(*redis.ClusterClient); ok {
-		cc.ReloadState(context.Background())
-		time.Sleep(100 * time.Millisecond)
-	}
+	_ = old.ps.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for _, ch := range channels {
 		if err := n.subscribe(ctx, ch); err != nil {
-			return
+			break // the slot's shard does not answer: polling it is
 		}
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.conns[slot], true
 }
 
 func (n *notifier) close() {
