@@ -99,7 +99,7 @@ type leaseBody struct {
 }
 
 func newLeaseBody(l lockstore.Lease) leaseBody {
-	return leaseBody{Key: l.Key, Token: l.Token, Fence: l.Fence, Owner: l.Owner, TTLms: l.TTL.Milliseconds(), ExpiresAt: timestamp(l.ExpiresAt)}
+	return leaseBody{Key: l.Key, Token: l.Token, Fence: l.Fence, Owner: l.Owner, TTLms: l.Granted.Milliseconds(), ExpiresAt: timestamp(l.ExpiresAt)}
 }
 
 // timestamp renders t in RFC 3339, UTC, with milliseconds, rounded down so
@@ -439,7 +439,7 @@ func (h *Locks) Inspect() http.Handler {
 			return
 		}
 		encode(w, http.StatusOK, "application/json", response{
-			Key: l.Key, Owner: l.Owner, Fence: l.Fence, TTLms: l.TTL.Milliseconds(), ExpiresAt: timestamp(l.ExpiresAt),
+			Key: l.Key, Owner: l.Owner, Fence: l.Fence, TTLms: l.Left.Milliseconds(), ExpiresAt: timestamp(l.ExpiresAt),
 		})
 	})
 }

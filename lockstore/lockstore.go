@@ -96,9 +96,13 @@ type Lease struct {
 	Token string // empty when the lease comes from Inspect
 	Owner string
 	Fence int64
-	// TTL is the lease length granted (Acquire, Extend) or the time left
-	// (Inspect).
-	TTL time.Duration
+	// Granted is the length the lease was granted or last extended with:
+	// what Acquire or Extend applied, and from Inspect what the store
+	// recorded (0 for a lease written by an older gateway).
+	Granted time.Duration
+	// Left is, from Inspect, the time the lease had left when the store
+	// answered; 0 from Acquire and Extend, whose lease has Granted left.
+	Left time.Duration
 	// ExpiresAt is a conservative end of validity: never later than the
 	// moment the store lets the lease go.
 	ExpiresAt time.Time

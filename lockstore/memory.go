@@ -145,7 +145,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 		}
 		m.move(l, now.Add(req.TTL))
 		l.length = req.TTL
-		lease := l.lease(req.Token, req.TTL)
+		lease := l.lease(req.Token)
 		lease.Renewed = true
 		return lease, head, nil
 	}
@@ -165,7 +165,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 	if head {
 		m.dequeue(key, w)
 	}
-	return l.lease(req.Token, req.TTL), head, nil
+	return l.lease(req.Token), head, nil
 }
 
 // checkCaps refuses a new grant of key that would pass the store's cap or
@@ -278,7 +278,7 @@ func (m *Memory) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	l.length = ttl
 	m.move(l, now.Add(ttl))
-	return l.lease(token, ttl), nil
+	return l.lease(token), nil
 }
 
 // Release implements Store.
@@ -314,7 +314,9 @@ func (m *Memory) Inspect(ctx context.Context, key string) (Lease, error) {
 	if !ok {
 		return Lease{}, ErrNotHeld
 	}
-	return l.lease("", l.expires.At.Sub(now)), nil
+	lease := l.lease("")
+	lease.Left = l.expires.At.Sub(now)
+	return lease, nil
 }
 
 // Ping implements Store; memory always answers.
@@ -351,13 +353,13 @@ func (m *Memory) reclaim() time.Time {
 	return now
 }
 
-func (l *memLock) lease(token string, ttl time.Duration) Lease {
+func (l *memLock) lease(token string) Lease {
 	return Lease{
 		Key:       l.key,
 		Token:     token,
 		Owner:     l.owner,
 		Fence:     l.fence,
-		TTL:       ttl,
+		Granted:   l.length,
 		ExpiresAt: l.expires.At,
 	}
 }

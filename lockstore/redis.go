@@ -230,7 +230,9 @@ func (s *Redis) Inspect(ctx context.Context, key string) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
-	return v.lease(key, "", remaining, start), nil
+	l := v.lease(key, "", remaining, start)
+	l.Granted, l.Left = v.length, remaining
+	return l, nil
 }
 
 // Ping implements Store with a write, so a Redis that answers but refuses
@@ -520,11 +522,11 @@ func parseLockValue(reply any) (lockValue, error) {
 
 func (v lockValue) lease(key, token string, ttl time.Duration, start time.Time) Lease {
 	return Lease{
-		Key:   key,
-		Token: token,
-		Owner: v.owner,
-		Fence: v.fence,
-		TTL:   ttl,
+		Key:     key,
+		Token:   token,
+		Owner:   v.owner,
+		Fence:   v.fence,
+		Granted: ttl,
 		// start was read before the script ran, so start+ttl is never later
 		// than the expiry Redis applies.
 		ExpiresAt: start.Add(ttl),

@@ -226,7 +226,7 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 		Token:     req.Token,
 		Owner:     owner,
 		Fence:     fence,
-		TTL:       req.TTL,
+		Granted:   req.TTL,
 		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
 		Renewed:   isRenewed,
 	}, true
@@ -293,7 +293,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	case len(t.ok) >= r.quorum && validity > 0:
 		v := majorityValue(t.ok)
 		return Lease{
-			Key: key, Token: token, Owner: v.owner, Fence: v.fence, TTL: ttl,
+			Key: key, Token: token, Owner: v.owner, Fence: v.fence, Granted: ttl,
 			ExpiresAt: start.Add(ttl - drift(ttl)),
 		}, nil
 	case len(t.ok) >= r.quorum:
@@ -425,7 +425,7 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
 		}
 		v := majorityValue(values)
 		ttl := max(remaining-drift(remaining), 0)
-		return Lease{Key: key, Owner: v.owner, Fence: v.fence, TTL: ttl, ExpiresAt: start.Add(ttl)}, nil
+		return Lease{Key: key, Owner: v.owner, Fence: v.fence, Granted: v.length, Left: ttl, ExpiresAt: start.Add(ttl)}, nil
 	}
 	if best+unknown < r.quorum {
 		return Lease{}, ErrNotHeld

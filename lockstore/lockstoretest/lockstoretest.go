@@ -80,7 +80,7 @@ func testAcquire(t *testing.T, s lockstore.Store, key string) {
 	assert.Equal(t, token, l.Token)
 	assert.Equal(t, "worker-7", l.Owner)
 	assert.Positive(t, l.Fence)
-	assert.Equal(t, 10*time.Second, l.TTL)
+	assert.Equal(t, 10*time.Second, l.Granted)
 	assert.False(t, l.Renewed)
 	// Conservative expiry: after the request started, never after the
 	// latest moment the store could have applied the TTL.
@@ -115,7 +115,7 @@ func testSameToken(t *testing.T, s lockstore.Store, key string) {
 	l, err := s.Inspect(ctx(t), key)
 	require.NoError(t, err)
 	assert.Equal(t, first.Fence, l.Fence)
-	assert.Greater(t, l.TTL, 9*time.Second)
+	assert.Greater(t, l.Left, 9*time.Second)
 }
 
 func testExtend(t *testing.T, s lockstore.Store, key string) {
@@ -123,13 +123,13 @@ func testExtend(t *testing.T, s lockstore.Store, key string) {
 	ext, err := s.Extend(ctx(t), key, l.Token, 10*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence, ext.Fence)
-	assert.Equal(t, 10*time.Second, ext.TTL)
+	assert.Equal(t, 10*time.Second, ext.Granted)
 
 	time.Sleep(300 * time.Millisecond) // past the original TTL
 	got, err := s.Inspect(ctx(t), key)
 	require.NoError(t, err, "an extended lock outlives its first TTL")
 	assert.Equal(t, l.Fence, got.Fence)
-	assert.Greater(t, got.TTL, 9*time.Second)
+	assert.Greater(t, got.Left, 9*time.Second)
 }
 
 // An Extend with a ttl of 0 applies the length the lease was last granted
@@ -139,28 +139,28 @@ func testExtendOwnLength(t *testing.T, s lockstore.Store, key string) {
 	ext, err := s.Extend(ctx(t), key, l.Token, 0)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence, ext.Fence)
-	assert.Equal(t, 60*time.Second, ext.TTL, "the granted length, not a default")
+	assert.Equal(t, 60*time.Second, ext.Granted, "the granted length, not a default")
 	got, err := s.Inspect(ctx(t), key)
 	require.NoError(t, err)
-	assert.Greater(t, got.TTL, 55*time.Second)
+	assert.Greater(t, got.Left, 55*time.Second)
 
 	// After an explicit extend, that length is the lease's own.
 	_, err = s.Extend(ctx(t), key, l.Token, 90*time.Second)
 	require.NoError(t, err)
 	ext, err = s.Extend(ctx(t), key, l.Token, 0)
 	require.NoError(t, err)
-	assert.Equal(t, 90*time.Second, ext.TTL)
+	assert.Equal(t, 90*time.Second, ext.Granted)
 
 	// A retried acquire of the same token re-grants with its TTL.
 	_, err = s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: l.Token, TTL: 2 * time.Minute})
 	require.NoError(t, err)
 	ext, err = s.Extend(ctx(t), key, l.Token, 0)
 	require.NoError(t, err)
-	assert.Equal(t, 2*time.Minute, ext.TTL)
+	assert.Equal(t, 2*time.Minute, ext.Granted)
 	got, err = s.Inspect(ctx(t), key)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence, got.Fence)
-	assert.Greater(t, got.TTL, 110*time.Second)
+	assert.Greater(t, got.Left, 110*time.Second)
 
 	_, err = s.Extend(ctx(t), key, lockstore.NewToken(), 0)
 	require.ErrorIs(t, err, lockstore.ErrTokenMismatch)
@@ -184,7 +184,7 @@ func testExtendByStranger(t *testing.T, s lockstore.Store, key string) {
 	got, err := s.Inspect(ctx(t), key)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence, got.Fence)
-	assert.LessOrEqual(t, got.TTL, 10*time.Second, "a stranger's extend must not change the TTL")
+	assert.LessOrEqual(t, got.Left, 10*time.Second, "a stranger's extend must not change the TTL")
 }
 
 func testRelease(t *testing.T, s lockstore.Store, key string) {
@@ -227,8 +227,9 @@ func testInspect(t *testing.T, s lockstore.Store, key string) {
 	assert.Empty(t, got.Token, "inspect never reveals the token")
 	assert.Equal(t, "checkout-3", got.Owner)
 	assert.Equal(t, granted.Fence, got.Fence)
-	assert.Less(t, got.TTL, 10*time.Second-40*time.Millisecond, "ttl is the time left")
-	assert.Greater(t, got.TTL, 8*time.Second)
+	assert.Equal(t, 10*time.Second, got.Granted, "the length it was granted with")
+	assert.Less(t, got.Left, 10*time.Second-40*time.Millisecond, "Left is the time left")
+	assert.Greater(t, got.Left, 8*time.Second)
 	assert.False(t, got.ExpiresAt.After(granted.ExpiresAt.Add(5*time.Millisecond)))
 }
 
