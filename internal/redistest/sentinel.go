@@ -136,6 +136,21 @@ func (st *Sentinels) WaitFailover(killed *Server) {
 	st.waitMaster(next, 30*time.Second)
 }
 
+// CutReplica stops the replica (SIGSTOP) and has the master drop its
+// link to it, so nothing the master writes from then on reaches it: a
+// stopped process's socket still takes in what the master sends, and the
+// replica would apply it on resuming. It returns the replica; Resume it
+// to let it answer again (it then finds its master link gone).
+func (st *Sentinels) CutReplica() *Server {
+	st.t.Helper()
+	master, replica := st.Master(), st.Replica()
+	replica.Pause()
+	if err := master.Client().ClientKillByFilter(context.Background(), "TYPE", "replica").Err(); err != nil {
+		st.t.Fatalf("redistest: CLIENT KILL TYPE replica on the master: %v", err)
+	}
+	return replica
+}
+
 // Rejoin starts a killed node again, empty, as a replica of the current
 // master, and returns once it is in sync and the sentinels list it, so
 // that writes can be acknowledged (LOCKGW_REDIS_WAIT_REPLICAS) and a

@@ -5,6 +5,7 @@ package chaos_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -32,6 +33,9 @@ const (
 	maxTTL      = 1500 * time.Millisecond
 	nodeTimeout = "100ms"
 	clients     = 8
+	// failoverTTL is a staged lease that must outlive a Sentinel failover
+	// (about 2.5 s) and the old master's rejoining.
+	failoverTTL = 8 * time.Second
 )
 
 var (
@@ -89,6 +93,10 @@ type scenario struct {
 	shim             bool // nodes run on the clock shim
 	workload         func(r *run)
 	fault            func(t *testing.T, r *run)
+	// maxTTL replaces the default LOCKGW_MAX_TTL (a staged lease that must
+	// outlive a failover is longer than 1.5 s)
+	maxTTL time.Duration
+	env    map[string]string // more LOCKGW_* settings for every gateway
 }
 
 // run is one run of a scenario.
@@ -111,6 +119,7 @@ var (
 	both        = []string{chaos.Redis, chaos.Redlock}
 	redlockOnly = []string{chaos.Redlock}
 	redisOnly   = []string{chaos.Redis}
+	sentinel    = []string{chaos.Sentinel}
 )
 
 var scenarios = []scenario{
@@ -318,7 +327,57 @@ var scenarios = []scenario{
 		},
 	},
 
+	{
+		name: "failover-wait", backends: sentinel, maxTTL: failoverTTL,
+		env:  map[string]string{"LOCKGW_REDIS_WAIT_REPLICAS": "1"},
+		desc: "Sentinel with `LOCKGW_REDIS_WAIT_REPLICAS=1`: H holds `s` (granted once the replica acknowledged it), the master is killed (SIGKILL), the sentinels promote the replica, the old master rejoins as its replica, and Q tries to take `s` through the other gateway while H's lease is valid: it must not be granted. Then the control's staging (replica stopped before H asks): H is answered 503 and the grant taken back",
+		fault: func(t *testing.T, r *run) {
+			st := r.Sentinels
+			r.at(time.Second)
+			var took time.Duration
+			granted := doubleGrant(t, r.Cluster, 0, 1, "s", failoverTTL, nil, func() {
+				start := time.Now()
+				killed := st.KillMaster()
+				st.WaitFailover(killed)
+				took = time.Since(start)
+				st.Rejoin(killed) // Q's grant needs a replica to acknowledge it, or it could never be granted
+			})
+			assert.False(t, granted, "a lease the replica acknowledged survives the failover")
+			r.notes = append(r.notes, fmt.Sprintf("failover: replica promoted %v after the kill", took.Round(time.Millisecond)))
+
+			replica := st.CutReplica()
+			h := r.record(r.Client.Acquire(r.URLs[0], "u", lockstore.NewToken(), failoverTTL, 0, 3*time.Second), 0)
+			replica.Resume()
+			assert.Equal(t, chaos.Unknown, h.Result, "with the replica stopped, a grant is answered 503")
+			q, ok := acquireUntil(r.Cluster, 1, "u", ttl, time.Now().Add(3*time.Second).UnixNano())
+			assert.True(t, ok, "the unacknowledged grant was taken back: the key is free")
+			if ok {
+				release(r.Cluster, 1, q)
+			}
+			r.at(time.Second + failoverTTL + 4*time.Second)
+		},
+	},
+
 	// Known-unsafe controls: each must be caught.
+	{
+		name: "failover-nowait", backends: sentinel, maxTTL: failoverTTL,
+		expect: []string{"overlap", "linearizability"}, tolerate: []string{"fences", "counter"},
+		desc: "CONTROL. Sentinel without `LOCKGW_REDIS_WAIT_REPLICAS`: the replica is stopped (SIGSTOP) and the master drops its link to it, H takes `s` (answered at once, the grant on the master only), the master is killed, the replica resumes and is promoted without `s`, and Q takes `s` while H's lease is valid",
+		fault: func(t *testing.T, r *run) {
+			st := r.Sentinels
+			r.at(time.Second)
+			var replica, killed *redistest.Server
+			cut := func() { replica = st.CutReplica() }
+			granted := doubleGrant(t, r.Cluster, 0, 1, "s", failoverTTL, cut, func() {
+				killed = st.KillMaster()
+				replica.Resume()
+				st.WaitFailover(killed)
+			})
+			assert.True(t, granted, "asynchronous replication loses a grant the master had not sent on")
+			st.Rejoin(killed)
+			r.at(time.Second + failoverTTL + 2*time.Second)
+		},
+	},
 	{
 		name: "clock-jump", backends: both, shim: true,
 		expect: []string{"overlap", "linearizability"},
@@ -432,6 +491,10 @@ func runScenario(t *testing.T, sc scenario, backend string, i int) {
 		Backend: backend, Bin: gatewayBin, MaxTTL: maxTTL,
 		Env: map[string]string{"LOCKGW_REDLOCK_NODE_TIMEOUT": nodeTimeout},
 	}
+	if sc.maxTTL > 0 {
+		opts.MaxTTL = sc.maxTTL
+	}
+	maps.Copy(opts.Env, sc.env)
 	if sc.shim {
 		opts.ClockShim = clockShim
 	}

@@ -9,12 +9,17 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
 )
 
 // Backends the harness runs.
 const (
 	Redis   = "redis"   // one Redis
 	Redlock = "redlock" // five independent masters
+	// Sentinel is the redis backend in sentinel mode: a master, a replica
+	// and three sentinels (sentinel.go).
+	Sentinel = "sentinel"
 )
 
 // ClusterOptions says what to start.
@@ -49,6 +54,9 @@ type Cluster struct {
 	History  *History
 	Client   *Client
 	State    *State
+	// Sentinels, with the Sentinel backend, are the set-up Nodes belong
+	// to; the gateways find the master through them, not through Links.
+	Sentinels *redistest.Sentinels
 
 	stopSampling func()
 }
@@ -65,6 +73,10 @@ func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	n := 1
 	if opts.Backend == Redlock {
 		n = 5
+	}
+	if opts.Backend == Sentinel {
+		c.startSentinel()
+		n = 0
 	}
 	for range n {
 		c.Nodes = append(c.Nodes, StartNode(t, opts.ClockShim))
@@ -97,6 +109,9 @@ func (c *Cluster) AddGateway() int {
 		"LOCKGW_REDIS_URL":         urls[0],
 		"LOCKGW_REDLOCK_URLS":      strings.Join(urls, ","),
 		"LOCKGW_RATE_LIMIT_WINDOW": "0",
+	}
+	if c.Sentinels != nil {
+		maps.Copy(env, sentinelEnv(c.Sentinels))
 	}
 	maps.Copy(env, c.Opts.Env)
 	c.Links = append(c.Links, links)

@@ -22,7 +22,12 @@ type Node struct {
 // the node reads the wall clock through it, so SetClock can step it.
 func StartNode(t testing.TB, shim string) *Node {
 	t.Helper()
-	n := &Node{Server: redistest.StartOptions(t, redistest.Options{ClockShim: shim})}
+	return newNode(t, redistest.StartOptions(t, redistest.Options{ClockShim: shim}))
+}
+
+// newNode wraps a server started elsewhere (a Sentinel set-up's).
+func newNode(t testing.TB, srv *redistest.Server) *Node {
+	n := &Node{Server: srv}
 	n.client = redis.NewClient(&redis.Options{
 		Addr: n.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
