@@ -42,6 +42,7 @@ build:
 # goes for nginx: examples/nginx runs its own on free ports, never port 80.
 test: deps
 	$(COMPOSE) -f docker-compose.yml config -q
+	$(COMPOSE) -f docker-compose.yml --profile sentinel --profile cluster config -q
 	CGO_ENABLED=1 $(GO) test -race ./...
 
 # Tools the tests need beyond Go:
