@@ -49,9 +49,15 @@ var (
 // Redis keeps only a SHA-256 digest of each token.
 //
 // Per-user quotas (AcquireRequest.Quota) are counted in Redis, in one set
-// per user changed by the same script as the lock, so they are exact
-// across every gateway on the Redis. A user's set and a lock hash to
-// different Redis Cluster slots: quotas need a single Redis or Sentinel.
+// per user, so they hold across every gateway on the Redis. On a single
+// Redis or Sentinel the same script changes the set and the lock: the
+// count is exact. On a Cluster the set lives in the user's slot, apart
+// from the lock's, and each change takes two scripts (redis_cluster.go):
+// the cap still holds across gateways (a place is reserved before the
+// lock is taken, and given back only after it is gone), but a gateway
+// that dies between the two steps leaves the count one too high until the
+// lease it counted would have ended, and a lock's count ends up to a round
+// trip (plus the two nodes' clock difference) before its lease does.
 type Redis struct {
 	client   redis.UniversalClient
 	acks     replicaAcks // LOCKGW_REDIS_WAIT_REPLICAS (redis_wait.go)
@@ -109,6 +115,9 @@ func (s *Redis) Acquire(ctx context.Context, key string, req AcquireRequest) (Le
 // the caller renews counts against another user than a.quota believed (it
 // keeps the user it learnt for later calls).
 func (s *Redis) acquire(ctx context.Context, key string, a *acquireArgs) (acquireResult, error) {
+	if s.onCluster() {
+		return s.clusterAcquire(ctx, key, a)
+	}
 	for range recountTries {
 		r, err := s.acquireAcked(ctx, key, *a)
 		if err != nil || r.code != acquireElsewhere {
@@ -125,6 +134,9 @@ func (s *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration
 		return Lease{}, err
 	}
 	start := time.Now()
+	if s.onCluster() {
+		return s.clusterExtend(ctx, key, token, ttl, start)
+	}
 	holder := escapeUser(userHint(ctx))
 	for range recountTries {
 		args := []any{digestHex(token), ttl.Milliseconds()}
@@ -152,6 +164,9 @@ func (s *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration
 func (s *Redis) Release(ctx context.Context, key, token string) error {
 	if err := checkToken(key, token, MinTTL); err != nil {
 		return err
+	}
+	if s.onCluster() {
+		return s.clusterRelease(ctx, key, token)
 	}
 	holder := escapeUser(userHint(ctx))
 	for range recountTries {
@@ -313,6 +328,10 @@ func (a acquireArgs) call(key string) (keys []string, args []any) {
 	case a.attempt != "":
 		keys = append(keys, horizonKey)
 		args = append(args, a.attempt)
+	case a.publish == publishShard:
+		// On a Cluster the caller counts (redis_cluster.go); the script
+		// only records the user (or refuses a new grant: max -1).
+		args = append(args, "", a.quota.max, a.quota.user)
 	case a.quota.on():
 		user := a.quota.user
 		if a.quota.max == 0 { // counts nothing new: the set only fills the place
@@ -320,8 +339,6 @@ func (a acquireArgs) call(key string) (keys []string, args []any) {
 		}
 		keys = append(keys, quotaKey(user), quotaKey(a.quota.holder))
 		args = append(args, "", a.quota.max, a.quota.user)
-	case a.publish == publishShard:
-		args = append(args, "", 0, "")
 	}
 	if a.publish == publishShard {
 		args = append(args, a.publish)
@@ -489,6 +506,8 @@ type lockValue struct {
 	attempt string // Redlock's attempt field; "" in Redis's values
 	fence   int64
 	owner   string
+	// user is the quota user a Redis value records ("^<user>"), escaped.
+	user string
 	// length is the lease's length as last granted or extended, from the
 	// fence field's "+<ms>"; 0 in a value written by an older gateway.
 	length time.Duration
@@ -500,12 +519,12 @@ func parseLockValue(reply any) (lockValue, error) {
 		return lockValue{}, fmt.Errorf("lockstore: lock value is %T, not a string", reply)
 	}
 	digest, rest, ok1 := strings.Cut(s, ":")
-	var attempt string
+	var attempt, user string
 	switch {
 	case strings.HasPrefix(rest, "~"):
 		attempt, rest, _ = strings.Cut(rest, ":")
-	case strings.HasPrefix(rest, "^"): // the quota user; only the scripts read it
-		_, rest, _ = strings.Cut(rest, ":")
+	case strings.HasPrefix(rest, "^"): // the quota user
+		user, rest, _ = strings.Cut(rest[1:], ":")
 	}
 	fence, owner, ok2 := strings.Cut(rest, ":")
 	fence, length, hasLength := strings.Cut(fence, "+")
@@ -517,7 +536,7 @@ func parseLockValue(reply any) (lockValue, error) {
 	if !ok1 || !ok2 || err != nil || len(digest) != 64 {
 		return lockValue{}, fmt.Errorf("lockstore: malformed lock value %q", redactDigest(s))
 	}
-	return lockValue{digest: digest, attempt: attempt, fence: f, owner: owner, length: time.Duration(ms) * time.Millisecond}, nil
+	return lockValue{digest: digest, attempt: attempt, user: user, fence: f, owner: owner, length: time.Duration(ms) * time.Millisecond}, nil
 }
 
 func (v lockValue) lease(key, token string, ttl time.Duration, start time.Time) Lease {

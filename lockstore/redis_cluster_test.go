@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +40,10 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("Wait", func(t *testing.T) {
 		lockstoretest.RunWait(t, func(t *testing.T) lockstore.Store { return a }, true)
 	})
+	t.Run("Quota", func(t *testing.T) {
+		lockstoretest.RunQuota(t, func(t *testing.T) lockstore.Store { return newClusterStore(t, c) })
+	})
+	t.Run("QuotaSteps", func(t *testing.T) { testClusterQuotaSteps(t, c, a, b) })
 	t.Run("KeysOnEveryMaster", func(t *testing.T) { testClusterSpread(t, c, a) })
 	t.Run("ShardedHandoff", func(t *testing.T) { testClusterHandoff(t, c, a, b) })
 	t.Run("HandoffAfterSlotMoves", func(t *testing.T) { testClusterSlotMove(t, c, a, b) })
@@ -227,4 +233,63 @@ func moveSlot(t *testing.T, c *redistest.Cluster, key string, src, dst *redistes
 			require.NoError(t, m.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
 		}
 	}
+}
+
+// On a Cluster a user's count lives on another shard than the lock, and
+// is changed in steps of its own (redis_cluster.go): a refused acquire
+// gives its place back, a release takes the count out, and what a gateway
+// that died after reserving leaves counts only until the lease it reserved
+// for would have ended.
+func testClusterQuotaSteps(t *testing.T, c *redistest.Cluster, a, b *lockstore.Redis) {
+	ctx := context.Background()
+	rdb := c.Client()
+	user := "steps"
+	set := "lockgw:{quota:" + user + "}:locks"
+	// A key whose lock lives on another shard than the user's set, so the
+	// steps really cross shards.
+	var key string
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("steps/%d", i)
+		if owner(t, c, "lockgw:{"+k+"}:lock") != owner(t, c, set) {
+			key = k
+		}
+	}
+	take := func(s *lockstore.Redis, key string, ttl time.Duration) (lockstore.Lease, error) {
+		return s.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: ttl, Quota: lockstore.Quota{User: user, Max: 2}})
+	}
+	count := func() int64 {
+		n, err := rdb.ZCard(ctx, set).Result()
+		require.NoError(t, err)
+		return n
+	}
+
+	_, err := a.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+	_, err = take(b, key, time.Minute)
+	require.ErrorIs(t, err, lockstore.ErrHeld)
+	assert.Zero(t, count(), "a refused acquire gave its place back")
+
+	l, err := take(b, key+"/mine", time.Minute)
+	require.NoError(t, err)
+	members, err := rdb.ZRangeWithScores(ctx, set, 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, members, 1)
+	assert.True(t, strings.HasPrefix(members[0].Member.(string), "lockgw:{"+key+"/mine}:lock#"), "the member names the lock: %v", members[0].Member)
+	require.NoError(t, a.Release(ctx, l.Key, l.Token), "released through the other gateway")
+	assert.Zero(t, count(), "the release took the count out")
+
+	// A gateway that reserved a place and died before taking the lock: the
+	// place counts until the lease it reserved would have ended, no longer.
+	lua, err := os.ReadFile("lua/quota.lua")
+	require.NoError(t, err)
+	require.NoError(t, rdb.Eval(ctx, string(lua), []string{set}, "reserve", "lockgw:{"+key+"/died}:lock#x", 500, 2).Err())
+	_, err = take(a, key+"/1", time.Minute)
+	require.NoError(t, err)
+	_, err = take(b, key+"/2", time.Minute)
+	var capErr *lockstore.CapError
+	require.ErrorAs(t, err, &capErr, "the dead gateway's reservation counts")
+	assert.LessOrEqual(t, capErr.Next, 500*time.Millisecond)
+	time.Sleep(capErr.Next + 50*time.Millisecond)
+	_, err = take(b, key+"/2", time.Minute)
+	require.NoError(t, err, "the reservation stopped counting with the lease it was for")
 }

@@ -56,7 +56,13 @@
 --          notification stays on this key's shard; ARGV[7] shares the
 --          lock's hash tag, so a script may. Absent: PUBLISH, which any
 --          Redis has. (ARGV[9] to ARGV[11] are then "", 0, "" when there
---          is no quota.)
+--          is no quota.) On a Cluster a user's quota set lives in another
+--          slot, so this script never names one (no KEYS[5], KEYS[6]) and
+--          the caller counts (redis_cluster.go): ARGV[10] > 0 only records
+--          ARGV[11] as the lock's user in a new grant's value; ARGV[10] -1
+--          says the caller's user is at its cap: everything happens as
+--          usual (queueing, renewals, a held key is held) except a new
+--          grant, which is refused with {4, 0}.
 --
 -- Returns
 --   {1, value}        acquired: a new grant with a new fence
@@ -78,8 +84,9 @@
 -- extends or deletes such a lock changes its user's set in the same step,
 -- or changes nothing and names the user ({3, user} here). So the set and
 -- the locks never disagree, whichever gateway or identity acts on the lock.
--- (The set and the lock hash to different Redis Cluster slots: this works
--- on a single Redis or Sentinel, not on a Cluster.)
+-- (The set and the lock hash to different Redis Cluster slots: on a
+-- Cluster the caller counts in steps of its own, see ARGV[12] and
+-- redis_cluster.go.)
 --
 -- A free lock goes to the first waiter in the queue, never to a newcomer,
 -- so waiters are granted in arrival order across every gateway sharing this
@@ -90,6 +97,7 @@
 -- has passed it by the margin (docs/safety.md, "Fences").
 local waiter = ARGV[5]
 local publish = ARGV[12] or 'PUBLISH'
+local apart = publish == 'SPUBLISH' -- on a Cluster: quota sets are the caller's
 local attempt = ARGV[9]
 if attempt == '' then
   attempt = nil
@@ -144,7 +152,7 @@ end
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, 64) == ARGV[1] then
   local user = counted_user(cur)
-  if user and KEYS[6] ~= 'lockgw:{quota:' .. user .. '}:locks' then
+  if user and not apart and KEYS[6] ~= 'lockgw:{quota:' .. user .. '}:locks' then
     return {3, user}
   end
   if waiter ~= '' then
@@ -162,7 +170,7 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
       end
     end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    if user then
+    if user and not apart then
       count(KEYS[6], clock_ms())
     end
     return {2, value}
@@ -226,10 +234,13 @@ end
 -- when out of memory (after one, it lets the script finish), and that must
 -- stay the fence's SET below.
 local cap = tonumber(ARGV[10]) or 0
+if apart and cap < 0 then
+  return {4, 0}
+end
 local now_s = string.format('%.0f', now_ms)
 -- At the cap, a lock the set still counts (a lease deleted without its set
 -- by an older gateway) is not a second lock.
-if cap > 0 and redis.call('ZCOUNT', KEYS[5], now_s, '+inf') >= cap
+if cap > 0 and not apart and redis.call('ZCOUNT', KEYS[5], now_s, '+inf') >= cap
     and tonumber(redis.call('ZSCORE', KEYS[5], KEYS[1]) or '0') < now_ms then
   local first = redis.call('ZRANGEBYSCORE', KEYS[5], now_s, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   return {4, tonumber(first[2]) - now_ms}
@@ -262,7 +273,7 @@ if attempt then
   raise_horizon(ARGV[2])
 end
 redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
-if cap > 0 then
+if cap > 0 and not apart then
   -- Forget the user's expired locks, then count this one.
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. now_s)
   count(KEYS[5], now_ms)

@@ -15,6 +15,10 @@
 --          again; it must not shorten that later grant. KEYS[2] is then the
 --          node's lease horizon, "lockgw:redlock:horizon", raised to outlive
 --          the lease (see acquire.lua).
+-- ARGV[4]  Redis on a Cluster only (ARGV[3] then ""): "1": a user's quota
+--          set lives in another slot, so none is passed and a counted lock
+--          is extended like any other; the caller moves its count
+--          (redis_cluster.go).
 --
 -- Returns
 --   {1, value}  extended; value is the lock's value
@@ -35,7 +39,7 @@ if string.sub(cur, 1, 64) ~= ARGV[1] then
 end
 local redlock = ARGV[3] == '1'
 local user = nil
-if not redlock and string.sub(cur, 66, 66) == '^' then
+if not redlock and ARGV[4] ~= '1' and string.sub(cur, 66, 66) == '^' then
   user = string.match(cur, '^[^:]*:%^([^:]*):')
   if KEYS[2] ~= 'lockgw:{quota:' .. user .. '}:locks' then
     return {-2, user}

@@ -28,6 +28,9 @@
 --       (an acquire round took it over since); left as it is
 --   {-3, user}  the lock counts against user, whose set is not KEYS[4] (or
 --       none was passed); left as it is: call again with that user's set
+--   {1, user}  on a Cluster (ARGV[4] "SPUBLISH"), where a quota set lives in
+--       another slot and no KEYS[4] is passed: released; the lock counted
+--       against user, and the caller takes it out of that user's set
 --
 -- Only the first waiter is told (the message is its id), so a release costs
 -- one wake-up, not one per waiter. With nobody queued the message is "*",
@@ -40,10 +43,11 @@ end
 if string.sub(cur, 1, 64) ~= ARGV[1] then
   return -1
 end
+local apart = ARGV[4] == 'SPUBLISH'
 local user = nil
 if string.sub(cur, 66, 66) == '^' then
   user = string.match(cur, '^[^:]*:%^([^:]*):')
-  if KEYS[4] ~= 'lockgw:{quota:' .. user .. '}:locks' then
+  if not apart and KEYS[4] ~= 'lockgw:{quota:' .. user .. '}:locks' then
     return {-3, user}
   end
 end
@@ -57,7 +61,7 @@ if ARGV[5] then
   end
 end
 redis.call('DEL', KEYS[1])
-if user then
+if user and not apart then
   redis.call('ZREM', KEYS[4], KEYS[1])
 end
 local counter = tonumber(redis.call('GET', KEYS[3]))
@@ -68,4 +72,7 @@ if counter then
 end
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 redis.call(ARGV[4], ARGV[2], head or '*')
+if user and apart then
+  return {1, user}
+end
 return 1
