@@ -2,10 +2,12 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,7 +31,7 @@ const (
 // Sentinels is a master, one replica and three sentinels monitoring them,
 // all real redis-server processes on free loopback ports.
 type Sentinels struct {
-	t testing.TB
+	t testing.TB // nil for set-ups from RunSentinel
 	// Nodes are the two data nodes; Nodes[0] starts as the master.
 	Nodes [2]*Server
 	// Watchers are the three sentinels (redis-server --sentinel).
@@ -45,31 +47,108 @@ type Sentinels struct {
 // redis-sentinel is the same binary run with --sentinel.
 func StartSentinel(t testing.TB) *Sentinels {
 	t.Helper()
-	bin := Binary(t)
+	st, err := RunSentinel(Options{Bin: Binary(t), Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.t = t
+	for _, s := range st.servers() {
+		s.t = t
+	}
+	t.Cleanup(st.Kill)
+	return st
+}
+
+// RunSentinel is StartSentinel for a caller that is not a test (lockbench),
+// which must Kill the set-up when done. opts is every server's options;
+// each gets a folder of its own in opts.Dir. The methods that would fail a
+// test panic instead on such a set-up.
+func RunSentinel(opts Options) (*Sentinels, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("redistest: RunSentinel needs Options.Dir")
+	}
+	st := &Sentinels{}
+	start := func(name string, args ...string) (*Server, error) {
+		o := opts
+		o.Dir = filepath.Join(opts.Dir, name)
+		if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+			return nil, err
+		}
+		if args[0] == "--sentinel" {
+			o.Config = filepath.Join(o.Dir, "sentinel.conf")
+			text := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\n"+
+				"sentinel down-after-milliseconds %s %d\n"+
+				"sentinel failover-timeout %s %d\n"+
+				"sentinel parallel-syncs %s 1\n",
+				SentinelMaster, st.Nodes[0].port,
+				SentinelMaster, sentinelDownAfter.Milliseconds(),
+				SentinelMaster, sentinelFailoverTimeout.Milliseconds(),
+				SentinelMaster)
+			if err := os.WriteFile(o.Config, []byte(text), 0o644); err != nil {
+				return nil, err
+			}
+		}
+		o.Args = append(slices.Clone(opts.Args), args...)
+		s, err := Run(o)
+		if err != nil {
+			return nil, fmt.Errorf("redistest: Sentinel set-up, %s: %w", name, err)
+		}
+		return s, nil
+	}
 	// A replica's first sync waits repl-diskless-sync-delay (5 s by
 	// default) for more replicas to join; there is only one.
-	data := []string{"--repl-diskless-sync-delay", "0"}
-	st := &Sentinels{t: t}
-	st.Nodes[0] = StartOptions(t, Options{Bin: bin, Args: data})
-	st.Nodes[1] = StartOptions(t, Options{Bin: bin, Args: append(data, "--replicaof", "127.0.0.1", st.Nodes[0].portString())})
-	for i := range st.Watchers {
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "sentinel.conf")
-		text := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\n"+
-			"sentinel down-after-milliseconds %s %d\n"+
-			"sentinel failover-timeout %s %d\n"+
-			"sentinel parallel-syncs %s 1\n",
-			SentinelMaster, st.Nodes[0].port,
-			SentinelMaster, sentinelDownAfter.Milliseconds(),
-			SentinelMaster, sentinelFailoverTimeout.Milliseconds(),
-			SentinelMaster)
-		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
-			t.Fatalf("redistest: sentinel config: %v", err)
-		}
-		st.Watchers[i] = StartOptions(t, Options{Bin: bin, Dir: dir, Config: conf, Args: []string{"--sentinel"}})
+	var err error
+	if st.Nodes[0], err = start("master", "--repl-diskless-sync-delay", "0"); err != nil {
+		return nil, err
 	}
-	st.waitSettled(st.Nodes[0], st.Nodes[1], 20*time.Second)
-	return st
+	if st.Nodes[1], err = start("replica", "--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", st.Nodes[0].portString()); err != nil {
+		st.Kill()
+		return nil, err
+	}
+	for i := range st.Watchers {
+		if st.Watchers[i], err = start(fmt.Sprintf("sentinel%d", i+1), "--sentinel"); err != nil {
+			st.Kill()
+			return nil, err
+		}
+	}
+	if err := st.settled(st.Nodes[0], st.Nodes[1], 20*time.Second); err != nil {
+		st.Kill()
+		return nil, err
+	}
+	return st, nil
+}
+
+// Kill kills every process of the set-up. Safe to call twice.
+func (st *Sentinels) Kill() {
+	for _, s := range st.servers() {
+		s.Kill()
+	}
+}
+
+func (st *Sentinels) servers() []*Server {
+	var all []*Server
+	for _, s := range append(st.Nodes[:], st.Watchers[:]...) {
+		if s != nil {
+			all = append(all, s)
+		}
+	}
+	return all
+}
+
+// fatalf fails the test; a set-up from RunSentinel has none, and panics
+// instead.
+func (st *Sentinels) fatalf(format string, args ...any) {
+	if st.t == nil {
+		panic(fmt.Sprintf(format, args...))
+	}
+	st.t.Helper()
+	st.t.Fatalf(format, args...)
+}
+
+func (st *Sentinels) helper() {
+	if st.t != nil {
+		st.t.Helper()
+	}
 }
 
 // URL is the sentinel URL OpenRedis takes in sentinel mode:
@@ -81,23 +160,23 @@ func (st *Sentinels) URL() string {
 
 // Master returns the node the sentinels name as master now.
 func (st *Sentinels) Master() *Server {
-	st.t.Helper()
+	st.helper()
 	addr, err := st.masterAddr(st.Watchers[0])
 	if err != nil {
-		st.t.Fatalf("redistest: asking sentinel for the master: %v", err)
+		st.fatalf("redistest: asking sentinel for the master: %v", err)
 	}
 	for _, n := range st.Nodes {
 		if n.Addr() == addr {
 			return n
 		}
 	}
-	st.t.Fatalf("redistest: sentinel names %s as master, none of ours", addr)
+	st.fatalf("redistest: sentinel names %s as master, none of ours", addr)
 	return nil
 }
 
 // Replica returns the node that is not the master now.
 func (st *Sentinels) Replica() *Server {
-	st.t.Helper()
+	st.helper()
 	if m := st.Master(); m == st.Nodes[0] {
 		return st.Nodes[1]
 	}
@@ -109,7 +188,7 @@ func (st *Sentinels) Replica() *Server {
 // It returns the time from the kill to then, measured on the monotonic
 // clock; it fails the test after 30 s.
 func (st *Sentinels) Failover() (killed *Server, took time.Duration) {
-	st.t.Helper()
+	st.helper()
 	start := time.Now()
 	killed = st.KillMaster()
 	st.WaitFailover(killed)
@@ -118,7 +197,7 @@ func (st *Sentinels) Failover() (killed *Server, took time.Duration) {
 
 // KillMaster kills the master (SIGKILL) and returns it at once.
 func (st *Sentinels) KillMaster() *Server {
-	st.t.Helper()
+	st.helper()
 	m := st.Master()
 	m.Kill()
 	return m
@@ -128,7 +207,7 @@ func (st *Sentinels) KillMaster() *Server {
 // killed as master, and that node says it is one; it fails the test after
 // 30 s.
 func (st *Sentinels) WaitFailover(killed *Server) {
-	st.t.Helper()
+	st.helper()
 	next := st.Nodes[0]
 	if next == killed {
 		next = st.Nodes[1]
@@ -142,11 +221,11 @@ func (st *Sentinels) WaitFailover(killed *Server) {
 // replica would apply it on resuming. It returns the replica; Resume it
 // to let it answer again (it then finds its master link gone).
 func (st *Sentinels) CutReplica() *Server {
-	st.t.Helper()
+	st.helper()
 	master, replica := st.Master(), st.Replica()
 	replica.Pause()
 	if err := master.Client().ClientKillByFilter(context.Background(), "TYPE", "replica").Err(); err != nil {
-		st.t.Fatalf("redistest: CLIENT KILL TYPE replica on the master: %v", err)
+		st.fatalf("redistest: CLIENT KILL TYPE replica on the master: %v", err)
 	}
 	return replica
 }
@@ -158,7 +237,7 @@ func (st *Sentinels) CutReplica() *Server {
 // turned into a replica by the sentinels themselves, but only after a
 // second or more, and it would serve as an empty master until then.
 func (st *Sentinels) Rejoin(n *Server) {
-	st.t.Helper()
+	st.helper()
 	master := st.Master()
 	n.opts.Args = []string{"--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", master.portString()}
 	n.Start()
@@ -168,7 +247,7 @@ func (st *Sentinels) Rejoin(n *Server) {
 // waitMaster waits until every sentinel names want and want reports
 // role:master.
 func (st *Sentinels) waitMaster(want *Server, within time.Duration) {
-	st.t.Helper()
+	st.helper()
 	deadline := time.Now().Add(within)
 	for {
 		ok := role(want) == "master"
@@ -180,7 +259,7 @@ func (st *Sentinels) waitMaster(want *Server, within time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			st.t.Fatalf("redistest: the sentinels did not promote %s within %v", want.Addr(), within)
+			st.fatalf("redistest: the sentinels did not promote %s within %v", want.Addr(), within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -190,18 +269,24 @@ func (st *Sentinels) waitMaster(want *Server, within time.Duration) {
 // sentinel names master, lists replica as a healthy replica and knows both
 // other sentinels.
 func (st *Sentinels) waitSettled(master, replica *Server, within time.Duration) {
-	st.t.Helper()
+	st.helper()
+	if err := st.settled(master, replica, within); err != nil {
+		st.fatalf("%v", err)
+	}
+}
+
+func (st *Sentinels) settled(master, replica *Server, within time.Duration) error {
 	ctx := context.Background()
 	deadline := time.Now().Add(within)
 	var why string
 	for time.Now().Before(deadline) {
 		why = st.unsettled(ctx, master, replica)
 		if why == "" {
-			return
+			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	st.t.Fatalf("redistest: Sentinel set-up not ready within %v: %s", within, why)
+	return fmt.Errorf("redistest: Sentinel set-up not ready within %v: %s", within, why)
 }
 
 // unsettled says what is not ready yet, or "".

@@ -48,6 +48,9 @@ type bench struct {
 	baseline  string // host:port
 	etcd      string // host:port of its client URL
 	direct    *lockstore.Redis
+	// The Sentinel rows' set-up and gateways, by replica count (sentinel.go).
+	sentinels   *redistest.Sentinels
+	sentinelGWs map[int]*target
 }
 
 // target is a gateway being measured, and what lockbench saw of its
@@ -420,6 +423,7 @@ func (b *bench) close() error {
 			errs = append(errs, t.stop())
 		}
 	}
+	errs = append(errs, b.closeSentinel())
 	for i := len(b.procs) - 1; i >= 0; i-- {
 		b.procs[i].stop()
 	}
