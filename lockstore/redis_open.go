@@ -76,6 +76,10 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		if err == nil && opts.MasterName == "" {
 			err = errors.New("no master_name")
 		}
+		if err == nil && opts.ReplicaOnly {
+			// Every lock operation writes; a replica refuses it (READONLY).
+			err = errors.New("replica_only=true would send the lock scripts to a replica, which refuses writes; drop it")
+		}
 		if err != nil {
 			return nil, urlError(mode, err)
 		}
@@ -98,6 +102,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		return nil, fmt.Errorf("lockstore: unknown Redis mode %q (want %s)", mode, modeList())
 	}
 	s := NewRedis(client)
+	s.mode = mode
 	s.acks = replicaAcks{replicas: o.WaitReplicas, timeout: o.Timeout}
 	return s, nil
 }

@@ -172,3 +172,9 @@ func TestOpenRedisRefusesWaitOnCluster(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "single Redis or Sentinel")
 }
+
+func TestOpenRedisRefusesReplicaOnly(t *testing.T) {
+	_, err := lockstore.OpenRedis("redis://127.0.0.1:26400?master_name=m&replica_only=true", lockstore.RedisOptions{Mode: lockstore.RedisSentinel, Timeout: time.Second})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "replica_only")
+}
