@@ -118,6 +118,9 @@ var settings = []setting{
 		switch {
 		case err != nil || n < 0:
 			return fmt.Errorf("%q is not a replica count (0, 1, 2, …)", v)
+		case n > 0 && c.Backend != BackendRedis:
+			// Ignored, it would promise a safety the backend does not give.
+			return fmt.Errorf("%d: only the redis backend waits for replicas, and the backend is %s; set LOCKGW_BACKEND=redis, or use 0", n, c.Backend)
 		case n > 0 && c.RedisMode == lockstore.RedisCluster:
 			return fmt.Errorf("%d: waiting for replicas works with --redis-mode single or sentinel, not cluster; use 0", n)
 		}

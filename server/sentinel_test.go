@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/internal/apitest"
 	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/server"
 )
 
 // TestSentinelFailover: two gateways on one Sentinel set-up, one answering
@@ -119,4 +122,25 @@ func TestSentinelFailover(t *testing.T) {
 	r = acked.Do(t, "PUT", "/locks/failover/held", []byte(`{"ttl_ms":60000}`), apitest.JSON...)
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	assert.Greater(t, r.JSON(t)["fence"].(float64), fence, "fences go on rising across the failover")
+}
+
+func TestRedisWaitReplicasConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"not a count", map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_WAIT_REPLICAS": "one"}, `LOCKGW_REDIS_WAIT_REPLICAS: "one" is not a replica count`},
+		{"negative", map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_WAIT_REPLICAS": "-1"}, `"-1" is not a replica count`},
+		{"another backend", map[string]string{"LOCKGW_REDIS_WAIT_REPLICAS": "1"}, "only the redis backend waits for replicas, and the backend is memory"},
+		{"cluster", map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_MODE": "cluster", "LOCKGW_REDIS_WAIT_REPLICAS": "1"}, "not cluster"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := server.Run(ctx, nil, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
 }
