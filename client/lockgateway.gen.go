@@ -70,6 +70,27 @@ func (e ReadyBackend) Valid() bool {
 	}
 }
 
+// Defines values for ReadyMode.
+const (
+	ReadyModeCluster  ReadyMode = "cluster"
+	ReadyModeSentinel ReadyMode = "sentinel"
+	ReadyModeSingle   ReadyMode = "single"
+)
+
+// Valid indicates whether the value is a known member of the ReadyMode enum.
+func (e ReadyMode) Valid() bool {
+	switch e {
+	case ReadyModeCluster:
+		return true
+	case ReadyModeSentinel:
+		return true
+	case ReadyModeSingle:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReadyStatus.
 const (
 	ReadyStatusOk ReadyStatus = "ok"
@@ -281,13 +302,34 @@ type Problem struct {
 type Ready struct {
 	Backend ReadyBackend `json:"backend"`
 
+	// Mode The redis backend only; how it reaches Redis (LOCKGW_REDIS_MODE).
+	Mode *ReadyMode `json:"mode,omitempty"`
+
 	// Nodes Redlock only; one entry per configured node.
-	Nodes  *[]ReadyNode `json:"nodes,omitempty"`
-	Status ReadyStatus  `json:"status"`
+	Nodes *[]ReadyNode `json:"nodes,omitempty"`
+
+	// Shards Redis Cluster only: how many masters (shards) the cluster has, as the gateway's slot
+	// map knows them.
+	//
+	//
+	// Example: 3
+	Shards *int `json:"shards,omitempty"`
+
+	// ShardsUp Redis Cluster only: how many of the shards answered a PING just now. Fewer than
+	// `shards` means the locks whose keys hash to the others cannot be served, although
+	// the gateway is ready for the rest.
+	//
+	//
+	// Example: 3
+	ShardsUp *int        `json:"shards_up,omitempty"`
+	Status   ReadyStatus `json:"status"`
 }
 
 // ReadyBackend defines model for Ready.Backend.
 type ReadyBackend string
+
+// ReadyMode The redis backend only; how it reaches Redis (LOCKGW_REDIS_MODE).
+type ReadyMode string
 
 // ReadyStatus defines model for Ready.Status.
 type ReadyStatus string

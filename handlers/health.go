@@ -22,12 +22,18 @@ func Healthz() http.Handler {
 
 // Readyz serves GET /readyz: the backend answers within timeout. A load
 // balancer should stop sending lock traffic to a gateway that answers 503.
-// nodes, when not nil, lists a multi-node backend's nodes in the body.
-func Readyz(store lockstore.Store, backend string, nodes func() []lockstore.NodeStatus, timeout time.Duration, log zerolog.Logger) http.Handler {
+// nodes, when not nil, lists a multi-node backend's nodes in the body;
+// topology, when not nil (the redis backend), says its mode and, on a
+// Cluster, how many shards answer.
+func Readyz(store lockstore.Store, backend string, nodes func() []lockstore.NodeStatus, topology func(context.Context) lockstore.Topology, timeout time.Duration, log zerolog.Logger) http.Handler {
 	type response struct {
 		Status  string     `json:"status"`
 		Backend string     `json:"backend"`
+		Mode    string     `json:"mode,omitempty"`
 		Nodes   []nodeJSON `json:"nodes,omitempty"`
+		// Pointers: a Cluster with no shard answering says 0.
+		Shards   *int `json:"shards,omitempty"`
+		ShardsUp *int `json:"shards_up,omitempty"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
@@ -58,7 +64,15 @@ func Readyz(store lockstore.Store, backend string, nodes func() []lockstore.Node
 			WriteProblem(w, r, e)
 			return
 		}
-		encode(w, http.StatusOK, "application/json", response{Status: "ok", Backend: backend, Nodes: list})
+		body := response{Status: "ok", Backend: backend, Nodes: list}
+		if topology != nil {
+			t := topology(ctx)
+			body.Mode = string(t.Mode)
+			if t.Mode == lockstore.RedisCluster {
+				body.Shards, body.ShardsUp = &t.Shards, &t.ShardsUp
+			}
+		}
+		encode(w, http.StatusOK, "application/json", body)
 	})
 }
 

@@ -65,6 +65,7 @@ type Redis struct {
 	// publish is how the scripts tell waiters: PUBLISH, or SPUBLISH on a
 	// Cluster (see notifier).
 	publish string
+	mode    RedisMode // what Topology reports
 }
 
 var _ Store = (*Redis)(nil)
@@ -77,11 +78,11 @@ var _ Store = (*Redis)(nil)
 // would report "not held".
 func NewRedis(client redis.UniversalClient) *Redis {
 	n := newNotifier(client)
-	publish := publishAll
+	publish, mode := publishAll, RedisSingle
 	if n.sharded {
-		publish = publishShard
+		publish, mode = publishShard, RedisCluster
 	}
-	return &Redis{client: client, notifier: n, publish: publish}
+	return &Redis{client: client, notifier: n, publish: publish, mode: mode}
 }
 
 // Acquire implements Store.

@@ -39,7 +39,7 @@ func addRoutes(r chi.Router, d deps) {
 			r.Post("/symbol", pprof.Symbol)
 		})
 	}
-	r.Get("/readyz", handlers.Readyz(d.store, d.backend, d.nodes, d.limits.BackendTimeout, d.log).ServeHTTP)
+	r.Get("/readyz", handlers.Readyz(d.store, d.backend, d.nodes, d.topology, d.limits.BackendTimeout, d.log).ServeHTTP)
 	r.Get("/openapi.yaml", handlers.OpenAPI(d.spec).ServeHTTP)
 
 	// A key may hold "/", so the lock routes take the rest of the path.

@@ -27,9 +27,12 @@ import (
 
 // deps is everything the routes need.
 type deps struct {
-	store    lockstore.Store
-	backend  string
-	nodes    func() []lockstore.NodeStatus // nil unless the backend has several nodes
+	store   lockstore.Store
+	backend string
+	nodes   func() []lockstore.NodeStatus // nil unless the backend has several nodes
+	// topology is the redis backend's mode and shards for /readyz; nil
+	// for the others.
+	topology func(context.Context) lockstore.Topology
 	limits   handlers.Limits
 	log      zerolog.Logger
 	spec     []byte
@@ -109,6 +112,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		metrics:      m,
 		metricsApart: cfg.MetricsAddr != "",
 		pprof:        cfg.PProf,
+	}
+	if r, ok := store.(*lockstore.Redis); ok {
+		d.topology = r.Topology
 	}
 	if len(cfg.TrustedProxies) > 0 {
 		d.clientIP = chimw.ClientIPFromXFF(prefixStrings(cfg.TrustedProxies)...)

@@ -187,81 +187,91 @@ func TestWalkthrough(t *testing.T) {
 // and fences must increase in grant order.
 func TestContention(t *testing.T) {
 	backends(t, func(t *testing.T, g *apitest.Gateway) {
-		c := apitest.NewClient(g.URL)
-		c.HTTP.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
-		path := lockPath(apitest.Key(t))
-
-		var (
-			holders     atomic.Int32
-			overlaps    atomic.Int32
-			mu          sync.Mutex
-			fences      []int64
-			conflicts   atomic.Int32
-			unavailable atomic.Int32
-			unexpected  atomic.Int32
-		)
-		// At least 2 s, and longer (up to 10 s) on a slow machine, until
-		// there are enough grants to prove something.
-		start := time.Now()
-		var granted atomic.Int32
-		more := func() bool {
-			took := time.Since(start)
-			return took < 2*time.Second || granted.Load() < 30 && took < 10*time.Second
-		}
-		var wg sync.WaitGroup
-		for range 50 {
-			wg.Go(func() {
-				for more() {
-					r := c.Do(t, "PUT", path, []byte(`{"ttl_ms":5000}`), apitest.JSON...)
-					switch r.Status {
-					case http.StatusServiceUnavailable:
-						// A backend too slow on a loaded machine is not
-						// what this test is about; safety is.
-						unavailable.Add(1)
-						continue
-					case http.StatusConflict:
-						conflicts.Add(1)
-						// Back off a little: 49 spinning clients would
-						// starve the holder's release of CPU.
-						time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
-						continue
-					case http.StatusCreated:
-					default:
-						unexpected.Add(1)
-						t.Errorf("acquire: %d %s", r.Status, r.Body)
-						return
-					}
-					lease := r.JSON(t)
-					granted.Add(1)
-					if holders.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					mu.Lock() // only the holder gets here, so this is grant order
-					fences = append(fences, int64(lease["fence"].(float64)))
-					mu.Unlock()
-					time.Sleep(time.Millisecond)
-					holders.Add(-1)
-					r = c.Do(t, "DELETE", path, nil, "Lock-Token", lease["token"].(string))
-					for retry := 0; r.Status == http.StatusServiceUnavailable && retry < 5; retry++ {
-						r = c.Do(t, "DELETE", path, nil, "Lock-Token", lease["token"].(string))
-					}
-					if r.Status != http.StatusNoContent {
-						t.Errorf("release: %d %s", r.Status, r.Body)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		t.Logf("%s: %d grants, %d conflicts, %d unavailable in %v", t.Name(), len(fences), conflicts.Load(), unavailable.Load(), time.Since(start).Round(time.Millisecond))
-		assert.Zero(t, overlaps.Load(), "two holders at once")
-		assert.Zero(t, unexpected.Load())
-		require.GreaterOrEqual(t, len(fences), 10, "the test made too few grants to prove anything")
-		assert.Positive(t, conflicts.Load(), "the clients really contended")
-		for i := 1; i < len(fences); i++ {
-			require.Greater(t, fences[i], fences[i-1], "grant %d", i)
-		}
+		contend(t, lockPath(apitest.Key(t)), g)
 	})
+}
+
+// contend has 50 clients take and release the lock at path through the
+// gateways (client i through gateways[i % len]), and checks that no two
+// ever held it at once and that fences rose with every grant.
+func contend(t *testing.T, path string, gateways ...*apitest.Gateway) {
+	clients := make([]*apitest.Client, len(gateways))
+	for i, g := range gateways {
+		clients[i] = apitest.NewClient(g.URL)
+		clients[i].HTTP.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
+	}
+
+	var (
+		holders     atomic.Int32
+		overlaps    atomic.Int32
+		mu          sync.Mutex
+		fences      []int64
+		conflicts   atomic.Int32
+		unavailable atomic.Int32
+		unexpected  atomic.Int32
+	)
+	// At least 2 s, and longer (up to 10 s) on a slow machine, until
+	// there are enough grants to prove something.
+	start := time.Now()
+	var granted atomic.Int32
+	more := func() bool {
+		took := time.Since(start)
+		return took < 2*time.Second || granted.Load() < 30 && took < 10*time.Second
+	}
+	var wg sync.WaitGroup
+	for i := range 50 {
+		c := clients[i%len(clients)]
+		wg.Go(func() {
+			for more() {
+				r := c.Do(t, "PUT", path, []byte(`{"ttl_ms":5000}`), apitest.JSON...)
+				switch r.Status {
+				case http.StatusServiceUnavailable:
+					// A backend too slow on a loaded machine is not
+					// what this test is about; safety is.
+					unavailable.Add(1)
+					continue
+				case http.StatusConflict:
+					conflicts.Add(1)
+					// Back off a little: 49 spinning clients would
+					// starve the holder's release of CPU.
+					time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
+					continue
+				case http.StatusCreated:
+				default:
+					unexpected.Add(1)
+					t.Errorf("acquire: %d %s", r.Status, r.Body)
+					return
+				}
+				lease := r.JSON(t)
+				granted.Add(1)
+				if holders.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				mu.Lock() // only the holder gets here, so this is grant order
+				fences = append(fences, int64(lease["fence"].(float64)))
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				holders.Add(-1)
+				r = c.Do(t, "DELETE", path, nil, "Lock-Token", lease["token"].(string))
+				for retry := 0; r.Status == http.StatusServiceUnavailable && retry < 5; retry++ {
+					r = c.Do(t, "DELETE", path, nil, "Lock-Token", lease["token"].(string))
+				}
+				if r.Status != http.StatusNoContent {
+					t.Errorf("release: %d %s", r.Status, r.Body)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%s: %d grants, %d conflicts, %d unavailable in %v", t.Name(), len(fences), conflicts.Load(), unavailable.Load(), time.Since(start).Round(time.Millisecond))
+	assert.Zero(t, overlaps.Load(), "two holders at once")
+	assert.Zero(t, unexpected.Load())
+	require.GreaterOrEqual(t, len(fences), 10, "the test made too few grants to prove anything")
+	assert.Positive(t, conflicts.Load(), "the clients really contended")
+	for i := 1; i < len(fences); i++ {
+		require.Greater(t, fences[i], fences[i-1], "grant %d", i)
+	}
 }
 
 // TestBackendLoss: with Redis gone, requests answer 503 quickly, never hang;

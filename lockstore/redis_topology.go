@@ -1,0 +1,41 @@
+package lockstore
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Topology is what a Redis store says about the deployment behind it, for
+// /readyz.
+type Topology struct {
+	Mode RedisMode
+	// Shards is how many masters a Cluster has, as the client's slot map
+	// knows them, and ShardsUp how many of them answered a PING; both 0
+	// outside a Cluster. Fewer up than there are means the locks whose
+	// keys hash to the others cannot be served.
+	Shards, ShardsUp int
+}
+
+// Topology reports the store's mode and, on a Cluster, pings every master
+// (concurrently, within ctx).
+func (s *Redis) Topology(ctx context.Context) Topology {
+	t := Topology{Mode: s.mode}
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return t
+	}
+	var shards, up atomic.Int32
+	// ForEachMaster stops at nothing: fn never fails, so every master is
+	// pinged; an error is only a slot map it could not load (0 shards).
+	_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		shards.Add(1)
+		if c.Ping(ctx).Err() == nil {
+			up.Add(1)
+		}
+		return nil
+	})
+	t.Shards, t.ShardsUp = int(shards.Load()), int(up.Load())
+	return t
+}
