@@ -51,6 +51,10 @@ type bench struct {
 	// The Sentinel rows' set-up and gateways, by replica count (sentinel.go).
 	sentinels   *redistest.Sentinels
 	sentinelGWs map[int]*target
+	// The Cluster rows' cluster and gateways, by whether the per-user cap
+	// is on (cluster.go).
+	cluster    *redistest.Cluster
+	clusterGWs map[bool]*target
 }
 
 // target is a gateway being measured, and what lockbench saw of its
@@ -424,6 +428,7 @@ func (b *bench) close() error {
 		}
 	}
 	errs = append(errs, b.closeSentinel())
+	errs = append(errs, b.closeCluster())
 	for i := len(b.procs) - 1; i >= 0; i-- {
 		b.procs[i].stop()
 	}

@@ -40,6 +40,8 @@ var rowSpecs = []rowSpec{
 	{id: "redlock", no: "4", label: "gateway, Redlock over 5 masters", clients: redlockClients},
 	{id: "sentinel", no: "4s", label: "gateway, Sentinel (master + 1 replica)", clients: sentinelClients(0)},
 	{id: "sentinel-wait", no: "4w", label: "gateway, Sentinel, WAIT for 1 replica", clients: sentinelClients(1)},
+	{id: "cluster", no: "4c", label: "gateway, Redis Cluster (3 masters)", clients: clusterClients(true)},
+	{id: "cluster-noquota", no: "4d", label: "gateway, Redis Cluster, no per-user cap", clients: clusterClients(false)},
 	{id: "etcd", no: "5", label: "etcd 3.4 lock API (JSON gateway)", needsEtcd: true, clients: etcdClients},
 	{id: "contended", no: "6a", label: "contended: gateway, wait_ms", contended: true, clients: gatewayClients},
 	{id: "contended-etcd", no: "6b", label: "contended: etcd 3.4 blocking lock", contended: true, needsEtcd: true, clients: etcdClients},

@@ -183,8 +183,9 @@ func acquireValues(digest string, ttl time.Duration) []any {
 }
 
 func releaseValues(digest string) []any {
-	// digest, (channel: from the header), fence margin
-	return []any{digest, "", fenceMargin.Milliseconds()}
+	// digest, (channel: from the header), fence margin, how to tell the
+	// next waiter (a single Redis: PUBLISH)
+	return []any{digest, "", fenceMargin.Milliseconds(), "PUBLISH"}
 }
 
 func (s script) run(ctx context.Context, c *redis.Client, key string, values []any) *redis.Cmd {
