@@ -77,9 +77,10 @@ func (s *Redis) acquireAcked(ctx context.Context, key string, a acquireArgs) (ac
 			expiry = p.Do(ctx, "PEXPIRETIME", lockKey(key))
 			return nil
 		})
-		// EVALSHA refused for want of the script ran nothing: load it and
-		// send the MULTI again. Redis answers the MULTI itself then with
-		// EXECABORT (Redis 7 queues EVALSHA; older versions may not).
+		// An EVALSHA that found no script (a Redis restarted, or a new
+		// master after a failover) ran nothing; Redis queues it and answers
+		// NOSCRIPT in its place in EXEC's reply. Load the script and send
+		// the MULTI again; the PEXPIRETIME of the first one changed nothing.
 		if try == 0 && (redis.HasErrorPrefix(reply.Err(), "NOSCRIPT") || redis.HasErrorPrefix(err, "NOSCRIPT")) {
 			if err = acquireScript.Load(ctx, conn).Err(); err != nil {
 				return acquireResult{}, redisErr(err)
