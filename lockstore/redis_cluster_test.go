@@ -44,6 +44,7 @@ func TestRedisCluster(t *testing.T) {
 		lockstoretest.RunQuota(t, func(t *testing.T) lockstore.Store { return newClusterStore(t, c) })
 	})
 	t.Run("QuotaSteps", func(t *testing.T) { testClusterQuotaSteps(t, c, a, b) })
+	t.Run("SlotsAgreeWithRedis", func(t *testing.T) { testClusterSlots(t, c) })
 	t.Run("KeysOnEveryMaster", func(t *testing.T) { testClusterSpread(t, c, a) })
 	t.Run("ShardedHandoff", func(t *testing.T) { testClusterHandoff(t, c, a, b) })
 	t.Run("HandoffAfterSlotMoves", func(t *testing.T) { testClusterSlotMove(t, c, a, b) })
@@ -292,4 +293,20 @@ func testClusterQuotaSteps(t *testing.T, c *redistest.Cluster, a, b *lockstore.R
 	time.Sleep(capErr.Next + 50*time.Millisecond)
 	_, err = take(b, key+"/2", time.Minute)
 	require.NoError(t, err, "the reservation stopped counting with the lease it was for")
+}
+
+// The notifier routes a waiter's subscription by the slot it computes:
+// it must be Redis's.
+func testClusterSlots(t *testing.T, c *redistest.Cluster) {
+	rdb := c.Masters[0].Client()
+	ctx := context.Background()
+	keys := []string{"", "a", "foo", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{}x"}
+	for i := range 200 {
+		keys = append(keys, fmt.Sprintf("lockgw:{k/%d-é}:released", i))
+	}
+	for _, k := range keys {
+		want, err := rdb.ClusterKeySlot(ctx, k).Result()
+		require.NoError(t, err)
+		require.Equal(t, int(want), lockstore.ClusterSlot(k), "slot of %q", k)
+	}
 }

@@ -1,0 +1,4 @@
+package lockstore
+
+// ClusterSlot is clusterSlot for the external tests.
+var ClusterSlot = clusterSlot
