@@ -70,6 +70,8 @@ var domainErrors = []struct {
 	{lockstore.ErrFull, problem.TooManyLocks, "the gateway holds as many live locks as it may (LOCKGW_MAX_LOCKS); nothing was taken; retry after Retry-After seconds, when the earliest lock expires"},
 	// Before ErrUnavailable, which it also is; refusalDetails says why.
 	{lockstore.ErrRefused, problem.Refused, "the lock backend refuses writes; nothing was written"},
+	// Before ErrUnavailable, which it also is: the backend did answer.
+	{lockstore.ErrReplicas, problem.Unavailable, "fewer Redis replicas acknowledged the write than the gateway waits for (LOCKGW_REDIS_WAIT_REPLICAS), so a failover could lose it; a new lock was taken back, a renewal or extend may have happened; retry with the same Lock-Token"},
 	{lockstore.ErrUnavailable, problem.Unavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
 	// A client that went away, or a deadline we set, ends the request
 	// before the backend answered.

@@ -116,6 +116,8 @@ func TestSentinelFailover(t *testing.T) {
 	r = acked.Do(t, "PUT", "/locks/failover/held", []byte(`{"ttl_ms":60000}`), apitest.JSON...)
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
 	assert.Equal(t, "backend-unavailable", r.ProblemType(t))
+	assert.Contains(t, r.Problem(t)["detail"], "fewer Redis replicas acknowledged the write")
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
 	require.Equal(t, http.StatusNotFound, acked.Do(t, "GET", "/locks/failover/held", nil).Status, "no lease left behind")
 
 	st.Rejoin(killed)
