@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/server"
