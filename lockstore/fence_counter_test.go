@@ -17,7 +17,7 @@ import (
 
 // TestReleasedKeysLeaveRedisMemoryFlat: 200 000 acquire/release cycles on
 // fresh keys in a Redis of 8 MB that refuses writes past it (noeviction,
-// as the README advises for lock nodes). A released key keeps its fence
+// as docs/safety.md advises for lock nodes). A released key keeps its fence
 // counter for FenceMargin only, so memory stays flat, no acquire is
 // refused, and once the margin has passed nothing of them is left. With
 // counters kept a day, 200 000 of them fill the 8 MB and acquires fail.

@@ -258,7 +258,7 @@ func (s *Server) CommandCalls(ctx context.Context) (map[string]int64, error) {
 }
 
 // Fill limits the server to maxmemory (e.g. "8mb") with maxmemory-policy
-// noeviction, as the README advises for lock nodes, and fills it with
+// noeviction, as docs/safety.md advises for lock nodes, and fills it with
 // junk until it refuses writes: out of memory.
 func (s *Server) Fill(maxmemory string) {
 	s.helper()
