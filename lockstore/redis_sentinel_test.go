@@ -167,6 +167,32 @@ func TestRedisWaitWithoutReplicas(t *testing.T) {
 	assert.ErrorIs(t, err, lockstore.ErrNotHeld)
 }
 
+// TestRedisWaitTakeBackAfterDeadline: a caller whose own deadline is
+// shorter than the backend timeout gets its 503 by that deadline, and the
+// take-back still runs after it; a grant counted against a user's quota
+// leaves no count behind either, so the user's cap is not eaten by grants
+// nobody holds.
+func TestRedisWaitTakeBackAfterDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := lockstore.OpenRedis(srv.URL(), lockstore.RedisOptions{Timeout: 2 * time.Second, WaitReplicas: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	c := srv.Client()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = s.Acquire(ctx, "short", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute, Quota: lockstore.Quota{User: "ann", Max: 1}})
+	took := time.Since(start)
+	require.ErrorIs(t, err, lockstore.ErrReplicas)
+	assert.Less(t, took, time.Second, "WAIT is bounded by the caller's deadline, not only the backend timeout")
+	bg := context.Background()
+	assert.Zero(t, c.Exists(bg, "lockgw:{short}:lock").Val(), "taken back after the caller's deadline")
+	members, err := c.ZRange(bg, "lockgw:{quota:ann}:locks", 0, -1).Result()
+	require.NoError(t, err)
+	assert.Empty(t, members, "and uncounted")
+}
+
 func TestOpenRedisRefusesWaitOnCluster(t *testing.T) {
 	_, err := lockstore.OpenRedis("redis://127.0.0.1:7000", lockstore.RedisOptions{Mode: lockstore.RedisCluster, Timeout: time.Second, WaitReplicas: 1})
 	require.Error(t, err)
