@@ -74,34 +74,16 @@ type RedlockOptions struct {
 // # Attempts: what makes retries and stragglers safe
 //
 // A node call that times out may still run on the node later, after the
-// operation answered its caller, and after that caller's next operation.
-// So every write a Redlock operation makes is bound to one acquire round
-// (the scripts' header comments give the exact rules):
-//
-//   - Each acquire round draws a fresh attempt id, and its script records
-//     the id in the value it writes or takes over: the value's attempt
-//     field lists the rounds that hold it on that node. A renewal (the
-//     same token's lease found) keeps fence and owner and only ever
-//     lengthens the TTL.
-//   - A round that fails takes only itself out of that list (discard.lua);
-//     the node deletes the lease when no round holds it any more. A round
-//     that reported a grant never leaves, so no clean-up deletes a lease
-//     under it.
-//   - Release reads every node, and only when the token holds a majority
-//     by that read deletes, on each node, the value it read: only if its
-//     attempt field is still the one read. Any later acquire round changes
-//     the field, so a delete that lands late cannot remove a later grant;
-//     and a release that fails deletes nothing, so an acquire round of the
-//     same token running at that moment keeps its majority.
-//   - The fence write-back changes a value only while its round holds it.
-//   - Extend only ever lengthens a lease on a node, so one that lands late
-//     cannot cut short a later grant. It deletes nothing: what it finds of
-//     the token's on a minority may be a concurrent acquire round's.
-//
-// A lease may therefore live on some node longer than the Lease says
-// (ExpiresAt stays a conservative end of validity); and after more than
-// four rounds took one lease over on a node, it is "pinned" there: only a
-// Release or its TTL ends it.
+// operation answered its caller. So every write is bound to one acquire
+// round: each round has a random attempt id that the value it writes or
+// joins records; a failed round takes only itself out (discard.lua); a
+// release deletes only the value it read, attempt field unchanged; extends
+// and renewals only lengthen. docs/safety.md states these rules once, with
+// the proof that they keep one holder, and the scripts' header comments give
+// their exact semantics. A lease may therefore live on some node longer than
+// the Lease says (ExpiresAt stays a conservative end of validity), and after
+// more than four rounds took one lease over on a node it is "pinned" there:
+// only a Release or its TTL ends it.
 //
 // # Acquire
 //
