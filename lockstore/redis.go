@@ -76,7 +76,14 @@ var _ Store = (*Redis)(nil)
 // ContextTimeoutEnabled, so that a dead Redis costs a request a bounded
 // wait, and MaxRetries -1: a retried release whose first attempt succeeded
 // would report "not held".
+//
+// A Cluster client gets a hook that reloads its slot map when a node
+// cannot be reached, so that the store finds a promoted replica at once
+// (redis_cluster.go).
 func NewRedis(client redis.UniversalClient) *Redis {
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		cc.AddHook(reloadOnFailure{cc})
+	}
 	n := newNotifier(client)
 	publish, mode := publishAll, RedisSingle
 	if n.sharded {

@@ -175,3 +175,39 @@ func (s *Redis) uncount(set, member string) {
 	defer cancel()
 	_ = s.client.ZRem(ctx, set, member).Err()
 }
+
+// reloadOnFailure has a Cluster client reload its slot map (in the
+// background, at most every 200 ms) when a command could not reach its
+// node. go-redis reloads the map by itself only on a MOVED or ASK reply,
+// or once a minute: after a master died and its replica took over, nobody
+// answers MOVED for the dead master's slots, and they would stay
+// unreachable for up to a minute.
+type reloadOnFailure struct{ c *redis.ClusterClient }
+
+func (h reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.check(ctx, err)
+		return err
+	}
+}
+
+func (h reloadOnFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.check(ctx, err)
+		return err
+	}
+}
+
+// check reloads on an error that is not a reply: a refused or broken
+// connection, a timeout (a reply, even CLUSTERDOWN, came from a node that
+// answers).
+func (h reloadOnFailure) check(ctx context.Context, err error) {
+	var reply redis.Error
+	if err != nil && !errors.As(err, &reply) && !errors.Is(err, context.Canceled) {
+		h.c.ReloadState(ctx)
+	}
+}

@@ -22,12 +22,14 @@ const clusterSlots = 16384
 // 10000, as Redis places the cluster bus by default.
 const busOffset = 10000
 
-// Cluster is a Redis Cluster of masters (no replicas), each a Server of its
-// own: the slots split evenly among them in node order, joined with
-// CLUSTER MEET, ready (cluster_state:ok on every node) when StartCluster
-// returns.
+// Cluster is a Redis Cluster of masters, each a Server of its own, and
+// optionally replicas: the slots split evenly among the masters in node
+// order, joined with CLUSTER MEET, ready (cluster_state:ok on every node,
+// every replica in sync) when StartCluster returns.
 type Cluster struct {
 	Masters []*Server
+	// Replicas[i] are Masters[i]'s replicas (StartClusterReplicas).
+	Replicas [][]*Server
 }
 
 // StartCluster starts a Redis Cluster of n masters on free loopback ports
@@ -37,9 +39,17 @@ type Cluster struct {
 // cluster (it needs Redis 7 or later: CLUSTER ADDSLOTSRANGE, SPUBLISH).
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c, err := RunCluster(Options{Bin: Binary(t), Dir: t.TempDir()}, n)
+	return StartClusterReplicas(t, n, 0)
+}
+
+// StartClusterReplicas is StartCluster with that many replicas of each
+// master, so that the cluster fails a dead master over (after its
+// cluster-node-timeout of 2 s).
+func StartClusterReplicas(t testing.TB, masters, replicas int) *Cluster {
+	t.Helper()
+	c, err := RunClusterReplicas(Options{Bin: Binary(t), Dir: t.TempDir()}, masters, replicas)
 	if c != nil {
-		for _, s := range c.Masters {
+		for _, s := range c.nodes() {
 			s.t = t
 		}
 		t.Cleanup(c.Kill)
@@ -55,8 +65,13 @@ func StartCluster(t testing.TB, n int) *Cluster {
 // in; opts.Args are added to every node's. On error it returns the nodes it
 // started (to Kill) and why it could not make a cluster of them.
 func RunCluster(opts Options, n int) (*Cluster, error) {
-	if n < 1 || n > 100 {
-		return nil, fmt.Errorf("redistest: a cluster of %d masters; want 1 to 100", n)
+	return RunClusterReplicas(opts, n, 0)
+}
+
+// RunClusterReplicas is RunCluster with that many replicas of each master.
+func RunClusterReplicas(opts Options, n, replicas int) (*Cluster, error) {
+	if n < 1 || n > 100 || replicas < 0 || replicas > 5 {
+		return nil, fmt.Errorf("redistest: a cluster of %d masters with %d replicas each; want 1 to 100 masters and 0 to 5 replicas", n, replicas)
 	}
 	if opts.Dir == "" {
 		return nil, errors.New("redistest: RunCluster needs Options.Dir")
@@ -69,8 +84,8 @@ func RunCluster(opts Options, n int) (*Cluster, error) {
 		opts.Bin = bin
 	}
 	base := opts.Dir
-	c := &Cluster{}
-	for i := range n {
+	c := &Cluster{Replicas: make([][]*Server, n)}
+	for i := range n * (1 + replicas) {
 		o := opts
 		o.Dir = filepath.Join(base, "node"+strconv.Itoa(i))
 		if err := mkdir(o.Dir); err != nil {
@@ -84,6 +99,9 @@ func RunCluster(opts Options, n int) (*Cluster, error) {
 			// A node that stops answering is failed after 2 s, not 15:
 			// tests that kill a node wait that long, no more.
 			"--cluster-node-timeout", "2000",
+			// A replica's first sync starts at once, not after the
+			// default 5 s a master waits for more replicas to join it.
+			"--repl-diskless-sync-delay", "0",
 		}, opts.Args...)
 		o.port = clusterPort
 		s, err := Run(o)
@@ -95,7 +113,12 @@ func RunCluster(opts Options, n int) (*Cluster, error) {
 			}
 			return c, fmt.Errorf("redistest: cluster node %d: %w", i, err)
 		}
-		c.Masters = append(c.Masters, s)
+		if i < n {
+			c.Masters = append(c.Masters, s)
+		} else {
+			m := (i - n) % n
+			c.Replicas[m] = append(c.Replicas[m], s)
+		}
 	}
 	if err := c.form(); err != nil {
 		return c, err
@@ -137,9 +160,16 @@ func (c *Cluster) form() error {
 			}
 		}
 	}
-	// Ready means every node has every slot covered and knows every master:
+	for m, rs := range c.Replicas {
+		if err := c.replicate(ctx, c.Masters[m], rs); err != nil {
+			return err
+		}
+	}
+	// Ready means every node has every slot covered and knows every node:
 	// a client that loads the slot map from any of them routes every key.
-	for _, s := range c.Masters {
+	all := c.nodes()
+	n = len(all)
+	for _, s := range all {
 		rdb := s.plainClient()
 		defer rdb.Close()
 		var last string
@@ -202,7 +232,7 @@ func (c *Cluster) Client() *redis.ClusterClient {
 
 // Kill kills every node. Safe to call twice.
 func (c *Cluster) Kill() {
-	for _, s := range c.Masters {
+	for _, s := range c.nodes() {
 		s.Kill()
 	}
 }
@@ -254,4 +284,77 @@ func mkdir(dir string) error {
 		return fmt.Errorf("redistest: %w", err)
 	}
 	return nil
+}
+
+// replicate makes rs replicas of master once they know it, and waits until
+// each is in sync.
+func (c *Cluster) replicate(ctx context.Context, master *Server, rs []*Server) error {
+	m := master.plainClient()
+	defer m.Close()
+	id, err := m.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return fmt.Errorf("redistest: cluster node %s: CLUSTER MYID: %w", master.Addr(), err)
+	}
+	for _, r := range rs {
+		rdb := r.plainClient()
+		defer rdb.Close()
+		if err := rdb.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", master.port).Err(); err != nil {
+			return fmt.Errorf("redistest: cluster node %s: CLUSTER MEET %s: %w", r.Addr(), master.Addr(), err)
+		}
+		// CLUSTER REPLICATE needs the replica to know the master's id,
+		// which the handshake brings.
+		for {
+			err := rdb.Do(ctx, "CLUSTER", "REPLICATE", id).Err()
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("redistest: cluster node %s: CLUSTER REPLICATE %s: %w", r.Addr(), master.Addr(), err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		for {
+			info, err := rdb.Info(ctx, "replication").Result()
+			if err == nil && infoField(info, "master_link_status") == "up" {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("redistest: replica %s of %s not in sync in 30s", r.Addr(), master.Addr())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// nodes are the masters, then the replicas.
+func (c *Cluster) nodes() []*Server {
+	all := append([]*Server(nil), c.Masters...)
+	for _, rs := range c.Replicas {
+		all = append(all, rs...)
+	}
+	return all
+}
+
+// WaitFailover waits until one of the replicas of the master at index m
+// (killed by the caller) is a master that owns slots, and returns it.
+func (c *Cluster) WaitFailover(m int, timeout time.Duration) (*Server, error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		for _, r := range c.Replicas[m] {
+			rdb := r.plainClient()
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			info, err := rdb.Info(ctx, "replication").Result()
+			cinfo, cerr := rdb.ClusterInfo(ctx).Result()
+			cancel()
+			_ = rdb.Close()
+			if err == nil && cerr == nil && infoField(info, "role") == "master" && infoField(cinfo, "cluster_state") == "ok" {
+				return r, nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("redistest: no replica of master %d took over in %v", m, timeout)
 }
