@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -67,4 +69,56 @@ func TestUnwaitKeepsRenewedLease(t *testing.T) {
 	assert.Zero(t, c.Exists(ctx, lockKey("untouched")).Val(), "the grant as it left it is taken back")
 	_, err = s.Acquire(ctx, "untouched", AcquireRequest{Token: NewToken(), TTL: time.Minute})
 	assert.NoError(t, err, "and the key is free")
+}
+
+// TestUnwaitKeepsTwinInTheSameMillisecond: a twin request of the same token
+// and TTL that renews the grant within its millisecond (here: in the same
+// MULTI, which Redis runs on one clock reading) used to leave value and
+// expiry exactly as the grant left them, so the grant's take-back deleted a
+// lease the twin may have been told it holds. The renewal, and an extend
+// alike, now always move the expiry.
+func TestUnwaitKeepsTwinInTheSameMillisecond(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := OpenRedis(srv.URL(), RedisOptions{Timeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	c := srv.Client()
+	a := acquireArgs{digest: digestHex(NewToken()), ttl: time.Minute, owner: "o"}
+	require.NoError(t, acquireScript.Load(ctx, c).Err())
+	require.NoError(t, extendScript.Load(ctx, c).Err())
+
+	for _, twin := range []string{"renewal", "extend"} {
+		t.Run(twin, func(t *testing.T) {
+			key := "twin-" + twin
+			keys, args := a.call(key)
+			var grant, again *redis.Cmd
+			var before, after *redis.Cmd
+			_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				grant = acquireScript.EvalSha(ctx, p, keys, args...)
+				before = p.Do(ctx, "PEXPIRETIME", lockKey(key))
+				if twin == "renewal" {
+					again = acquireScript.EvalSha(ctx, p, keys, args...)
+				} else {
+					again = extendScript.EvalSha(ctx, p, []string{lockKey(key)}, a.digest, a.ttl.Milliseconds())
+				}
+				after = p.Do(ctx, "PEXPIRETIME", lockKey(key))
+				return nil
+			})
+			require.NoError(t, err)
+			require.NoError(t, again.Err())
+			g, err := grant.Slice()
+			require.NoError(t, err)
+			require.Equal(t, int64(acquireNew), g[0])
+			value := g[1].(string)
+			at, err := before.Int64()
+			require.NoError(t, err)
+			moved, err := after.Int64()
+			require.NoError(t, err)
+			assert.Greater(t, moved, at, "the twin moved the expiry")
+
+			s.unwait(ctx, key, a, value, at)
+			assert.EqualValues(t, 1, c.Exists(ctx, lockKey(key)).Val(), "the take-back left the twin's lease")
+		})
+	}
 }

@@ -149,6 +149,21 @@ local function raise_horizon(ms)
   end
 end
 
+-- reset_ttl sets the lock's TTL to ms and makes sure its expiry moves, by
+-- a millisecond if need be: a new grant that too few replicas acknowledged
+-- is taken back only while its expiry is unchanged (unwait.lua), so a
+-- renewal or extend by the same token, which may be answered 200, must
+-- never leave it where the grant put it, even in the same millisecond with
+-- the same TTL. PEXPIRETIME is Redis 7; an older Redis skips the check
+-- (WAIT's take-back needs Redis 7 anyway).
+local function reset_ttl(key, ms)
+  local before = redis.pcall('PEXPIRETIME', key)
+  redis.call('PEXPIRE', key, ms)
+  if type(before) == 'number' and redis.call('PEXPIRETIME', key) == before then
+    redis.call('PEXPIRE', key, tonumber(ms) + 1)
+  end
+end
+
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, 64) == ARGV[1] then
   local user = counted_user(cur)
@@ -169,7 +184,7 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
         value = cur
       end
     end
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    reset_ttl(KEYS[1], ARGV[2])
     if user and not apart then
       count(KEYS[6], clock_ms())
     end

@@ -30,6 +30,21 @@
 --               an older gateway): nothing changed; name a TTL
 --
 -- PEXPIRE only touches a key that exists, so an expired lock stays expired.
+-- reset_ttl sets the lock's TTL to ms and makes sure its expiry moves, by
+-- a millisecond if need be: a new grant that too few replicas acknowledged
+-- is taken back only while its expiry is unchanged (unwait.lua), so a
+-- renewal or extend by the same token, which may be answered 200, must
+-- never leave it where the grant put it, even in the same millisecond with
+-- the same TTL. PEXPIRETIME is Redis 7; an older Redis skips the check
+-- (WAIT's take-back needs Redis 7 anyway).
+local function reset_ttl(key, ms)
+  local before = redis.pcall('PEXPIRETIME', key)
+  redis.call('PEXPIRE', key, ms)
+  if type(before) == 'number' and redis.call('PEXPIRETIME', key) == before then
+    redis.call('PEXPIRE', key, tonumber(ms) + 1)
+  end
+end
+
 local cur = redis.call('GET', KEYS[1])
 if not cur then
   return {0}
@@ -79,7 +94,9 @@ if value ~= cur then
     value = cur
   end
 end
-if not redlock or redis.call('PTTL', KEYS[1]) < ttl then
+if not redlock then
+  reset_ttl(KEYS[1], ms)
+elseif redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ms)
 end
 if user then

@@ -22,8 +22,10 @@
 -- the same lease renewed or extended since by its token (a twin request,
 -- or a retry after this grant's 503), which may have been answered 200:
 -- deleting it would take a lease from a client told it holds it. Expiries
--- are kept to the millisecond, so only a renewal in the same millisecond
--- with the same TTL looks unchanged (docs/safety.md, "WAIT").
+-- are kept to the millisecond, and a renewal or extend in the grant's
+-- millisecond with its TTL moves the expiry one millisecond on (reset_ttl
+-- in acquire.lua and extend.lua), so every later write by the token
+-- changes it.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
