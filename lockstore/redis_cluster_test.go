@@ -3,13 +3,11 @@ package lockstore_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -198,42 +196,12 @@ func testClusterSlotMove(t *testing.T, c *redistest.Cluster, a, b *lockstore.Red
 	t.Logf("handoff after the slot moved took %v", r.at.Sub(released))
 }
 
-// moveSlot migrates key's slot, keys and all, from src to dst, as
-// redis-cli --cluster reshard does, and tells every master.
+// moveSlot migrates key's slot, keys and all, from src to dst.
 func moveSlot(t *testing.T, c *redistest.Cluster, key string, src, dst *redistest.Server) {
 	t.Helper()
-	ctx := context.Background()
-	s, d := src.Client(), dst.Client()
-	slot, err := s.ClusterKeySlot(ctx, key).Result()
-	require.NoError(t, err)
-	srcID, err := s.Do(ctx, "CLUSTER", "MYID").Text()
-	require.NoError(t, err)
-	dstID, err := d.Do(ctx, "CLUSTER", "MYID").Text()
-	require.NoError(t, err)
-	require.NoError(t, d.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
-	require.NoError(t, s.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
-	host, port, err := net.SplitHostPort(dst.Addr())
-	require.NoError(t, err)
-	for {
-		keys, err := s.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
-		require.NoError(t, err)
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		require.NoError(t, s.Do(ctx, args...).Err())
-	}
-	for _, m := range []*redis.Client{d, s} {
-		require.NoError(t, m.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
-	}
-	for _, m := range c.Masters {
-		if m != src && m != dst {
-			require.NoError(t, m.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
-		}
-	}
+	require.NotSame(t, src, dst)
+	require.Same(t, src, owner(t, c, key))
+	require.NoError(t, c.MoveSlot(key, dst))
 }
 
 // On a Cluster a user's count lives on another shard than the lock, and

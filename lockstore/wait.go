@@ -127,12 +127,17 @@ type notifier struct {
 type subConn struct {
 	ps       *redis.PubSub
 	channels int
-	// subscribed receives (buffered, never blocks) when the server
-	// confirms a subscription on ps: a sharded one routed to a node that
-	// does not own the slot is refused with MOVED, which go-redis drops
-	// without a word.
-	subscribed chan struct{}
+	// confirms: channel → closed when the server confirms our SSUBSCRIBE
+	// to it (sharded only). A subscription routed to a node that does not
+	// own the slot any more (the client's slot map is stale) is refused
+	// with MOVED, which go-redis drops without a word: only a missing
+	// confirmation tells.
+	confirms map[string]chan struct{}
 }
+
+// confirmWait is how long a sharded subscription may take to be confirmed
+// before its connection is taken for one to the wrong node and replaced.
+const confirmWait = 500 * time.Millisecond
 
 func newNotifier(client redis.UniversalClient) *notifier {
 	_, sharded := client.(*redis.ClusterClient)
@@ -156,10 +161,10 @@ func (n *notifier) slot(ch string) int {
 // is "*": a release with nobody queued, for waiters without a queue.
 func (n *notifier) listen(ctx context.Context, ch, id string, wake chan struct{}) error {
 	n.subMu.Lock()
-	defer n.subMu.Unlock()
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
+		n.subMu.Unlock()
 		return redisErr(redis.ErrClosed)
 	}
 	ws, subscribed := n.waiters[ch]
@@ -170,23 +175,50 @@ func (n *notifier) listen(ctx context.Context, ch, id string, wake chan struct{}
 	ws[id] = wake
 	n.mu.Unlock()
 	if subscribed {
+		n.subMu.Unlock()
 		return nil
 	}
-	if err := n.subscribe(ctx, ch); err != nil {
+	c, confirmed, err := n.subscribe(ctx, ch)
+	if err != nil {
 		n.mu.Lock()
 		delete(n.waiters, ch)
 		n.mu.Unlock()
+	}
+	n.subMu.Unlock()
+	if err != nil {
 		return redisErr(err)
+	}
+	if confirmed == nil {
+		return nil
+	}
+	// Sharded: wait for the confirmation (about a round trip), so that the
+	// subscription is in place before the caller queues. Without one, the
+	// connection went to a node that no longer owns the slot: replace it;
+	// the caller's polling covers the meantime.
+	select {
+	case <-confirmed:
+	case <-time.After(confirmWait):
+		go n.resubscribe(n.slot(ch), c)
+	case <-ctx.Done():
 	}
 	return nil
 }
 
 // subscribe subscribes to ch on its slot's connection, making the
-// connection if it is the slot's first channel. Called with subMu held.
-func (n *notifier) subscribe(ctx context.Context, ch string) error {
+// connection if it is the slot's first channel, and returns the connection
+// and, when sharded, what is closed when the server confirms. Called with
+// subMu held.
+func (n *notifier) subscribe(ctx context.Context, ch string) (*subConn, chan struct{}, error) {
 	slot := n.slot(ch)
+	var confirmed chan struct{}
+	if n.sharded {
+		confirmed = make(chan struct{})
+	}
 	n.mu.Lock()
 	c := n.conns[slot]
+	if c != nil && confirmed != nil {
+		c.confirms[ch] = confirmed // before the confirmation can arrive
+	}
 	n.mu.Unlock()
 	if c != nil {
 		var err error
@@ -195,16 +227,19 @@ func (n *notifier) subscribe(ctx context.Context, ch string) error {
 		} else {
 			err = c.ps.Subscribe(ctx, ch)
 		}
-		if err == nil {
-			n.mu.Lock()
-			c.channels++
-			n.mu.Unlock()
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if err != nil {
+			delete(c.confirms, ch)
+			return nil, nil, err
 		}
-		return err
+		c.channels++
+		return c, confirmed, nil
 	}
 	// A new connection is made by its first subscribe, which is what
 	// routes a sharded one to the slot's owner; its dispatcher starts only
 	// after, or it would open the connection first, on a random node.
+	// (The confirmation waits in the connection until then.)
 	var ps *redis.PubSub
 	var err error
 	if n.sharded {
@@ -216,14 +251,17 @@ func (n *notifier) subscribe(ctx context.Context, ch string) error {
 	}
 	if err != nil {
 		_ = ps.Close()
-		return err
+		return nil, nil, err
 	}
-	c = &subConn{ps: ps, channels: 1, subscribed: make(chan struct{}, 1)}
+	c = &subConn{ps: ps, channels: 1, confirms: make(map[string]chan struct{})}
+	if confirmed != nil {
+		c.confirms[ch] = confirmed
+	}
 	n.mu.Lock()
 	n.conns[slot] = c
 	n.mu.Unlock()
 	go n.dispatch(c)
-	return nil
+	return c, confirmed, nil
 }
 
 // stop forgets a waiter, unsubscribing from ch when it was the last, and
@@ -283,11 +321,13 @@ func (n *notifier) dispatch(c *subConn) {
 			// shard's master became a replica) ends the subscriptions
 			// itself. Ours, if a waiter still listens: subscribe again
 			// where the slot lives now.
-			if msg.Kind == "ssubscribe" || msg.Kind == "subscribe" {
-				select {
-				case c.subscribed <- struct{}{}:
-				default:
+			if msg.Kind == "ssubscribe" {
+				n.mu.Lock()
+				if confirmed := c.confirms[msg.Channel]; confirmed != nil {
+					close(confirmed)
+					delete(c.confirms, msg.Channel)
 				}
+				n.mu.Unlock()
 				continue
 			}
 			slot := n.slot(msg.Channel)
@@ -301,13 +341,13 @@ func (n *notifier) dispatch(c *subConn) {
 	}
 }
 
-// resubscribe replaces a slot's connection that its shard dropped with one
-// to the slot's owner now, for every channel that still has waiters. The
-// client may still believe the old owner holds the slot (the new map
-// reaches the nodes by gossip): a subscription not confirmed within half a
-// second was routed there and refused, so it tries again, a few times,
-// with the slot map reloaded. Giving up leaves the waiters to their
-// polling.
+// resubscribe replaces a slot's connection that its shard dropped, or
+// whose subscription went unconfirmed, with one to the slot's owner now,
+// for every channel that still has waiters. The client may still believe
+// the old owner holds the slot (the new map reaches the nodes by gossip):
+// a subscription not confirmed within confirmWait was routed there and
+// refused, so it tries again, a few times, with the slot map reloaded.
+// Giving up leaves the waiters to their polling.
 func (n *notifier) resubscribe(slot int, old *subConn) {
 	for try := range 8 {
 		if cc, ok := n.client.(*redis.ClusterClient); ok {
@@ -315,14 +355,23 @@ func (n *notifier) resubscribe(slot int, old *subConn) {
 			cc.ReloadState(context.Background())
 			time.Sleep(time.Duration(50*(try+1)) * time.Millisecond)
 		}
-		c, ok := n.replace(slot, old)
+		c, confirms, ok := n.replace(slot, old)
 		if !ok || c == nil {
 			return // replaced already, dropped, or nobody waits any more
 		}
-		select {
-		case <-c.subscribed:
+		deadline := time.After(confirmWait)
+		all := true
+		for _, confirmed := range confirms {
+			select {
+			case <-confirmed:
+				continue
+			case <-deadline:
+			}
+			all = false
+			break
+		}
+		if all {
 			return
-		case <-time.After(500 * time.Millisecond):
 		}
 		old = c
 	}
@@ -330,14 +379,15 @@ func (n *notifier) resubscribe(slot int, old *subConn) {
 
 // replace closes a slot's connection old and subscribes the slot's
 // channels that have waiters on a new one, which it returns (nil: no
-// channel left). ok is false when old is no longer the slot's connection.
-func (n *notifier) replace(slot int, old *subConn) (c *subConn, ok bool) {
+// channel left) with what each confirmation closes. ok is false when old
+// is no longer the slot's connection.
+func (n *notifier) replace(slot int, old *subConn) (c *subConn, confirms []chan struct{}, ok bool) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	n.mu.Lock()
 	if n.closed || n.conns[slot] != old {
 		n.mu.Unlock()
-		return nil, false
+		return nil, nil, false
 	}
 	delete(n.conns, slot)
 	var channels []string
@@ -351,13 +401,16 @@ func (n *notifier) replace(slot int, old *subConn) (c *subConn, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for _, ch := range channels {
-		if err := n.subscribe(ctx, ch); err != nil {
+		nc, confirmed, err := n.subscribe(ctx, ch)
+		if err != nil {
 			break // the slot's shard does not answer: polling it is
 		}
+		c = nc
+		if confirmed != nil {
+			confirms = append(confirms, confirmed)
+		}
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.conns[slot], true
+	return c, confirms, true
 }
 
 func (n *notifier) close() {

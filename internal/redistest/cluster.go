@@ -358,3 +358,84 @@ func (c *Cluster) WaitFailover(m int, timeout time.Duration) (*Server, error) {
 	}
 	return nil, fmt.Errorf("redistest: no replica of master %d took over in %v", m, timeout)
 }
+
+// MoveSlot migrates key's hash slot, keys and all, from the master that
+// owns it to dst, as redis-cli --cluster reshard does, and tells every
+// master. Clients learn of it only from the MOVED replies they get.
+func (c *Cluster) MoveSlot(key string, dst *Server) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d := dst.plainClient()
+	defer d.Close()
+	slot, err := d.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		return fmt.Errorf("redistest: CLUSTER KEYSLOT: %w", err)
+	}
+	var src *Server
+	for _, m := range c.Masters {
+		rdb := m.plainClient()
+		// Only the owner answers a key command for the slot without MOVED.
+		if rdb.Exists(ctx, key).Err() == nil {
+			src = m
+		}
+		_ = rdb.Close()
+		if src != nil {
+			break
+		}
+	}
+	if src == nil {
+		return fmt.Errorf("redistest: no master owns the slot of %s", key)
+	}
+	if src == dst {
+		return nil
+	}
+	s := src.plainClient()
+	defer s.Close()
+	srcID, err := s.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return err
+	}
+	dstID, err := d.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return err
+	}
+	if err := d.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {
+		return fmt.Errorf("redistest: SETSLOT IMPORTING: %w", err)
+	}
+	if err := s.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
+		return fmt.Errorf("redistest: SETSLOT MIGRATING: %w", err)
+	}
+	for {
+		keys, err := s.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := s.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("redistest: MIGRATE: %w", err)
+		}
+	}
+	// The new owner first, then the old one, then the others, as
+	// redis-cli does.
+	order := []*Server{dst, src}
+	for _, m := range c.Masters {
+		if m != src && m != dst {
+			order = append(order, m)
+		}
+	}
+	for _, m := range order {
+		rdb := m.plainClient()
+		err := rdb.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+		_ = rdb.Close()
+		if err != nil {
+			return fmt.Errorf("redistest: SETSLOT NODE on %s: %w", m.Addr(), err)
+		}
+	}
+	return nil
+}
