@@ -102,11 +102,15 @@ func (s *Redis) leave(key, id string) {
 // owner of its first channel's slot: with one slot per connection, a
 // connection follows its slot when the slot moves or its shard fails over.
 //
-// A notification can still be missed: a release that lands before the
-// subscription does, a shard that failed over or a slot that moved (the
-// old owner then ends our subscription, and the notifier subscribes again
-// where the slot lives now). None of that costs more than latency: a
-// waiter retries at least every waitRefresh (wait above).
+// A notification can still be missed: on a single Redis, a release that
+// lands before the subscription does (on a Cluster listen waits for the
+// confirmation); a shard that failed over (go-redis reconnects to the new
+// owner once the slot map names it, which the store's reload hook hastens);
+// a slot that moved (the old owner ends our subscription, and the notifier
+// subscribes again where the slot lives now); a subscription sent by a
+// stale slot map to the old owner (refused: no confirmation comes, and the
+// notifier replaces the connection). None of that costs more than latency:
+// a waiter retries at least every waitRefresh (wait above).
 //
 // Subscriptions are per key, made by the first waiter on the key and
 // dropped by the last.
