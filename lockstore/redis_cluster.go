@@ -25,6 +25,13 @@ import (
 //   - release: delete the lock, then its count; a count left behind by a
 //     crash stops counting when the lease would have ended.
 //
+// One order cannot be kept: a renewal or an extend of a lock that counts
+// against another user than the caller's (the same token used under
+// another identity, or an extend without the user hint) learns that user
+// from the script's reply, so it moves the count after the lease. A
+// gateway that dies in between leaves that count ending before the lease:
+// that user may then take one lock over the cap until the lease ends.
+//
 // A member counts until its lease's end as the set's node measures it from
 // the reservation, which comes a round trip before the grant: the count of
 // a lock that runs to its end stops that much (plus any clock difference
