@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -60,6 +61,47 @@ func TestCluster(t *testing.T) {
 		r := env("LOCKGW_RATE_LIMIT_WINDOW", "2s")
 		testClusterRateLimit(t, apitest.Start(t, r), apitest.Start(t, r))
 	})
+	// Last: it kills a master.
+	t.Run("ReadyWithAShardDown", func(t *testing.T) { testClusterShardDown(t, c, g1) })
+}
+
+// With one master dead (no replica to take over, and the cluster told to
+// serve the slots it still covers), /readyz still answers 200, and says
+// that two of the three shards answer; the locks on the dead shard are 503,
+// the others are served.
+func testClusterShardDown(t *testing.T, c *redistest.Cluster, g *apitest.Gateway) {
+	ctx := context.Background()
+	for _, m := range c.Masters {
+		require.NoError(t, m.Client().ConfigSet(ctx, "cluster-require-full-coverage", "no").Err())
+	}
+	// Kill a master that does not hold the key readiness writes.
+	var dead *redistest.Server
+	for _, m := range c.Masters {
+		if m.Client().Exists(ctx, "lockgw:ready").Err() != nil { // MOVED: not the owner
+			dead = m
+			break
+		}
+	}
+	require.NotNil(t, dead)
+	dead.Kill()
+
+	cl := apitest.NewClient(g.URL)
+	r := cl.Do(t, "GET", "/readyz", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	body := r.JSON(t)
+	assert.EqualValues(t, 3, body["shards"])
+	assert.EqualValues(t, 2, body["shards_up"], "the dead master does not answer")
+
+	// Locks of many names: those on the dead shard are 503, the others 201.
+	statuses := map[int]int{}
+	for i := range 30 {
+		r := cl.Do(t, "PUT", fmt.Sprintf("/locks/%s/%d", apitest.Key(t), i), nil)
+		statuses[r.Status]++
+	}
+	t.Logf("with one of three shards down: %v", statuses)
+	assert.Positive(t, statuses[http.StatusCreated], "the live shards serve their locks")
+	assert.Positive(t, statuses[http.StatusServiceUnavailable], "the dead shard's locks are 503")
+	assert.Equal(t, 30, statuses[http.StatusCreated]+statuses[http.StatusServiceUnavailable])
 }
 
 // A client waiting on one gateway gets the lock when its holder releases
