@@ -55,6 +55,9 @@ func Readyz(store lockstore.Store, backend string, nodes func() []lockstore.Node
 			if q, ok := errors.AsType[quorumError](err); ok {
 				detail = q.QuorumDetail()
 			}
+			if errors.Is(err, lockstore.ErrReplicas) {
+				detail = "the redis backend answers, but fewer replicas acknowledge its writes than LOCKGW_REDIS_WAIT_REPLICAS asks for, so every acquire would be refused; check the replicas' links to the master (INFO replication on it)"
+			}
 			e := &Error{Kind: problem.Unavailable, Detail: detail, RetryAfter: time.Second, Nodes: list}
 			if errors.Is(err, lockstore.ErrRefused) { // it answers, but could not take a lock
 				refused := fromDomain(err)

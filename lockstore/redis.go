@@ -262,7 +262,21 @@ func (s *Redis) Inspect(ctx context.Context, key string) (Lease, error) {
 // writes (ErrRefused) is not ready either: it could not grant a lock. (In
 // a Cluster the write reaches the one shard that owns readyKey.)
 func (s *Redis) Ping(ctx context.Context) error {
-	return redisErr(s.client.Set(ctx, readyKey, "1", time.Minute).Err())
+	if s.acks.replicas == 0 {
+		return redisErr(s.client.Set(ctx, readyKey, "1", time.Minute).Err())
+	}
+	// With LOCKGW_REDIS_WAIT_REPLICAS every grant waits for replicas: a
+	// Redis without enough of them answers every acquire 503, so it is not
+	// ready either (ErrReplicas).
+	conn, err := s.conn()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.Set(ctx, readyKey, "1", time.Minute).Err(); err != nil {
+		return redisErr(err)
+	}
+	return s.acks.await(ctx, conn)
 }
 
 // readyKey is what Ping writes; lock keys always carry a hash tag.

@@ -165,6 +165,8 @@ func TestRedisWaitWithoutReplicas(t *testing.T) {
 	assert.Empty(t, keys)
 	_, err = s.Inspect(ctx, "lonely")
 	assert.ErrorIs(t, err, lockstore.ErrNotHeld)
+	// /readyz asks Ping: a Redis that cannot grant is not ready.
+	assert.ErrorIs(t, s.Ping(ctx), lockstore.ErrReplicas)
 }
 
 // TestRedisWaitTakeBackAfterDeadline: a caller whose own deadline is

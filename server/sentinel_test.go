@@ -119,6 +119,11 @@ func TestSentinelFailover(t *testing.T) {
 	assert.Contains(t, r.Problem(t)["detail"], "fewer Redis replicas acknowledged the write")
 	assert.Equal(t, "1", r.Header.Get("Retry-After"))
 	require.Equal(t, http.StatusNotFound, acked.Do(t, "GET", "/locks/failover/held", nil).Status, "no lease left behind")
+	// Nor is the gateway ready: a load balancer should send its lock
+	// traffic elsewhere (it said 200 while every acquire was refused).
+	r = acked.Do(t, "GET", "/readyz", nil)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	assert.Contains(t, r.Problem(t)["detail"], "fewer replicas acknowledge its writes than LOCKGW_REDIS_WAIT_REPLICAS")
 
 	st.Rejoin(killed)
 	r = acked.Do(t, "PUT", "/locks/failover/held", []byte(`{"ttl_ms":60000}`), apitest.JSON...)
