@@ -302,6 +302,13 @@ type Problem struct {
 type Ready struct {
 	Backend ReadyBackend `json:"backend"`
 
+	// Master Redis Sentinel only: the master's host:port, as the first sentinel to answer names
+	// it now (it changes with a failover). Absent when no sentinel answers.
+	//
+	//
+	// Example: 10.0.0.7:6379
+	Master *string `json:"master,omitempty"`
+
 	// Mode The redis backend only; how it reaches Redis (LOCKGW_REDIS_MODE).
 	Mode *ReadyMode `json:"mode,omitempty"`
 

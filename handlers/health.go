@@ -24,12 +24,13 @@ func Healthz() http.Handler {
 // balancer should stop sending lock traffic to a gateway that answers 503.
 // nodes, when not nil, lists a multi-node backend's nodes in the body;
 // topology, when not nil (the redis backend), says its mode and, on a
-// Cluster, how many shards answer.
+// Cluster, how many shards answer, on Sentinel which master it follows.
 func Readyz(store lockstore.Store, backend string, nodes func() []lockstore.NodeStatus, topology func(context.Context) lockstore.Topology, timeout time.Duration, log zerolog.Logger) http.Handler {
 	type response struct {
 		Status  string     `json:"status"`
 		Backend string     `json:"backend"`
 		Mode    string     `json:"mode,omitempty"`
+		Master  string     `json:"master,omitempty"`
 		Nodes   []nodeJSON `json:"nodes,omitempty"`
 		// Pointers: a Cluster with no shard answering says 0.
 		Shards   *int `json:"shards,omitempty"`
@@ -70,7 +71,7 @@ func Readyz(store lockstore.Store, backend string, nodes func() []lockstore.Node
 		body := response{Status: "ok", Backend: backend, Nodes: list}
 		if topology != nil {
 			t := topology(ctx)
-			body.Mode = string(t.Mode)
+			body.Mode, body.Master = string(t.Mode), t.Master
 			if t.Mode == lockstore.RedisCluster {
 				body.Shards, body.ShardsUp = &t.Shards, &t.ShardsUp
 			}

@@ -66,6 +66,10 @@ type Redis struct {
 	// Cluster (see notifier).
 	publish string
 	mode    RedisMode // what Topology reports
+	// sentinels and masterName, on Sentinel: whom Topology asks which
+	// master the client follows.
+	sentinels  []*redis.SentinelClient
+	masterName string
 }
 
 var _ Store = (*Redis)(nil)
@@ -285,6 +289,9 @@ const readyKey = "lockgw:ready"
 // Close implements Store.
 func (s *Redis) Close() error {
 	s.notifier.close()
+	for _, c := range s.sentinels {
+		_ = c.Close()
+	}
 	return s.client.Close()
 }
 

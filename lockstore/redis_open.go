@@ -60,6 +60,8 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		return nil, fmt.Errorf("lockstore: waiting for %d replicas is not supported in %s mode; use 0, or a single Redis or Sentinel with replicas", o.WaitReplicas, mode)
 	}
 	var client redis.UniversalClient
+	var sentinels []*redis.SentinelClient // for /readyz (Topology)
+	var masterName string
 	switch mode {
 	case RedisSingle:
 		opts, err := redis.ParseURL(url)
@@ -88,6 +90,14 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		opts.MaxRetries = -1
 		opts.DialerRetries = 1
 		client = redis.NewFailoverClient(opts)
+		for _, addr := range opts.SentinelAddrs {
+			sentinels = append(sentinels, redis.NewSentinelClient(&redis.Options{
+				Addr: addr, Username: opts.SentinelUsername, Password: opts.SentinelPassword, TLSConfig: opts.TLSConfig,
+				DialTimeout: o.Timeout, ReadTimeout: o.Timeout, WriteTimeout: o.Timeout,
+				ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, PoolSize: 1,
+			}))
+		}
+		masterName = opts.MasterName
 	case RedisCluster:
 		opts, err := redis.ParseClusterURL(url)
 		if err != nil {
@@ -103,6 +113,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 	}
 	s := NewRedis(client)
 	s.mode = mode
+	s.sentinels, s.masterName = sentinels, masterName
 	s.acks = replicaAcks{replicas: o.WaitReplicas, timeout: o.Timeout}
 	return s, nil
 }

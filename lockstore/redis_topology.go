@@ -2,6 +2,7 @@ package lockstore
 
 import (
 	"context"
+	"net"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -16,12 +17,21 @@ type Topology struct {
 	// outside a Cluster. Fewer up than there are means the locks whose
 	// keys hash to the others cannot be served.
 	Shards, ShardsUp int
+	// Master is, on Sentinel, the master's host:port as the first
+	// sentinel to answer names it now; "" elsewhere, or when none answers.
+	Master string
 }
 
 // Topology reports the store's mode and, on a Cluster, pings every master
 // (concurrently, within ctx).
 func (s *Redis) Topology(ctx context.Context) Topology {
 	t := Topology{Mode: s.mode}
+	for _, sc := range s.sentinels {
+		if addr, err := sc.GetMasterAddrByName(ctx, s.masterName).Result(); err == nil && len(addr) == 2 {
+			t.Master = net.JoinHostPort(addr[0], addr[1])
+			break
+		}
+	}
 	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok {
 		return t

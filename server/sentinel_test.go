@@ -89,6 +89,10 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	require.Positive(t, served.Load(), "the load is served before the failover")
+	ready := fast.Do(t, "GET", "/readyz", nil)
+	require.Equal(t, http.StatusOK, ready.Status, "%s", ready.Body)
+	assert.Equal(t, "sentinel", ready.JSON(t)["mode"])
+	assert.Equal(t, st.Master().Addr(), ready.JSON(t)["master"], "/readyz names the master")
 	killed := st.KillMaster()
 	killedAt.Store(int64(time.Since(start)))
 	st.WaitFailover(killed)
@@ -97,6 +101,10 @@ func TestSentinelFailover(t *testing.T) {
 		"the gateway serves again after the failover")
 	close(stop)
 	wg.Wait()
+	ready = fast.Do(t, "GET", "/readyz", nil)
+	require.Equal(t, http.StatusOK, ready.Status, "%s", ready.Body)
+	assert.NotEqual(t, killed.Addr(), ready.JSON(t)["master"], "/readyz names the promoted master")
+	assert.Equal(t, st.Master().Addr(), ready.JSON(t)["master"])
 	serving := time.Duration(recoveredAt.Load() - killedAt.Load())
 	t.Logf("master killed: the sentinels promoted the replica after %v; the gateway granted locks again %v after the kill",
 		promoted.Round(time.Millisecond), serving.Round(time.Millisecond))

@@ -242,6 +242,19 @@ func (st *Sentinels) Rejoin(n *Server) {
 	n.opts.Args = []string{"--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", master.portString()}
 	n.Start()
 	st.waitSettled(master, n, 30*time.Second)
+	// In sync is not yet acknowledging: the sentinels may still reconfigure
+	// the node they knew as a master, which restarts its replication. Wait
+	// until a WAIT on the master is acknowledged, as a gateway's will be.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		acked, err := master.Client().Do(context.Background(), "WAIT", 1, 200).Int64()
+		if err == nil && acked >= 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			st.fatalf("redistest: the rejoined replica %s did not acknowledge writes within 30s (WAIT: %d, %v)", n.Addr(), acked, err)
+		}
+	}
 }
 
 // waitMaster waits until every sentinel names want and want reports
