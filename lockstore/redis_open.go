@@ -68,10 +68,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		if err != nil {
 			return nil, urlError(mode, err)
 		}
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
-		opts.ContextTimeoutEnabled = true
-		opts.MaxRetries = -1
-		opts.DialerRetries = 1
+		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries}.set(o.Timeout)
 		client = redis.NewClient(opts)
 	case RedisSentinel:
 		opts, err := redis.ParseFailoverURL(url)
@@ -85,10 +82,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		if err != nil {
 			return nil, urlError(mode, err)
 		}
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
-		opts.ContextTimeoutEnabled = true
-		opts.MaxRetries = -1
-		opts.DialerRetries = 1
+		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries}.set(o.Timeout)
 		client = redis.NewFailoverClient(opts)
 		for _, addr := range opts.SentinelAddrs {
 			sentinels = append(sentinels, redis.NewSentinelClient(&redis.Options{
@@ -103,10 +97,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		if err != nil {
 			return nil, urlError(mode, err)
 		}
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
-		opts.ContextTimeoutEnabled = true
-		opts.MaxRetries = -1
-		opts.DialerRetries = 1
+		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries}.set(o.Timeout)
 		client = redis.NewClusterClient(opts)
 	default:
 		return nil, fmt.Errorf("lockstore: unknown Redis mode %q (want %s)", mode, modeList())
@@ -116,6 +107,27 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 	s.sentinels, s.masterName = sentinels, masterName
 	s.acks = replicaAcks{replicas: o.WaitReplicas, timeout: o.Timeout}
 	return s, nil
+}
+
+// safeOptions are the fields OpenRedis sets on whichever of go-redis's
+// option types the mode takes (Options, FailoverOptions, ClusterOptions):
+// what the store relies on, written once.
+type safeOptions struct {
+	dial, read, write    *time.Duration
+	contextTimeout       *bool
+	retries, dialRetries *int
+}
+
+func (o safeOptions) set(timeout time.Duration) {
+	// Every dial, read and write bounded by the backend timeout, and the
+	// context's deadline honoured.
+	*o.dial, *o.read, *o.write = timeout, timeout, timeout
+	*o.contextTimeout = true
+	// No command retries: a retried release whose first attempt succeeded
+	// would report "not held"; the caller retries, with its token. One
+	// dial per call: five would outlast the caller's deadline.
+	*o.retries = -1
+	*o.dialRetries = 1
 }
 
 func urlError(mode RedisMode, err error) error {
