@@ -23,7 +23,7 @@ help:
 	@echo 'make test    install missing test tools (as root), then go test -race ./...'
 	@echo 'make lint    gofmt and go vet'
 	@echo 'make bench   benchmarks'
-	@echo 'make chaos   fault-injection suite (~10 min): real Redis and gateway processes; writes docs/chaos-report.md'
+	@echo 'make chaos   fault-injection suite (~11 min): real Redis and gateway processes; writes docs/chaos-report.md'
 	@echo 'make generate     regenerate client/lockgateway.gen.go from openapi.yaml'
 	@echo 'make sdk-check    lint openapi.yaml (Redocly), generate a TypeScript client from it (npm), run it and the docs'"'"' TypeScript example against a gateway'
 	@echo 'make docker  build the $(IMAGE) image'
@@ -96,7 +96,7 @@ bench-smoke:
 # The fault-injection suite (tests/robustness/, build tag chaos; the harness
 # and checkers are in tools/chaos/): real redis-server and gateway processes
 # (the binary is built from the tree) through kills, pauses, restarts, clock
-# steps, latency and dropped connections, about 10 minutes, one scenario at
+# steps, latency and dropped connections, about 11 minutes, one scenario at
 # a time. It prints a table and writes it to docs/chaos-report.md.
 # CHAOS_RUNS=N runs each scenario N times (default 2).
 # Needs what make test needs: redis-server, and a C compiler for the clock
