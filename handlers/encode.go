@@ -65,7 +65,18 @@ func decode(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any) err
 		// a lease to an owner the client never wrote.
 		return newError(problem.Malformed, "the body is not valid UTF-8 (RFC 8259 JSON is UTF-8); send the text UTF-8 encoded")
 	}
-	if err := checkStructure(body, fieldNames(dst)); err != nil {
+	fields := fieldNames(dst)
+	if decodeFlat(body, fields, dst) {
+		return nil
+	}
+	return decodeStrict(body, fields, dst)
+}
+
+// decodeStrict takes the bodies decodeFlat leaves: it finds what is wrong
+// with one and words it, or decodes what only encoding/json reads (a
+// string with escapes), at the cost of two passes.
+func decodeStrict(body []byte, fields map[string]field, dst any) error {
+	if err := checkStructure(body, fields); err != nil {
 		return newError(problem.Malformed, err.Error())
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -85,15 +96,22 @@ func isJSON(contentType string) bool {
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }
 
+// field is one field a body may name: its index in the struct and the
+// kind it holds (through the pointer that tells absent from zero).
+type field struct {
+	index int
+	kind  reflect.Kind
+}
+
 // fieldNames lists the JSON names of dst's struct fields: the only names a
 // body may use, spelled exactly. encoding/json also matches them ignoring
 // case, so {"ttl_ms":100,"TTL_MS":20000} would be one field set twice.
-func fieldNames(dst any) map[string]reflect.Kind {
+func fieldNames(dst any) map[string]field {
 	t := reflect.TypeOf(dst)
 	if names, ok := fieldNameCache.Load(t); ok {
-		return names.(map[string]reflect.Kind)
+		return names.(map[string]field)
 	}
-	names := map[string]reflect.Kind{}
+	names := map[string]field{}
 	st := t.Elem()
 	for i := range st.NumField() {
 		f := st.Field(i)
@@ -105,20 +123,20 @@ func fieldNames(dst any) map[string]reflect.Kind {
 		if ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
-		names[name] = ft.Kind()
+		names[name] = field{index: i, kind: ft.Kind()}
 	}
 	fieldNameCache.Store(t, names)
 	return names
 }
 
-var fieldNameCache sync.Map // reflect.Type → map[string]reflect.Kind
+var fieldNameCache sync.Map // reflect.Type → map[string]field
 
 // checkStructure finds what encoding/json accepts silently: a value other
 // than an object, a field name not spelled exactly as documented (json
 // matches names ignoring case), a field named twice (json keeps the last), a
 // null (json leaves the field unset, as if absent), an integer too large for
 // any field, and data after the object.
-func checkStructure(body []byte, fields map[string]reflect.Kind) error {
+func checkStructure(body []byte, fields map[string]field) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -139,7 +157,7 @@ func checkStructure(body []byte, fields map[string]reflect.Kind) error {
 
 // checkObject walks one object whose '{' was just read. fields, when not
 // nil, are the names it may have, with their kinds.
-func checkObject(dec *json.Decoder, fields map[string]reflect.Kind) error {
+func checkObject(dec *json.Decoder, fields map[string]field) error {
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
@@ -147,7 +165,7 @@ func checkObject(dec *json.Decoder, fields map[string]reflect.Kind) error {
 			return errors.New(jsonProblem(err))
 		}
 		name := tok.(string) // object keys are always strings
-		kind, known := fields[name]
+		f, known := fields[name]
 		if fields != nil && !known {
 			return unknownField(name, fields)
 		}
@@ -155,7 +173,7 @@ func checkObject(dec *json.Decoder, fields map[string]reflect.Kind) error {
 			return fmt.Errorf("field %s appears more than once", quoteName(name))
 		}
 		seen[name] = true
-		if err := checkValue(dec, name, kind); err != nil {
+		if err := checkValue(dec, name, f.kind); err != nil {
 			return err
 		}
 	}
@@ -201,7 +219,7 @@ func isInteger(num string) bool { return !strings.ContainsAny(num, ".eE") }
 
 // unknownField words a field name the API does not have, pointing at the
 // right spelling when only the case is wrong.
-func unknownField(name string, fields map[string]reflect.Kind) error {
+func unknownField(name string, fields map[string]field) error {
 	for f := range fields {
 		if strings.EqualFold(f, name) {
 			return fmt.Errorf("unknown field %s: field names are case-sensitive; did you mean %q?", quoteName(name), f)
