@@ -3,8 +3,6 @@ package lockstore
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +33,7 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
 	require.NoError(t, acquireScript.Load(ctx, rdb).Err())
 	require.NoError(t, releaseScript.Load(ctx, rdb).Err())
-	base := usedMemory(t, rdb)
+	base := redistest.UsedMemory(t, rdb)
 
 	const cycles, batch, rate = 200_000, 500, 12_500
 	// The most used memory from two margins in, when counters expire as
@@ -59,7 +57,7 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 			acquires[i] = pipe.EvalSha(ctx, acquireScript.Hash(), k, a...)
 		}
 		_, err := pipe.Exec(ctx)
-		require.NoError(t, err, "acquires from cycle %d (used memory %d KiB)", first, usedMemory(t, rdb)>>10)
+		require.NoError(t, err, "acquires from cycle %d (used memory %d KiB)", first, redistest.UsedMemory(t, rdb)>>10)
 		releases := make([]*redis.Cmd, batch)
 		pipe = rdb.Pipeline()
 		for i := range batch {
@@ -75,12 +73,12 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 		switch {
 		case first == 2*rate:
 			n, _ := rdb.DBSize(ctx).Result()
-			t.Logf("after %d cycles: %d keys, used memory %d KiB (%d KiB before)", first, n, usedMemory(t, rdb)>>10, base>>10)
+			t.Logf("after %d cycles: %d keys, used memory %d KiB (%d KiB before)", first, n, redistest.UsedMemory(t, rdb)>>10, base>>10)
 			fallthrough
 		case first > 2*rate && first < cycles/2 && first%(4*batch) == 0:
-			early = max(early, usedMemory(t, rdb))
+			early = max(early, redistest.UsedMemory(t, rdb))
 		case first >= cycles/2 && first%(4*batch) == 0:
-			late = max(late, usedMemory(t, rdb))
+			late = max(late, redistest.UsedMemory(t, rdb))
 		}
 	}
 	took := time.Since(start)
@@ -92,23 +90,7 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 		n, err := rdb.DBSize(ctx).Result()
 		return err == nil && n == 0
 	}, FenceMargin+2*time.Second, 20*time.Millisecond, "a released key leaves nothing after the fence margin")
-	t.Logf("used memory %d KiB once the margin has passed", usedMemory(t, rdb)>>10)
-}
-
-// usedMemory is Redis's used_memory, from INFO memory.
-func usedMemory(t testing.TB, rdb *redis.Client) int64 {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "memory").Result()
-	require.NoError(t, err)
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			require.NoError(t, err)
-			return n
-		}
-	}
-	t.Fatal("no used_memory in INFO memory")
-	return 0
+	t.Logf("used memory %d KiB once the margin has passed", redistest.UsedMemory(t, rdb)>>10)
 }
 
 // TestFenceCounterLifetime: a released key's counter goes FenceMargin

@@ -3,8 +3,6 @@ package lockstore_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -134,7 +132,7 @@ func BenchmarkRedisLiveLock(b *testing.B) {
 			s := newRedisStore(b, srv)
 			rdb := srv.Client()
 			ctx := context.Background()
-			before := redisUsed(b, rdb)
+			before := redistest.UsedMemory(b, rdb)
 			b.ResetTimer()
 			for i := range b.N {
 				req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Hour, Owner: "worker-7"}
@@ -146,22 +144,7 @@ func BenchmarkRedisLiveLock(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(redisUsed(b, rdb)-before)/float64(b.N), "B/lock")
+			b.ReportMetric(float64(redistest.UsedMemory(b, rdb)-before)/float64(b.N), "B/lock")
 		})
 	}
-}
-
-func redisUsed(t testing.TB, rdb *redis.Client) int64 {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "memory").Result()
-	require.NoError(t, err)
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			require.NoError(t, err)
-			return n
-		}
-	}
-	t.Fatal("no used_memory in INFO memory")
-	return 0
 }

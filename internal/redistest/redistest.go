@@ -409,3 +409,23 @@ func FreePort(t testing.TB) int {
 	}
 	return port
 }
+
+// UsedMemory is Redis's used_memory (INFO memory) as rdb sees it.
+func UsedMemory(t testing.TB, rdb *redis.Client) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatalf("redistest: INFO memory: %v", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("redistest: used_memory %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatal("redistest: no used_memory in INFO memory")
+	return 0
+}
