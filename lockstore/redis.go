@@ -62,6 +62,7 @@ type Redis struct {
 	client   redis.UniversalClient
 	acks     replicaAcks // LOCKGW_REDIS_WAIT_REPLICAS (redis_wait.go)
 	notifier *notifier
+	rooms    *rooms // the waiters of this store, by key (wait_room.go)
 	// publish is how the scripts tell waiters: PUBLISH, or SPUBLISH on a
 	// Cluster (see notifier).
 	publish string
@@ -93,7 +94,7 @@ func NewRedis(client redis.UniversalClient) *Redis {
 	if n.sharded {
 		publish, mode = publishShard, RedisCluster
 	}
-	return &Redis{client: client, notifier: n, publish: publish, mode: mode}
+	return &Redis{client: client, notifier: n, rooms: newRooms(), publish: publish, mode: mode}
 }
 
 // Acquire implements Store.

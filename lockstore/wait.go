@@ -10,23 +10,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// How a Redis waiter stays in its key's queue: it refreshes its heartbeat
-// at least every waitRefresh, and a waiter not refreshed for waitHeartbeat
-// (its gateway died) is dropped by the next acquire on the key. The refresh
-// is also the safety net for a lost notification: it is the only polling a
-// waiter does, about once a second.
+// How a Redis waiter stays in its key's queue: its gateway refreshes one
+// heartbeat per key for all its waiters at least every waitRefresh
+// (wait_room.go), and the tickets of a gateway not refreshed for
+// waitHeartbeat (it died) are dropped when they come first.
 const (
 	waitHeartbeat = 3 * time.Second
 	waitRefresh   = time.Second
 )
 
 // wait queues the caller for key and takes the lock when it is the
-// caller's turn: woken by the release that frees it (pub/sub, only the first
-// waiter is told), by the holder's expiry (the first waiter sleeps until
-// then), or by its own heartbeat refresh.
+// caller's turn: woken by the release, grant or leave that makes it first
+// (pub/sub names its ticket), by the holder's expiry (the first waiter
+// sleeps until then), or by its gateway's heartbeat when a notification
+// was lost. Between those it runs no script at all.
 func (s *Redis) wait(ctx context.Context, key string, a acquireArgs, req AcquireRequest, start time.Time) (Lease, error) {
 	deadline := start.Add(req.Wait)
-	ticket := waitTicket{id: NewToken(), heartbeat: waitHeartbeat}
+	ticket := waitTicket{id: s.rooms.ticket(), heartbeat: waitHeartbeat}
 	a.ticket = ticket
 
 	// Listen before queueing, so a release between the two is not missed.
@@ -36,8 +36,10 @@ func (s *Redis) wait(ctx context.Context, key string, a acquireArgs, req Acquire
 	}
 	defer s.notifier.stop(channel(key), ticket.id)
 
+	r, w := s.join(key, ticket.id, wake)
 	granted := false
 	defer func() {
+		s.part(r, w) // first, so the heartbeat does not take the leave for a lost queue
 		if !granted {
 			s.leave(key, ticket.id)
 		}
@@ -48,29 +50,30 @@ func (s *Redis) wait(ctx context.Context, key string, a acquireArgs, req Acquire
 	<-timer.C
 	for {
 		attempt := time.Now()
-		r, err := s.acquire(ctx, key, &a)
+		r.trying(w)
+		res, err := s.acquire(ctx, key, &a)
+		r.tried(w, err == nil && res.code == acquireHeld)
 		if err != nil {
 			return Lease{}, err
 		}
-		switch r.code {
+		switch res.code {
 		case acquireOverQuota: // the key was ours to take: leave makes way
-			return Lease{}, r.capErr
+			return Lease{}, res.capErr
 		case acquireNew, acquireRenewed:
 			granted = true
-			return r.lease(key, req.Token, req.TTL, attempt), nil
+			return res.lease(key, req.Token, req.TTL, attempt), nil
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return Lease{}, &HeldError{Remaining: r.remaining}
+			return Lease{}, &HeldError{Remaining: res.remaining}
 		}
-		// Sleep until the next refresh, a little jittered so the waiters
-		// of many gateways spread out; the first waiter wakes when the
-		// holder's lease runs out, in case the holder died.
-		sleep := waitRefresh - rand.N(waitRefresh/4)
-		if r.head && r.remaining > 0 {
-			sleep = min(sleep, r.remaining+time.Millisecond)
+		// Sleep until told; the first waiter wakes when the holder's
+		// lease runs out, in case the holder died.
+		sleep := left
+		if res.head && res.remaining > 0 {
+			sleep = min(sleep, res.remaining+time.Millisecond)
 		}
-		timer.Reset(min(sleep, left))
+		timer.Reset(sleep)
 		select {
 		case <-wake:
 			if !timer.Stop() {

@@ -10,15 +10,18 @@
 --          "<digest>:<attempt>:<fence>:<owner>" (Redlock, see ARGV[9])
 -- KEYS[2]  the key's fence counter, "lockgw:{<key>}:fence"
 -- KEYS[3]  the wait queue, "lockgw:{<key>}:queue": waiter ids by arrival (µs)
--- KEYS[4]  the waiters' heartbeats, "lockgw:{<key>}:alive": id by deadline (ms)
+-- KEYS[4]  the waiters' heartbeats, "lockgw:{<key>}:alive": gateway id by
+--          deadline (ms), refreshed by heartbeat.lua for all of a gateway's
+--          waiters of the key
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  owner label (may be empty)
 -- ARGV[4]  the fence margin in milliseconds: the counter lives until the
 --          lease ends and Redis TIME has passed the fence, plus this margin
--- ARGV[5]  waiter id, or "" for a caller that does not wait
--- ARGV[6]  waiter heartbeat in milliseconds: a waiter not seen again within
---          it is dropped from the queue (its gateway died)
+-- ARGV[5]  waiter ticket, "<gateway>.<id>", or "" for a caller that does
+--          not wait
+-- ARGV[6]  heartbeat in milliseconds: the tickets of a gateway not seen
+--          again within it are dropped from the queue (the gateway died)
 -- ARGV[7]  the key's notification channel, "lockgw:{<key>}:released"
 -- ARGV[8]  fence seed in microseconds, or 0 to seed from Redis TIME. Redlock
 --          passes the gateway's clock, so the nodes of one grant usually
@@ -164,6 +167,16 @@ local function reset_ttl(key, ms)
   end
 end
 
+-- dequeue takes a granted waiter's ticket out of the queue (and its
+-- heartbeat, for an older gateway's); the heartbeats go with the last one.
+local function dequeue(ticket)
+  redis.call('ZREM', KEYS[3], ticket)
+  redis.call('ZREM', KEYS[4], ticket)
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    redis.call('DEL', KEYS[4])
+  end
+end
+
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, 64) == ARGV[1] then
   local user = counted_user(cur)
@@ -171,8 +184,7 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
     return {3, user}
   end
   if waiter ~= '' then
-    redis.call('ZREM', KEYS[3], waiter)
-    redis.call('ZREM', KEYS[4], waiter)
+    dequeue(waiter)
   end
   if not attempt then
     -- Recording the length needs memory; out of memory, the renewal
@@ -217,8 +229,12 @@ end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+-- A waiter's ticket is "<gateway>.<id>", and the heartbeats in KEYS[4] are
+-- per gateway (heartbeat.lua refreshes them for all of a gateway's waiters
+-- of this key at once). A ticket without "." is an older gateway's, with a
+-- heartbeat of its own under its own name.
 if redis.call('EXISTS', KEYS[4]) == 1 then
-  -- Forget waiters whose gateway stopped refreshing them.
+  -- Forget gateways (and older gateways' waiters) not refreshed in time.
   local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)
   if #dead > 0 then
     redis.call('ZREM', KEYS[3], unpack(dead))
@@ -228,12 +244,29 @@ end
 if waiter ~= '' then
   local heartbeat = tonumber(ARGV[6])
   redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), waiter)
-  redis.call('ZADD', KEYS[4], now_ms + heartbeat, waiter)
+  redis.call('ZADD', KEYS[4], now_ms + heartbeat, string.match(waiter, '^([^.]*)%.') or waiter)
   redis.call('PEXPIRE', KEYS[3], 2 * heartbeat)
   redis.call('PEXPIRE', KEYS[4], 2 * heartbeat)
 end
 
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+-- The first ticket whose gateway is alive: the tickets of a gateway that
+-- died go when they come first (at most 100 per call), so they never
+-- hold up the line.
+local head = nil
+for _ = 1, 100 do
+  head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if not head or head == waiter then
+    break
+  end
+  if redis.call('ZSCORE', KEYS[4], string.match(head, '^([^.]*)%.') or head) then
+    break
+  end
+  redis.call('ZREM', KEYS[3], head)
+  head = nil
+end
+if not head then -- more than 100 went: the rest go at the next call
+  head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+end
 local is_head = 0
 if head and head == waiter then
   is_head = 1
@@ -294,8 +327,7 @@ if cap > 0 and not apart then
   count(KEYS[5], now_ms)
 end
 if waiter ~= '' then
-  redis.call('ZREM', KEYS[3], waiter)
-  redis.call('ZREM', KEYS[4], waiter)
+  dequeue(waiter)
   -- Tell the next waiter it is first now, so it learns when this lease
   -- runs out and can take over if this holder dies.
   local next = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
