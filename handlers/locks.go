@@ -45,6 +45,10 @@ type Locks struct {
 	log      zerolog.Logger
 	validate *validator.Validate
 	stopping <-chan struct{}
+	// shutdown ends when stopping closes: a waiting acquire hangs its
+	// cancel on it (context.AfterFunc) instead of a goroutine of its own,
+	// since 10 000 waiters would otherwise be 10 000 more stacks.
+	shutdown context.Context
 	obs      Observer
 }
 
@@ -85,7 +89,14 @@ func NewLocks(store lockstore.Store, limits Limits, log zerolog.Logger, stopping
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Locks{store: store, limits: limits, log: log, validate: newValidator(limits), stopping: stopping, obs: obs}
+	shutdown, cancel := context.WithCancel(context.Background())
+	if stopping != nil {
+		go func() {
+			<-stopping
+			cancel()
+		}()
+	}
+	return &Locks{store: store, limits: limits, log: log, validate: newValidator(limits), stopping: stopping, shutdown: shutdown, obs: obs}
 }
 
 // leaseBody is the body of a grant or an extension.
@@ -243,13 +254,7 @@ func (h *Locks) acquire(ctx context.Context, key string, req lockstore.AcquireRe
 	}
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	go func() {
-		select {
-		case <-h.stopping:
-			stop(errShuttingDown)
-		case <-ctx.Done():
-		}
-	}()
+	defer context.AfterFunc(h.shutdown, func() { stop(errShuttingDown) })()
 	lease, err := h.store.Acquire(ctx, key, req)
 	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errShuttingDown) {
 		return lockstore.Lease{}, errShuttingDown
