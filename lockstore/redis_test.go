@@ -241,3 +241,25 @@ func TestRedisDeadWaiterDoesNotBlock(t *testing.T) {
 		assert.ErrorIs(t, err, redis.Nil, "the dead waiter %s is gone", m)
 	}
 }
+
+// TestRedisWaiterRidesOutAnOutage: a waiter whose turn comes while Redis
+// does not answer keeps trying, with the same token and ticket, until its
+// wait runs out, rather than answering 503 at once: thousands of waiters
+// joining in one burst, or a failover, must not fail every one of them.
+func TestRedisWaiterRidesOutAnOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv)
+	ctx := context.Background()
+	_, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.NoError(t, err)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		srv.Kill() // the holder's lease ends while Redis is away
+		time.Sleep(1700 * time.Millisecond)
+		srv.Start()
+	}()
+	start := time.Now()
+	_, err = s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second, Wait: 8 * time.Second})
+	require.NoError(t, err, "the waiter gave up while Redis was away")
+	assert.Greater(t, time.Since(start), 2*time.Second, "granted only once Redis was back")
+}

@@ -48,14 +48,32 @@ func (s *Redis) wait(ctx context.Context, key string, a acquireArgs, req Acquire
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
+	backoff := 10 * time.Millisecond
 	for {
 		attempt := time.Now()
 		r.trying(w)
 		res, err := s.acquire(ctx, key, &a)
 		r.tried(w, err == nil && res.code == acquireHeld)
 		if err != nil {
-			return Lease{}, err
+			// A call that got no answer (a burst of thousands of waiters
+			// joining at once, a Redis failing over) is tried again, with
+			// the same token and ticket, until the wait runs out: a grant
+			// whose answer was lost comes back as this token's renewal.
+			// A Redis that refuses writes, or a context that ended, ends it.
+			left := time.Until(deadline)
+			if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) || ctx.Err() != nil || left <= 0 {
+				return Lease{}, err
+			}
+			timer.Reset(min(backoff/2+rand.N(backoff/2), left))
+			backoff = min(2*backoff, waitRefresh)
+			select {
+			case <-timer.C:
+				continue
+			case <-ctx.Done():
+				return Lease{}, ctx.Err()
+			}
 		}
+		backoff = 10 * time.Millisecond
 		switch res.code {
 		case acquireOverQuota: // the key was ours to take: leave makes way
 			return Lease{}, res.capErr
