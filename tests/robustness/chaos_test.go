@@ -285,6 +285,29 @@ var scenarios = []scenario{
 		},
 	},
 
+	{
+		name: "kill-gateway", backends: both,
+		desc: "contention as above, with waits of up to 2 s; gateway 0 is killed (SIGKILL) 2 s in, while its clients wait in the key's queue, and stays down. Its tickets keep their place until its heartbeat lapses (3 s), then go as they reach the front; gateway 1's waiters carry on",
+		workload: func(r *run) {
+			r.w.Wait = 2 * time.Second
+		},
+		fault: func(t *testing.T, r *run) {
+			r.at(2 * time.Second)
+			r.Gateways[0].Kill()
+			r.at(8 * time.Second)
+			// Liveness: once the dead gateway's heartbeat has lapsed, its
+			// tickets hold up nobody, so gateway 1 keeps granting.
+			late := r.start.Add(5500 * time.Millisecond).UnixNano()
+			granted := 0
+			for _, op := range r.History.Ops() {
+				if op.Gateway == 1 && op.Result == chaos.Granted && op.Call > late {
+					granted++
+				}
+			}
+			assert.Positive(t, granted, "no grant through gateway 1 after the dead gateway's heartbeat lapsed")
+		},
+	},
+
 	// Same-token requests racing each other and their own clean-up: a
 	// client that retries with its token, a release still on the wire, an
 	// extend that finds the lease gone.

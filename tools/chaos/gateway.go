@@ -61,6 +61,7 @@ type Gateway struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	exitErr error
+	killed  bool // by Kill: its exit is no failure
 }
 
 // StartGateway runs bin with the LOCKGW_* settings in env (LOCKGW_ADDR is
@@ -165,6 +166,9 @@ func (g *Gateway) Resume() { g.signal(syscall.SIGCONT) }
 
 // Kill stops the gateway with SIGKILL.
 func (g *Gateway) Kill() {
+	g.mu.Lock()
+	g.killed = true
+	g.mu.Unlock()
 	g.signal(syscall.SIGKILL)
 	<-g.done
 }
@@ -183,7 +187,7 @@ func (g *Gateway) Stop() error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.exitErr != nil {
+	if g.exitErr != nil && !g.killed {
 		return fmt.Errorf("exit: %w", g.exitErr)
 	}
 	if strings.Contains(g.logs(), "panic") {
