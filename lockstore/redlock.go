@@ -293,6 +293,12 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		if o.WriteBufferSize <= 0 {
 			o.WriteBufferSize = 4 << 10
 		}
+		// Batches (redlock_batch.go) are pipelines: run them on the pool the
+		// warm-up fills, not on a pool of their own that would dial inside
+		// a request's NodeTimeout.
+		if o.PipelinePoolSize == 0 {
+			o.PipelinePoolSize = -1
+		}
 		// The warm-up fills the pool; keep it filled through quiet hours.
 		if o.ConnMaxIdleTime == 0 {
 			o.ConnMaxIdleTime = -1
@@ -302,6 +308,7 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 			o.OnConnect = r.onConnect(n, o.OnConnect)
 		}
 		n.client = redis.NewClient(&o)
+		n.batch = newNodeBatch(n.client, r.nodeTimeout)
 		n.notifier = newNotifier(n.client)
 		probe := o
 		probe.OnConnect = nil

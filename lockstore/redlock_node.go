@@ -17,6 +17,7 @@ import (
 type redlockNode struct {
 	addr     string
 	client   *redis.Client
+	batch    *nodeBatch // client, for the scripts of requests (redlock_batch.go)
 	notifier *notifier // releases on this node, for waiters
 	// probe is a client of its own for the prober (see observe), so that
 	// its dials neither wait for client's pool nor count towards the

@@ -101,7 +101,7 @@ func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req Acqui
 		attempt: NewToken(),
 	}
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (acquireResult, error) {
-		return nodeAcquire(ctx, n.client, key, a)
+		return nodeAcquire(ctx, n.batch, key, a)
 	})
 
 	var granted []int
@@ -200,7 +200,7 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
 		f := strconv.FormatInt(fence, 10)
 		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
-			v, err := raiseFenceScript.Run(ctx, n.client, []string{lockKey(key), fenceKey(key)}, digest, a.attempt, f, margin).Int64()
+			v, err := raiseFenceScript.Run(ctx, n.batch, []string{lockKey(key), fenceKey(key)}, digest, a.attempt, f, margin).Int64()
 			return v, redisErr(err)
 		})
 		for i, v := range raised {
@@ -245,7 +245,7 @@ func (r *Redlock) discard(ctx context.Context, key, digest, attempt string, vote
 	del := func(n *redlockNode) {
 		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
 		defer cancel()
-		err := discardScript.Run(nctx, n.client, []string{lockKey(key), queueKey(key)}, digest, attempt, channel(key)).Err()
+		err := discardScript.Run(nctx, n.batch, []string{lockKey(key), queueKey(key)}, digest, attempt, channel(key)).Err()
 		r.observe(detached, n, redisErr(err))
 	}
 	var wg sync.WaitGroup
@@ -271,7 +271,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	digest := digestHex(token)
 	start := time.Now()
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (lockValue, error) {
-		return nodeExtend(ctx, n.client, key, digest, ttl, true)
+		return nodeExtend(ctx, n.batch, key, digest, ttl, true)
 	})
 	t := tallyOwned(votes)
 	if err := ctx.Err(); err != nil {
@@ -321,7 +321,7 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 	}
 	digest := digestHex(token)
 	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (lockValue, error) {
-		v, _, err := nodeInspect(ctx, n.client, key)
+		v, _, err := nodeInspect(ctx, n.batch, key)
 		if err == nil && v.digest != digest {
 			err = ErrTokenMismatch
 		}
@@ -343,7 +343,7 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 		held[i] = v.err == nil
 	}
 	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
-		return struct{}{}, releaseRead(ctx, n.client, key, digest, reads[i].val.attempt)
+		return struct{}{}, releaseRead(ctx, n.batch, key, digest, reads[i].val.attempt)
 	})
 	deleted := 0
 	for _, v := range dels {
@@ -391,7 +391,7 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
 	}
 	start := time.Now()
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (held, error) {
-		v, remaining, err := nodeInspect(ctx, n.client, key)
+		v, remaining, err := nodeInspect(ctx, n.batch, key)
 		return held{v, remaining}, err
 	})
 	if err := ctx.Err(); err != nil {

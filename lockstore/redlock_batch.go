@@ -1,0 +1,203 @@
+package lockstore
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// nodeBatch sends one Redlock node the scripts of concurrent operations
+// together: what queues while a call to the node is on the wire goes out as
+// one pipeline, one write and one read for all of it, instead of a pool
+// checkout, a write and a read per script. Under load those syscalls are
+// most of what a Redlock gateway spends (issue #17's profile).
+//
+// It changes when a script is sent, never what it does: each call is still
+// one script, run atomically on its node; a pipeline only fixes the order of
+// scripts that were concurrent anyway, and docs/safety.md assumes any order
+// and any delay. Every call keeps its own deadline (the operation's
+// NodeTimeout): its caller stops waiting then, as before, and a call whose
+// deadline passed while it queued is not sent at all.
+//
+// A call never waits for a batch to form. With fewer than batchSenders
+// pipelines to the node on the wire, it is sent at once, on the caller's
+// goroutine, as a plain command: a lone request costs what it did before.
+// Only calls arriving while batchSenders are in flight queue; the first
+// sender to finish takes the whole queue (up to batchMax) in one pipeline.
+type nodeBatch struct {
+	client  *redis.Client
+	timeout time.Duration // NodeTimeout: bounds a pipeline whose calls have no deadline
+
+	mu      sync.Mutex
+	queue   []*batchCall
+	senders int // calls or pipelines on the wire, at most batchSenders
+
+	// For tests: how many writes (plain commands and pipelines) went out, and
+	// how many calls they carried.
+	writes, calls atomic.Int64
+}
+
+const (
+	// batchSenders is how many writes to one node may be on the wire at
+	// once before calls queue. Redis runs one script at a time, so more
+	// connections in flight buy no more work on the node, only more
+	// syscalls on the gateway; a second one lets a new call go out while a
+	// batch is on the wire instead of always waiting for it.
+	batchSenders = 2
+	// batchMax caps one pipeline; the rest waits for the next one. It keeps
+	// a batch's write and read each a few buffers long.
+	batchMax = 128
+)
+
+type batchCall struct {
+	ctx  context.Context
+	cmd  *redis.Cmd
+	done chan struct{} // closed once cmd holds the reply (or its error)
+}
+
+var _ redis.Scripter = (*nodeBatch)(nil)
+
+func newNodeBatch(c *redis.Client, timeout time.Duration) *nodeBatch {
+	return &nodeBatch{client: c, timeout: timeout}
+}
+
+// EvalSha and Eval are what redis.Script.Run calls: EVALSHA, and EVAL when
+// the node answers NOSCRIPT (a node restarted since the warm-up). Both are
+// batched.
+func (b *nodeBatch) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return b.do(ctx, evalArgs("evalsha", sha1, keys, args))
+}
+
+func (b *nodeBatch) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.do(ctx, evalArgs("eval", script, keys, args))
+}
+
+// The rest of redis.Scripter is not on any request's path.
+func (b *nodeBatch) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return b.client.EvalRO(ctx, script, keys, args...)
+}
+
+func (b *nodeBatch) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return b.client.EvalShaRO(ctx, sha1, keys, args...)
+}
+
+func (b *nodeBatch) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return b.client.ScriptExists(ctx, hashes...)
+}
+
+func (b *nodeBatch) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return b.client.ScriptLoad(ctx, script)
+}
+
+// evalArgs is the command EVAL/EVALSHA payload numkeys key… arg…, built as
+// go-redis builds it.
+func evalArgs(name, payload string, keys []string, args []any) []any {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, payload, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return append(a, args...)
+}
+
+// do runs one command on the node and returns it with its reply, or with
+// ctx's error once ctx ends first (the command may still run later, like any
+// call that timed out).
+func (b *nodeBatch) do(ctx context.Context, args []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	b.mu.Lock()
+	if b.senders < batchSenders {
+		b.senders++
+		b.mu.Unlock()
+		b.writes.Add(1)
+		b.calls.Add(1)
+		_ = b.client.Process(ctx, cmd)
+		b.handOff()
+		return cmd
+	}
+	c := &batchCall{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	select {
+	case <-c.done:
+		return cmd
+	case <-ctx.Done():
+		// cmd may still be written to by the batch: answer with another.
+		late := redis.NewCmd(ctx, args...)
+		late.SetErr(ctx.Err())
+		return late
+	}
+}
+
+// handOff gives up a sender's place: to a goroutine that sends what queued
+// meanwhile, when anything did, so the caller answers without waiting for
+// other calls' batch.
+func (b *nodeBatch) handOff() {
+	if batch := b.next(); batch != nil {
+		go b.sendAll(batch)
+	}
+}
+
+// next takes the queue's head, up to batchMax calls, keeping the sender's
+// place; or, with nothing queued, gives the place up and returns nil.
+func (b *nodeBatch) next() []*batchCall {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.senders--
+		return nil
+	}
+	n := min(len(b.queue), batchMax)
+	batch := b.queue[:n:n]
+	b.queue = b.queue[n:]
+	if len(b.queue) == 0 {
+		b.queue = nil // let the backing array go
+	}
+	return batch
+}
+
+// sendAll sends batches until the queue is empty.
+func (b *nodeBatch) sendAll(batch []*batchCall) {
+	for ; batch != nil; batch = b.next() {
+		b.send(batch)
+	}
+}
+
+// send writes the live calls of batch as one pipeline and hands each its
+// reply. The pipeline runs until the latest of their deadlines (each at
+// most NodeTimeout away): a caller whose deadline is earlier has stopped
+// waiting by then, and cutting the read at the earliest would fail calls
+// that still have time.
+func (b *nodeBatch) send(batch []*batchCall) {
+	defer func() {
+		for _, c := range batch {
+			close(c.done)
+		}
+	}()
+	pipe := b.client.Pipeline()
+	var deadline time.Time
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.cmd.SetErr(err) // its caller has given up: not sent
+			continue
+		}
+		if d, ok := c.ctx.Deadline(); !ok {
+			deadline = time.Now().Add(b.timeout)
+		} else if d.After(deadline) {
+			deadline = d
+		}
+		_ = pipe.Process(c.ctx, c.cmd)
+	}
+	n := pipe.Len()
+	if n == 0 {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	b.writes.Add(1)
+	b.calls.Add(int64(n))
+	_, _ = pipe.Exec(ctx) // each command carries its own reply or error
+}
