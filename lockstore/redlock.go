@@ -14,12 +14,13 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// The Redlock store lives in four files:
+// The Redlock store lives in five files:
 //
 //	redlock.go         the type, its options and its rules (this file)
 //	redlock_ops.go     Acquire, Extend, Release, Inspect, Ping
 //	redlock_quorum.go  fan-out to the nodes and counting their answers
 //	redlock_node.go    one node: health, warm-up, the restart guard
+//	redlock_batch.go   one node: concurrent scripts sent as one pipeline
 //
 // docs/safety.md argues, rule by rule, why no interleaving of these
 // operations grants one key to two holders.
@@ -239,7 +240,8 @@ func OpenRedlock(urls []string, opts RedlockOptions) (*Redlock, error) {
 // MaxRetries -1, ContextTimeoutEnabled, a single dial attempt per call when
 // DialerRetries is unset, a pool of at least 128 connections when PoolSize
 // is unset, 4 KiB read and write buffers when unset, idle connections kept
-// when ConnMaxIdleTime is unset, and
+// when ConnMaxIdleTime is unset, pipelines on that pool when
+// PipelinePoolSize is unset, and
 // (unless the restart
 // guard is off) an OnConnect hook that runs after the caller's own.
 //

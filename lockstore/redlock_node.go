@@ -18,7 +18,7 @@ type redlockNode struct {
 	addr     string
 	client   *redis.Client
 	batch    *nodeBatch // client, for the scripts of requests (redlock_batch.go)
-	notifier *notifier // releases on this node, for waiters
+	notifier *notifier  // releases on this node, for waiters
 	// probe is a client of its own for the prober (see observe), so that
 	// its dials neither wait for client's pool nor count towards the
 	// failed dials after which go-redis stops dialing client for a second.
