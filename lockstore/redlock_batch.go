@@ -26,11 +26,9 @@ import (
 // pipelines to the node on the wire, it is sent at once, on the caller's
 // goroutine, as a plain command: a lone request costs what it did before.
 // Only calls arriving while batchSenders writes are on the wire queue; the
-// first sender to finish takes the whole queue (up to batchMax) in one
-// pipeline, so a queued call waits for at most one round trip ahead of its
-// own. That is the price: when round trips approach NodeTimeout (a machine
-// out of CPU), a queued call can time out where, sent alone, it would just
-// have made it.
+// first sender to finish takes the queue in one pipeline. A queued call
+// therefore waits for the round trip ahead of its own, but never longer
+// than a fifth of NodeTimeout, nor once batchMax calls are queued.
 type nodeBatch struct {
 	client  *redis.Client
 	timeout time.Duration // NodeTimeout: bounds a pipeline whose calls have no deadline
@@ -57,16 +55,22 @@ const (
 	// batch is on the wire instead of always waiting for it. One sender
 	// batches a little more, four noticeably less (BenchmarkRedlockBatchCPU).
 	batchSenders = 2
-	// batchMax caps one pipeline; the rest goes in the next one. A burst
-	// of a few hundred calls then fills two or three pipelines rather than
-	// waiting for a dozen small ones in turn.
-	batchMax = 128
+	// batchMax caps one pipeline, and a queue that reaches it goes out at
+	// once, sent by the call that filled it: a burst leaves as many
+	// pipelines side by side, not one round trip after another. Larger
+	// batches saved no CPU measurably (BenchmarkRedlockBatchCPU).
+	batchMax = 16
+	// A queued call waits at most NodeTimeout/maxWaitPart for a sender to
+	// come back, then sends the queue itself: queueing never costs a call
+	// more than that share of its time, however slow round trips get.
+	maxWaitPart = 5
 )
 
 type batchCall struct {
-	ctx  context.Context
-	cmd  *redis.Cmd
-	done chan struct{} // closed once cmd holds the reply (or its error)
+	ctx   context.Context
+	cmd   *redis.Cmd
+	done  chan struct{} // closed once cmd holds the reply (or its error)
+	taken bool          // out of the queue, in a batch (guarded by nodeBatch.mu)
 }
 
 var _ redis.Scripter = (*nodeBatch)(nil)
@@ -131,16 +135,62 @@ func (b *nodeBatch) do(ctx context.Context, args []any) *redis.Cmd {
 	}
 	c := &batchCall{ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	b.queue = append(b.queue, c)
+	if len(b.queue) >= b.maxBatch {
+		// A full batch waits for no sender: the call that filled it sends
+		// it, on a connection of its own, so that a burst goes out as
+		// several pipelines at once rather than one round trip after
+		// another.
+		b.sendQueue() // unlocks b.mu; c was in it
+		return cmd
+	}
+	b.mu.Unlock()
+	wait := time.NewTimer(b.timeout / maxWaitPart)
+	defer wait.Stop()
+	select {
+	case <-c.done:
+		return cmd
+	case <-ctx.Done():
+		return lateCmd(ctx, args)
+	case <-wait.C:
+	}
+	// No sender came back within its share of NodeTimeout (round trips
+	// are slow: the node or this process is short of CPU): send the queue
+	// now rather than let the wait for a sender eat the rest.
+	b.mu.Lock()
+	if !c.taken {
+		b.sendQueue()
+		return cmd
+	}
 	b.mu.Unlock()
 	select {
 	case <-c.done:
 		return cmd
 	case <-ctx.Done():
-		// cmd may still be written to by the batch: answer with another.
-		late := redis.NewCmd(ctx, args...)
-		late.SetErr(ctx.Err())
-		return late
+		return lateCmd(ctx, args)
 	}
+}
+
+// lateCmd is the answer of a call whose context ended first. Its own cmd may
+// still be written to by the batch: the caller gets another.
+func lateCmd(ctx context.Context, args []any) *redis.Cmd {
+	late := redis.NewCmd(ctx, args...)
+	late.SetErr(ctx.Err())
+	return late
+}
+
+// sendQueue sends the whole queue as an extra sender, on the caller's
+// goroutine, then gives the sender's place up as usual. b.mu is held on
+// entry and released.
+func (b *nodeBatch) sendQueue() {
+	batch := b.queue
+	b.queue = nil
+	for _, c := range batch {
+		c.taken = true
+	}
+	b.senders++
+	b.mu.Unlock()
+	b.send(batch)
+	b.handOff()
 }
 
 // handOff gives up a sender's place: to a goroutine that sends what queued
@@ -164,6 +214,9 @@ func (b *nodeBatch) next() []*batchCall {
 	n := min(len(b.queue), b.maxBatch)
 	batch := b.queue[:n:n]
 	b.queue = b.queue[n:]
+	for _, c := range batch {
+		c.taken = true
+	}
 	if len(b.queue) == 0 {
 		b.queue = nil // let the backing array go
 	}

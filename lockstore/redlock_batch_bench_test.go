@@ -38,7 +38,7 @@ func BenchmarkRedlockBatchCPU(b *testing.B) {
 	type cfg struct{ senders, max int }
 	// {1 << 20, 1} never queues: every call is its own write, as before
 	// batching.
-	cfgs := []cfg{{1 << 20, 1}, {batchSenders, batchMax}, {4, batchMax}, {1, batchMax}}
+	cfgs := []cfg{{1 << 20, 1}, {batchSenders, batchMax}, {1, batchMax}, {4, batchMax}, {batchSenders, 128}}
 	const clients, cycles = 32, 150
 	cpu := make([]time.Duration, len(cfgs))
 	wall := make([]time.Duration, len(cfgs))

@@ -179,3 +179,62 @@ func TestRedlockBatchPausedNodeDelaysOthersNoMore(t *testing.T) {
 	wg.Wait()
 	assert.True(t, s.nodes[0].isDown(), "the paused node was not marked down")
 }
+
+// A queued call waits for the round trip ahead of it only while that is
+// short: a full queue goes out at once, and a call left queued for a fifth
+// of NodeTimeout sends the queue itself. Either way it answers in about one
+// round trip, not two.
+func TestRedlockBatchQueueWaitIsBounded(t *testing.T) {
+	const oneWay = 250 * time.Millisecond
+	const rtt = 2 * oneWay
+	for _, tc := range []struct {
+		name        string
+		nodeTimeout time.Duration // the batch's: NodeTimeout/5 is the longest wait
+		queued      int
+	}{
+		{"full queue", 20 * time.Second, batchMax},
+		{"waited long enough", 5 * rtt / 4, 3}, // gives up waiting after rtt/4
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			proxy := redistest.NewProxy(t, srv.Addr(), oneWay)
+			b := newNodeBatch(batchClient(t, proxy.Addr(), 10*time.Second), tc.nodeTimeout)
+			ctx := context.Background()
+			require.NoError(t, echoScript.Load(ctx, b.client).Err())
+			// Open the connections the senders will take, as the warm-up does:
+			// a dial through the proxy would cost round trips of its own.
+			var conns []*redis.Conn
+			for range batchSenders + 2 {
+				c := b.client.Conn()
+				require.NoError(t, c.Ping(ctx).Err())
+				conns = append(conns, c)
+			}
+			for _, c := range conns {
+				require.NoError(t, c.Close())
+			}
+			var ahead, queued sync.WaitGroup
+			for i := range batchSenders {
+				ahead.Go(func() { assert.NoError(t, echoScript.Run(ctx, b, nil, i).Err()) })
+			}
+			require.Eventually(t, func() bool {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				return b.senders == batchSenders
+			}, 5*time.Second, time.Millisecond)
+			start := time.Now()
+			for i := range tc.queued {
+				queued.Go(func() {
+					want := fmt.Sprint(i)
+					got, err := echoScript.Run(ctx, b, nil, want).Text()
+					assert.NoError(t, err)
+					assert.Equal(t, want, got)
+					// Waiting for a sender would take the rest of the round
+					// trip ahead, then one more: about 2 rtt.
+					assert.Less(t, time.Since(start), 8*rtt/5, "call %d", i)
+				})
+			}
+			queued.Wait()
+			ahead.Wait()
+		})
+	}
+}
