@@ -248,9 +248,11 @@ func (b *nodeBatch) send(batch []*batchCall) {
 			c.cmd.SetErr(err) // its caller has given up: not sent
 			continue
 		}
-		if d, ok := c.ctx.Deadline(); !ok {
-			deadline = time.Now().Add(b.timeout)
-		} else if d.After(deadline) {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			d = time.Now().Add(b.timeout)
+		}
+		if d.After(deadline) {
 			deadline = d
 		}
 		_ = pipe.Process(c.ctx, c.cmd)
