@@ -119,7 +119,7 @@ func (b *bench) floodRows(ctx context.Context, spec rowSpec) ([]row, error) {
 	start := time.Now()
 	switch f.kind {
 	case "locks":
-		err = floodLocks(fctx, t.addr, f.size(b.cfg), held)
+		err = floodLocks(fctx, t.addr, "flood", f.size(b.cfg), held)
 	case "waiters":
 		err = floodWaiters(fctx, &wg, t.addr, f.size(b.cfg), held)
 	case "conns":
@@ -161,9 +161,10 @@ func (b *bench) stopTarget(t *target) {
 	}
 }
 
-// floodLocks takes n locks with a one-hour TTL over 16 connections and
-// leaves them held; the gateway, stopped after the row, forgets them.
-func floodLocks(ctx context.Context, addr string, n int, held *atomic.Int64) error {
+// floodLocks takes n locks, <prefix>/1 to <prefix>/n, with a one-hour TTL
+// over 16 connections and leaves them held; the gateway, stopped after the
+// row, forgets them.
+func floodLocks(ctx context.Context, addr, prefix string, n int, held *atomic.Int64) error {
 	const conns = 16
 	body := []byte(`{"ttl_ms":3600000}`)
 	next := atomic.Int64{}
@@ -179,7 +180,7 @@ func floodLocks(ctx context.Context, addr string, n int, held *atomic.Int64) err
 				if i > int64(n) || ctx.Err() != nil {
 					return
 				}
-				status, _, err := c.do(ctx, http.MethodPut, "/locks/flood/"+strconv.FormatInt(i, 10), body)
+				status, _, err := c.do(ctx, http.MethodPut, "/locks/"+prefix+"/"+strconv.FormatInt(i, 10), body)
 				switch {
 				case err != nil:
 					errc <- err
