@@ -208,7 +208,9 @@ func (b *bench) redisGateway(ctx context.Context) (*target, error) {
 // The gateways' process names, which key the rows' CPU time per process.
 const redisGatewayName = "gateway (redis)"
 
-func (b *bench) redlockGatewayName() string { return fmt.Sprintf("gateway (redlock-%d)", b.cfg.redlock) }
+func (b *bench) redlockGatewayName() string {
+	return fmt.Sprintf("gateway (redlock-%d)", b.cfg.redlock)
+}
 
 func (b *bench) redlockGateway(ctx context.Context) (*target, error) {
 	if b.redlockGW == nil {

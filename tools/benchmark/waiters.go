@@ -36,9 +36,9 @@ type waitersResult struct {
 	// Scripts counts EVAL, EVALSHA and FCALL (and their _RO forms);
 	// Commands counts every command, those the scripts ran included, but
 	// not lockbench's own INFO.
-	Scripts          int64   `json:"scripts"`
-	Commands         int64   `json:"commands"`
-	ScriptsPerWaiter float64 `json:"scripts_per_waiter_per_second"`
+	Scripts           int64   `json:"scripts"`
+	Commands          int64   `json:"commands"`
+	ScriptsPerWaiter  float64 `json:"scripts_per_waiter_per_second"`
 	CommandsPerWaiter float64 `json:"commands_per_waiter_per_second"`
 	// ByCommand is the window's calls by command name, the busiest first
 	// in the report.
