@@ -401,7 +401,9 @@ func printReport(w io.Writer, res results) {
 	if waitHeader {
 		fmt.Fprintln(w, "    handoff: from a release being sent to the next waiter's 201 arriving")
 	}
-	fmt.Fprintln(w, "\nCPU time per cycle (grant), µs, by process:")
+	if len(res.Rows) > 0 {
+		fmt.Fprintln(w, "\nCPU time per cycle (grant), µs, by process:")
+	}
 	for _, r := range res.Rows {
 		if len(r.CPUPerCycle) == 0 {
 			continue
