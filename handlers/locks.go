@@ -160,8 +160,8 @@ func (h *Locks) Acquire() http.Handler {
 		}
 		ar.Wait = wait
 		if applied != "" {
-			w.Header().Set("Preference-Applied", applied)
-			w.Header().Add("Vary", "Prefer")
+			w.Header()[hdrPreferenceAppl] = []string{applied}
+			w.Header()[hdrVary] = append(w.Header()[hdrVary], hdrPrefer)
 		}
 
 		start := time.Now()
@@ -195,11 +195,11 @@ func (h *Locks) Acquire() http.Handler {
 			return
 		}
 		h.obs.Granted(token, lease.ExpiresAt)
-		w.Header().Set("ETag", `"`+token+`"`)
+		w.Header()[hdrETag] = []string{`"` + token + `"`}
 		status := http.StatusOK
 		if !lease.Renewed {
 			status = http.StatusCreated
-			w.Header().Set("Location", LocksPrefix+escapeKey(key))
+			w.Header()[hdrLocation] = []string{LocksPrefix + escapeKey(key)}
 		}
 		encode(w, status, "application/json", newLeaseBody(lease))
 	})
@@ -212,7 +212,7 @@ func (h *Locks) wait(r *http.Request, waitMs *int64) (_ time.Duration, applied s
 	if waitMs != nil {
 		return time.Duration(*waitMs) * time.Millisecond, "", nil
 	}
-	secs, ok, err := preferWait(r.Header.Values("Prefer"))
+	secs, ok, err := preferWait(r.Header[hdrPrefer])
 	if err != nil || !ok {
 		return 0, "", err
 	}
@@ -396,7 +396,7 @@ func (h *Locks) Extend() http.Handler {
 			return
 		}
 		h.obs.Extended(token, lease.ExpiresAt)
-		w.Header().Set("ETag", `"`+token+`"`)
+		w.Header()[hdrETag] = []string{`"` + token + `"`}
 		encode(w, http.StatusOK, "application/json", newLeaseBody(lease))
 	})
 }
