@@ -30,7 +30,11 @@ func encode(w http.ResponseWriter, status int, contentType string, v any) {
 		// Our own response types always marshal.
 		panic(fmt.Sprintf("handlers: encode %T: %v", v, err))
 	}
-	body := buf.Bytes()
+	writeBody(w, status, contentType, buf.Bytes())
+}
+
+// writeBody sends body, with its Content-Type and Content-Length, and status.
+func writeBody(w http.ResponseWriter, status int, contentType string, body []byte) {
 	h := w.Header()
 	h[hdrContentType] = []string{contentType}
 	h[hdrContentLength] = []string{strconv.Itoa(len(body))}

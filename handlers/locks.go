@@ -201,7 +201,7 @@ func (h *Locks) Acquire() http.Handler {
 			status = http.StatusCreated
 			w.Header()[hdrLocation] = []string{LocksPrefix + escapeKey(key)}
 		}
-		encode(w, status, "application/json", newLeaseBody(lease))
+		encodeLease(w, status, newLeaseBody(lease))
 	})
 }
 
@@ -397,7 +397,7 @@ func (h *Locks) Extend() http.Handler {
 		}
 		h.obs.Extended(token, lease.ExpiresAt)
 		w.Header()[hdrETag] = []string{`"` + token + `"`}
-		encode(w, http.StatusOK, "application/json", newLeaseBody(lease))
+		encodeLease(w, http.StatusOK, newLeaseBody(lease))
 	})
 }
 
