@@ -3,6 +3,7 @@ package handlers
 import (
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -39,5 +40,31 @@ func FuzzEncodeLease(f *testing.F) {
 	f.Add(`q"\`, "t", int64(-1), "<&>", int64(0), "")
 	f.Fuzz(func(t *testing.T, key, token string, fence int64, owner string, ttl int64, expires string) {
 		sameAsEncode(t, 201, leaseBody{Key: key, Token: token, Fence: fence, Owner: owner, TTLms: ttl, ExpiresAt: expires})
+	})
+}
+
+// TestTimestampMatchesFormat: timestamp writes what time.Format does with
+// its layout, truncated to the millisecond, in UTC.
+func TestTimestampMatchesFormat(t *testing.T) {
+	for _, tc := range []time.Time{
+		time.Date(2026, 11, 24, 15, 4, 5, 123_999_999, time.UTC),
+		time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", -7*3600)),
+		time.Date(1999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
+		time.Date(1000, 1, 1, 0, 0, 0, 1, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC),
+		time.Date(999, 1, 1, 0, 0, 0, 0, time.UTC), // Format's path
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Now(),
+		time.Unix(0, 0),
+	} {
+		assert.Equal(t, tc.UTC().Truncate(time.Millisecond).Format(timestampLayout), timestamp(tc), tc.String())
+	}
+}
+
+func FuzzTimestamp(f *testing.F) {
+	f.Add(int64(1795535614), int64(123456789))
+	f.Fuzz(func(t *testing.T, sec, nsec int64) {
+		tc := time.Unix(sec, nsec)
+		assert.Equal(t, tc.UTC().Truncate(time.Millisecond).Format(timestampLayout), timestamp(tc))
 	})
 }
