@@ -135,6 +135,7 @@ func TestSmoke(t *testing.T) {
 		assert.Positive(t, m.BytesPerLock)
 		assert.GreaterOrEqual(t, m.KeysPerLock, 1.0)
 		assert.Positive(t, m.MemoryUsage["lockgw:{memory/1}:lock"], "MEMORY USAGE of the lock key: %v", m.MemoryUsage)
+		assert.Positive(t, m.QuotaBytesPerLock, "the per-user cap is on, as by default")
 	}
 
 	// Many waiters: all ten waited, none saw an error, and the window's

@@ -28,10 +28,24 @@ type lockMemory struct {
 	// dictionary's and the expiry dictionary's entries, which the
 	// used_memory growth includes.
 	MemoryUsage map[string]int64 `json:"memory_usage_one_lock"`
-	UsedBefore  int64            `json:"used_memory_before"`
-	UsedAfter   int64            `json:"used_memory_after"`
-	FillSeconds float64          `json:"fill_seconds"`
-	Note        string           `json:"note,omitempty"`
+	// QuotaBytesPerLock is MEMORY USAGE of one user's quota set over its
+	// members: what the per-user cap adds to each lock.
+	QuotaBytesPerLock float64 `json:"quota_set_bytes_per_lock"`
+	UsedBefore        int64   `json:"used_memory_before"`
+	UsedAfter         int64   `json:"used_memory_after"`
+	FillSeconds       float64 `json:"fill_seconds"`
+	Note              string  `json:"note,omitempty"`
+}
+
+// memoryLocksPerUser is the memory row's per-user cap, twice the locks it
+// gives each user (memoryUser).
+const memoryLocksPerUser = 10_000
+
+// memoryUser is the client address lock i is taken for: a new one every
+// memoryLocksPerUser/2 locks.
+func memoryUser(i int64) string {
+	u := i / (memoryLocksPerUser / 2)
+	return fmt.Sprintf("10.%d.%d.%d", u>>16&255, u>>8&255, u&255)
 }
 
 func (b *bench) lockMemory(ctx context.Context) (*lockMemory, error) {
@@ -39,10 +53,12 @@ func (b *bench) lockMemory(ctx context.Context) (*lockMemory, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The per-user cap (10 000 by default) would stop the fill at 10 000
-	// locks of the one anonymous user; with it off no quota set is kept.
+	// The per-user cap stays on, as by default: each lock then also has
+	// an entry in its user's quota set, which is part of what it costs.
+	// The locks are spread over users (the client addresses a trusted
+	// loopback proxy names) so that none reaches the cap.
 	t, err := b.startGateway(ctx, "gateway (memory row)", "LOCKGW_BACKEND=redis", "LOCKGW_REDIS_URL=redis://"+addr+"/0",
-		"LOCKGW_MAX_LOCKS_PER_USER=0")
+		"LOCKGW_TRUSTED_PROXIES=127.0.0.1/32", "LOCKGW_MAX_LOCKS_PER_USER="+strconv.Itoa(memoryLocksPerUser))
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +69,7 @@ func (b *bench) lockMemory(ctx context.Context) (*lockMemory, error) {
 	// One lock first, so the gateway's connections and script cache are in
 	// place before the "before" figure.
 	held := &atomic.Int64{}
-	if err := floodLocks(ctx, t.addr, "memory/warm", 1, held); err != nil || held.Load() != 1 {
+	if err := floodLocks(ctx, t.addr, "memory/warm", 1, held, memoryUser); err != nil || held.Load() != 1 {
 		return nil, fmt.Errorf("first lock: %v (held %d)", err, held.Load())
 	}
 	before, err := usedMemory(ctx, rdb)
@@ -67,11 +83,11 @@ func (b *bench) lockMemory(ctx context.Context) (*lockMemory, error) {
 	fmt.Fprintf(b.stderr, "lockbench: 11  Redis memory: taking %s locks through the gateway", thousands(float64(b.cfg.memoryLocks)))
 	held.Store(0)
 	start := time.Now()
-	if err := floodLocks(ctx, t.addr, "memory", b.cfg.memoryLocks, held); err != nil {
+	if err := floodLocks(ctx, t.addr, "memory", b.cfg.memoryLocks, held, memoryUser); err != nil {
 		fmt.Fprintln(b.stderr, ": failed")
 		return nil, err
 	}
-	res := &lockMemory{Locks: held.Load(), Through: "the gateway (Redis backend, per-user cap off), 16 keep-alive connections",
+	res := &lockMemory{Locks: held.Load(), Through: fmt.Sprintf("the gateway (Redis backend, per-user cap on, %d locks a user), 16 keep-alive connections", memoryLocksPerUser/2),
 		FillSeconds: time.Since(start).Seconds(), UsedBefore: before, MemoryUsage: map[string]int64{}}
 	if res.Locks == 0 {
 		return nil, fmt.Errorf("no lock was granted")
@@ -95,6 +111,21 @@ func (b *bench) lockMemory(ctx context.Context) (*lockMemory, error) {
 			return nil, fmt.Errorf("MEMORY USAGE %s: %w", k, err)
 		}
 		res.MemoryUsage[k] = n
+	}
+	// One user's quota set: a member per lock of the user's.
+	quotas, err := rdb.Keys(ctx, "lockgw:{quota:*").Result()
+	if err != nil {
+		return nil, err
+	}
+	if len(quotas) > 0 {
+		n, err1 := rdb.MemoryUsage(ctx, quotas[0], 0).Result()
+		members, err2 := rdb.ZCard(ctx, quotas[0]).Result()
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("MEMORY USAGE and ZCARD %s: %v %v", quotas[0], err1, err2)
+		}
+		if members > 0 {
+			res.QuotaBytesPerLock = float64(n) / float64(members)
+		}
 	}
 	if int(res.Locks) < b.cfg.memoryLocks {
 		res.Note = fmt.Sprintf("only %d of %d locks were granted", res.Locks, b.cfg.memoryLocks)

@@ -492,7 +492,8 @@ func printExtras(w io.Writer, res results) {
 		for _, k := range slices.Sorted(maps.Keys(m.MemoryUsage)) {
 			parts = append(parts, fmt.Sprintf("%s %d", k, m.MemoryUsage[k]))
 		}
-		fmt.Fprintf(w, "    MEMORY USAGE of one lock's keys, bytes: %s\n", strings.Join(parts, " · "))
+		fmt.Fprintf(w, "    MEMORY USAGE of one lock's keys, bytes: %s; its user's quota set, per lock: %.0f\n",
+			strings.Join(parts, " · "), m.QuotaBytesPerLock)
 		if m.Note != "" {
 			fmt.Fprintf(w, "    NOTE: %s\n", m.Note)
 		}
