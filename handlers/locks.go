@@ -89,12 +89,14 @@ func NewLocks(store lockstore.Store, limits Limits, log zerolog.Logger, stopping
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	shutdown, cancel := context.WithCancel(context.Background())
+	shutdown := context.Background() // never done: nothing hangs on it
 	if stopping != nil {
+		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			<-stopping
 			cancel()
 		}()
+		shutdown = ctx
 	}
 	return &Locks{store: store, limits: limits, log: log, validate: newValidator(limits), stopping: stopping, shutdown: shutdown, obs: obs}
 }
