@@ -145,6 +145,7 @@ func TestSmoke(t *testing.T) {
 		assert.Equal(t, 10, w.Waiting)
 		assert.Zero(t, w.Errors, "%v", w.ErrorKinds)
 		assert.Positive(t, w.RSSWaitingKiB)
+		assert.GreaterOrEqual(t, w.GoroutinesPerWaiter, 1.0, "at least the connection's goroutine each")
 		assert.GreaterOrEqual(t, w.WindowSeconds, 0.3)
 	}
 	assert.Contains(t, stdout.String(), "12  many waiters")

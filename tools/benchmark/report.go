@@ -508,8 +508,8 @@ func printExtras(w io.Writer, res results) {
 			parts = append(parts, fmt.Sprintf("%s %s", c, thousands(float64(v.ByCommand[c]))))
 		}
 		fmt.Fprintf(w, "    calls: %s\n", strings.Join(parts, " · "))
-		fmt.Fprintf(w, "    gateway RSS %.1f → %.1f MiB: %.1f KiB per waiter · errors %d\n",
-			mib(v.RSSBeforeKiB), mib(v.RSSWaitingKiB), v.RSSPerWaiterKiB, v.Errors)
+		fmt.Fprintf(w, "    gateway RSS %.1f → %.1f MiB: %.1f KiB per waiter · %.2f goroutines per waiter · errors %d\n",
+			mib(v.RSSBeforeKiB), mib(v.RSSWaitingKiB), v.RSSPerWaiterKiB, v.GoroutinesPerWaiter, v.Errors)
 		for _, k := range slices.Sorted(maps.Keys(v.ErrorKinds)) {
 			fmt.Fprintf(w, "    waiter error: %s × %d\n", k, v.ErrorKinds[k])
 		}

@@ -46,9 +46,13 @@ type waitersResult struct {
 	RSSBeforeKiB    int64            `json:"gateway_rss_before_kib"`
 	RSSWaitingKiB   int64            `json:"gateway_rss_waiting_kib"`
 	RSSPerWaiterKiB float64          `json:"gateway_rss_per_waiter_kib"`
-	RampSeconds     float64          `json:"ramp_seconds"`
-	Errors          int              `json:"errors"`
-	ErrorKinds      map[string]int   `json:"error_kinds,omitempty"`
+	// GoroutinesPerWaiter is the growth of the gateway's go_goroutines
+	// over the waiters' number: its connection's, its handler's, and any
+	// more a wait starts.
+	GoroutinesPerWaiter float64        `json:"gateway_goroutines_per_waiter"`
+	RampSeconds         float64        `json:"ramp_seconds"`
+	Errors              int            `json:"errors"`
+	ErrorKinds          map[string]int `json:"error_kinds,omitempty"`
 }
 
 // waitersGoal is the number of waiters issue 17 asks one gateway to carry
@@ -85,6 +89,10 @@ func (b *bench) manyWaiters(ctx context.Context) (*waitersResult, error) {
 		}
 	}
 
+	goroutinesBefore := -1.0
+	if rt, err := scrapeMetrics(ctx, t.addr, "go_goroutines"); err == nil {
+		goroutinesBefore = rt["go_goroutines"]
+	}
 	fmt.Fprintf(b.stderr, "lockbench: 12  many waiters: %s acquires waiting on one key", thousands(float64(n)))
 	wctx, stop := context.WithCancel(ctx)
 	var (
@@ -160,10 +168,13 @@ func (b *bench) manyWaiters(ctx context.Context) (*waitersResult, error) {
 		}
 		res.RSSPerWaiterKiB = float64(res.RSSWaitingKiB-res.RSSBeforeKiB) / float64(n)
 	}
-	if rt, err := scrapeMetrics(ctx, t.addr, "lockgw_waiting_acquires"); err == nil {
+	if rt, err := scrapeMetrics(ctx, t.addr, "lockgw_waiting_acquires", "go_goroutines"); err == nil {
 		// Fewer waiting at the end than asked for is an error too, even
 		// if no waiter saw one yet.
 		res.Waiting = min(res.Waiting, int(rt["lockgw_waiting_acquires"]))
+		if goroutinesBefore >= 0 {
+			res.GoroutinesPerWaiter = (rt["go_goroutines"] - goroutinesBefore) / float64(n)
+		}
 	}
 	res.ByCommand = map[string]int64{}
 	for name, calls := range after {
