@@ -26,9 +26,8 @@ import (
 // and callgrind's instruction counts are steady even on a busy machine.
 func BenchmarkCycle(b *testing.B) {
 	m := metrics.New()
-	logOut := newBufferedLog(io.Discard)
-	defer logOut.Close()
-	log := zerolog.New(logOut).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	log, flush := newLogger(Config{LogLevel: zerolog.InfoLevel, LogFormat: "json"}, io.Discard)
+	defer flush()
 	h := newHandler(deps{
 		store:    lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: 1000}),
 		backend:  BackendMemory,
