@@ -30,9 +30,14 @@ func encode(w http.ResponseWriter, status int, contentType string, v any) {
 		// Our own response types always marshal.
 		panic(fmt.Sprintf("handlers: encode %T: %v", v, err))
 	}
-	body := buf.Bytes()
-	w.Header().Set("Content-Type", contentType)
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	writeBody(w, status, contentType, buf.Bytes())
+}
+
+// writeBody sends body, with its Content-Type and Content-Length, and status.
+func writeBody(w http.ResponseWriter, status int, contentType string, body []byte) {
+	h := w.Header()
+	h[hdrContentType] = []string{contentType}
+	h[hdrContentLength] = []string{strconv.Itoa(len(body))}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
@@ -57,7 +62,7 @@ func decode(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any) err
 		return nil
 	}
 	// The exact common value skips the media-type parser.
-	if ct := r.Header.Get("Content-Type"); ct != "" && ct != "application/json" && !isJSON(ct) {
+	if ct := header(r.Header, hdrContentType); ct != "" && ct != "application/json" && !isJSON(ct) {
 		return newError(problem.UnsupportedMedia, fmt.Sprintf("the body must be application/json, not %.64q: send Content-Type: application/json", ct))
 	}
 	if !utf8.Valid(body) {

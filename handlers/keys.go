@@ -116,9 +116,9 @@ func CheckToken(token string) error {
 // conditional request as if it were unconditional, and treating it as the
 // acquire's Lock-Token would take a lock the condition said not to.
 func tokenFromHeaders(r *http.Request, allowIfMatch bool) (string, error) {
-	token := r.Header.Get("Lock-Token")
-	if token != "" || len(r.Header.Values("Lock-Token")) > 0 {
-		if len(r.Header.Values("Lock-Token")) > 1 {
+	token := header(r.Header, hdrLockToken)
+	if token != "" || len(r.Header[hdrLockToken]) > 0 {
+		if len(r.Header[hdrLockToken]) > 1 {
 			return "", newError(problem.Malformed, "more than one Lock-Token header: send one")
 		}
 		if err := CheckToken(token); err != nil {
@@ -126,13 +126,13 @@ func tokenFromHeaders(r *http.Request, allowIfMatch bool) (string, error) {
 		}
 	}
 	if !allowIfMatch {
-		if len(r.Header.Values("If-Match")) > 0 {
+		if len(r.Header[hdrIfMatch]) > 0 {
 			return "", newError(problem.Malformed, "If-Match is not accepted on an acquire: a PUT is not conditional. "+
 				"To retry an acquire, send the same Lock-Token; to extend a lease you hold, PATCH it with If-Match or Lock-Token")
 		}
 		return token, nil
 	}
-	ifMatch := strings.TrimSpace(strings.Join(r.Header.Values("If-Match"), ","))
+	ifMatch := strings.TrimSpace(strings.Join(r.Header[hdrIfMatch], ","))
 	if ifMatch == "" {
 		return token, nil
 	}

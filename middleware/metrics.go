@@ -17,7 +17,13 @@ func Observe(observe func(route, method string, status int, took time.Duration))
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			ww := chimw.NewWrapResponseWriter(w, r.ProtoMajor)
+			// Behind AccessLog, w already counts status and bytes: a second
+			// wrapper would cost an allocation and an indirection on every
+			// write for the same figures.
+			ww, ok := w.(chimw.WrapResponseWriter)
+			if !ok {
+				ww = chimw.NewWrapResponseWriter(w, r.ProtoMajor)
+			}
 			next.ServeHTTP(ww, r)
 			status := ww.Status()
 			if status == 0 {

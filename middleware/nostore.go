@@ -6,7 +6,7 @@ import "net/http"
 // correct only at the instant it is read; a cached answer is a wrong one.
 func NoStore(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
+		w.Header()["Cache-Control"] = []string{"no-store"} // canonical: no Set's canonicalization
 		next.ServeHTTP(w, r)
 	})
 }

@@ -19,11 +19,16 @@ type requestIDKey struct{}
 // inject text into our logs.
 func RequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(RequestIDHeader)
+		// RequestIDHeader is canonical: indexing the Header directly
+		// skips Get's and Set's canonicalization of the name.
+		var id string
+		if v := r.Header[RequestIDHeader]; len(v) > 0 {
+			id = v[0]
+		}
 		if !validRequestID(id) {
 			id = NewRequestID()
 		}
-		w.Header().Set(RequestIDHeader, id)
+		w.Header()[RequestIDHeader] = []string{id}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
 	})
 }

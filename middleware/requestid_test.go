@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -41,4 +42,11 @@ func TestRequestID(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRequestIDHeaderCanonical: RequestID indexes the Header with the name
+// directly, which finds a client's header only in net/http's spelling.
+func TestRequestIDHeaderCanonical(t *testing.T) {
+	assert.Equal(t, textproto.CanonicalMIMEHeaderKey(middleware.RequestIDHeader), middleware.RequestIDHeader)
+	assert.Equal(t, textproto.CanonicalMIMEHeaderKey("Cache-Control"), "Cache-Control")
 }

@@ -196,13 +196,20 @@ func (b *bench) redisGateway(ctx context.Context) (*target, error) {
 		if err != nil {
 			return nil, err
 		}
-		t, err := b.startGateway(ctx, "gateway (redis)", "LOCKGW_BACKEND=redis", "LOCKGW_REDIS_URL=redis://"+addr+"/0")
+		t, err := b.startGateway(ctx, redisGatewayName, "LOCKGW_BACKEND=redis", "LOCKGW_REDIS_URL=redis://"+addr+"/0")
 		if err != nil {
 			return nil, err
 		}
 		b.gateway = t
 	}
 	return b.gateway, nil
+}
+
+// The gateways' process names, which key the rows' CPU time per process.
+const redisGatewayName = "gateway (redis)"
+
+func (b *bench) redlockGatewayName() string {
+	return fmt.Sprintf("gateway (redlock-%d)", b.cfg.redlock)
 }
 
 func (b *bench) redlockGateway(ctx context.Context) (*target, error) {
@@ -215,7 +222,7 @@ func (b *bench) redlockGateway(ctx context.Context) (*target, error) {
 			}
 			urls = append(urls, "redis://"+addr+"/0")
 		}
-		t, err := b.startGateway(ctx, fmt.Sprintf("gateway (redlock-%d)", b.cfg.redlock),
+		t, err := b.startGateway(ctx, b.redlockGatewayName(),
 			"LOCKGW_BACKEND=redlock", "LOCKGW_REDLOCK_URLS="+strings.Join(urls, ","))
 		if err != nil {
 			return nil, err

@@ -145,6 +145,79 @@ func chart(res results) []byte {
 	throughput(fmt.Sprintf("Contended: %d clients on one key — grants per second (higher is better)", s.ContendedClients), " grants/s", waits)
 	latency("Contended: wait from sending the acquire to its 201 (shorter is better)", "wait ", waits)
 
+	// curve draws one line per system over the client counts, spaced
+	// evenly (they grow about fourfold each), for one figure of each point.
+	curve := func(title string, value func(*row) float64, unit func(float64) string) {
+		counts, gw, base := curvePairs(res.Curve)
+		if len(counts) == 0 {
+			return
+		}
+		const plotW, plotH = 560.0, 150.0
+		y += 38
+		text(labelX, y, 15, "bold", "#111", "start", title)
+		y += 18
+		top := 0.0
+		for _, p := range res.Curve {
+			top = max(top, value(&p))
+		}
+		if top <= 0 {
+			return
+		}
+		x0, y0 := float64(barX), y+plotH // the plot's origin
+		fmt.Fprintf(&body, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/>`+"\n", x0, y0, x0+plotW, y0)
+		fmt.Fprintf(&body, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/>`+"\n", x0, y0, x0, y)
+		text(x0-6, y+10, 11, "normal", "#444", "end", unit(top))
+		text(x0-6, y0, 11, "normal", "#444", "end", "0")
+		xAt := func(i int) float64 {
+			if len(counts) == 1 {
+				return x0 + plotW/2
+			}
+			return x0 + 20 + (plotW-40)*float64(i)/float64(len(counts)-1)
+		}
+		for i, n := range counts {
+			text(xAt(i), y0+16, 11, "normal", "#444", "middle", strconv.Itoa(n))
+		}
+		text(x0+plotW/2, y0+32, 11, "normal", "#444", "middle", "concurrent clients")
+		for k, side := range []map[int]*row{gw, base} {
+			id := curveSystems[k]
+			var pts []string
+			for i, n := range counts {
+				r := side[n]
+				if r == nil {
+					continue
+				}
+				px, py := xAt(i), y0-plotH*value(r)/top
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px, py))
+				fmt.Fprintf(&body, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", px, py, color(id))
+				text(px+5, py-5, 10, "normal", color(id), "start", unit(value(r)))
+			}
+			fmt.Fprintf(&body, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(pts, " "), color(id))
+			ly := y + 14 + float64(k)*18
+			rect(labelX, ly-10, 14, 10, color(id), 0.9)
+			text(labelX+20, ly, 13, "normal", "#222", "start", rowSpecs[slices.IndexFunc(rowSpecs, func(s rowSpec) bool { return s.id == id })].label)
+		}
+		y = y0 + 36
+	}
+	curve("Concurrency curve: cycles per second by clients, a key each (higher is better)",
+		func(r *row) float64 { return r.PerSecond }, func(v float64) string { return thousands(v) })
+	curve("Concurrency curve: p99 of one acquire + release cycle by clients (shorter is better)",
+		func(r *row) float64 { return r.P99 }, fmtMs)
+
+	if m := res.Memory; m != nil {
+		y += 38
+		text(labelX, y, 15, "bold", "#111", "start", "Redis memory per held lock")
+		y += 20
+		text(labelX, y, 13, "normal", "#222", "start", fmt.Sprintf("%.0f bytes per lock (used_memory growth over %s held locks, %.1f keys each)",
+			m.BytesPerLock, thousands(float64(m.Locks)), m.KeysPerLock))
+	}
+	if v := res.Waiters; v != nil {
+		y += 38
+		text(labelX, y, 15, "bold", "#111", "start", fmt.Sprintf("%s acquires waiting on one held key, one gateway", thousands(float64(v.Waiters))))
+		y += 20
+		text(labelX, y, 13, "normal", "#222", "start", fmt.Sprintf("%.3f Redis scripts and %.2f commands per waiter per second · gateway RSS %.1f KiB per waiter · %s",
+			v.ScriptsPerWaiter, v.CommandsPerWaiter, v.RSSPerWaiterKiB, plural(v.Errors, "error")))
+	}
+
 	if len(res.Ratios) > 0 {
 		y += 38
 		text(labelX, y, 15, "bold", "#111", "start", "Targets (information only)")
@@ -161,16 +234,20 @@ func chart(res results) []byte {
 					mark, fill = "✓ met", "#15803d"
 				}
 			}
+			// The names run long (issue 17's table): the figures start
+			// right of the bars' column.
+			const valueX = barX + 250
 			text(labelX, y, 13, "normal", "#222", "start", r.Name)
-			text(barX+60, y, 13, "bold", "#222", "end", value)
+			text(valueX, y, 13, "bold", "#222", "end", value)
 			target := "target " + r.Target
 			if r.Met == nil && r.Value != nil {
 				target = "information"
 			}
-			text(barX+75, y, 13, "normal", "#444", "start", target)
-			text(barX+180, y, 13, "bold", fill, "start", mark)
+			text(valueX+15, y, 13, "normal", "#444", "start", target)
+			text(valueX+130, y, 13, "bold", fill, "start", mark)
 			if r.Note != "" {
-				text(barX+260, y, 12, "normal", "#666", "start", r.Note)
+				y += 16
+				text(labelX+20, y, 12, "normal", "#666", "start", r.Note)
 			}
 		}
 	}

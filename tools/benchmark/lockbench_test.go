@@ -30,6 +30,9 @@ func TestSmoke(t *testing.T) {
 		"-c", "4", "-contended-clients", "4",
 		// The floods' plumbing, at a size that costs nothing.
 		"-flood-clients", "2", "-flood-locks", "50", "-flood-waiters", "8", "-flood-conns", "8", "-flood-settle", "0",
+		// Issue 17's rows, as small: two points of the curve, 100 locks,
+		// 10 waiters.
+		"-curve", "1,2", "-curve-duration", "100ms", "-memory-locks", "100", "-waiters", "10", "-waiters-duration", "300ms",
 		"-redis-server", redistest.Binary(t),
 		// Only plumbing is under test: on a machine busy with the other
 		// packages' tests, Redlock's 50 ms per node could run out.
@@ -47,6 +50,9 @@ func TestSmoke(t *testing.T) {
 	haveEtcd := etcdBinary("") != ""
 	var specs []rowSpec // as the rows come: a flood gives two
 	for _, spec := range rowSpecs {
+		if spec.extra {
+			continue
+		}
 		specs = append(specs, spec)
 		if spec.flood {
 			specs = append(specs, spec)
@@ -86,10 +92,70 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 
+	// The ratios open with issue 17's table, in its order.
+	var names []string
+	for _, r := range res.Ratios {
+		names = append(names, r.Name)
+	}
+	require.GreaterOrEqual(t, len(names), 7)
+	assert.Equal(t, []string{
+		"gateway / baseline, cycles/s",
+		"gateway / baseline, CPU µs per cycle (gateway process)",
+		"gateway / baseline, p99",
+		"gateway / etcd 3.4, cycles/s",
+		"Redlock-5 / single-Redis gateway, CPU per cycle",
+		"Redlock-5 / gateway, cycles/s",
+		"contended (4 clients, one key) gateway / etcd blocking lock, grants/s",
+	}, names[:7])
+	for _, r := range res.Ratios[:7] {
+		if r.Note == "n/a: a row was not run" {
+			assert.False(t, haveEtcd, "%s: only the etcd ratios go without figures", r.Name)
+			continue
+		}
+		assert.NotNil(t, r.Value, r.Name)
+		assert.NotNil(t, r.Met, r.Name)
+	}
+
+	// The concurrency curve: both systems at each count.
+	require.Len(t, res.Curve, 4, "gateway and baseline at 1 and 2 clients")
+	for _, p := range res.Curve {
+		assert.Contains(t, curveSystems, p.ID)
+		assert.Contains(t, []int{1, 2}, p.Clients)
+		assert.Positive(t, p.Count, "%s at %d", p.ID, p.Clients)
+		assert.Positive(t, p.P99, "%s at %d", p.ID, p.Clients)
+		assert.Zero(t, p.Errors, "%s at %d: %v", p.ID, p.Clients, p.ErrorKinds)
+		assert.Positive(t, serverCPU(&p), "%s at %d: the serving process's CPU", p.ID, p.Clients)
+	}
+	assert.Contains(t, stdout.String(), "10  concurrency curve")
+
+	// Redis memory per lock: every lock held, each with its lock key.
+	if assert.NotNil(t, res.Memory) {
+		m := res.Memory
+		assert.EqualValues(t, 100, m.Locks)
+		assert.Positive(t, m.BytesPerLock)
+		assert.GreaterOrEqual(t, m.KeysPerLock, 1.0)
+		assert.Positive(t, m.MemoryUsage["lockgw:{memory/1}:lock"], "MEMORY USAGE of the lock key: %v", m.MemoryUsage)
+		assert.Positive(t, m.QuotaBytesPerLock, "the per-user cap is on, as by default")
+	}
+
+	// Many waiters: all ten waited, none saw an error, and the window's
+	// commands were counted (the holder's gateway runs some at least).
+	if assert.NotNil(t, res.Waiters) {
+		w := res.Waiters
+		assert.Equal(t, 10, w.Waiting)
+		assert.Zero(t, w.Errors, "%v", w.ErrorKinds)
+		assert.Positive(t, w.RSSWaitingKiB)
+		assert.GreaterOrEqual(t, w.GoroutinesPerWaiter, 1.0, "at least the connection's goroutine each")
+		assert.GreaterOrEqual(t, w.WindowSeconds, 0.3)
+	}
+	assert.Contains(t, stdout.String(), "12  many waiters")
+
 	svg, err := os.ReadFile(filepath.Join(dir, "results.svg"))
 	require.NoError(t, err)
 	assert.True(t, bytes.HasPrefix(svg, []byte("<svg ")), "an SVG document")
 	assert.Contains(t, string(svg), "gateway, Redis backend")
+	assert.Contains(t, string(svg), "Concurrency curve")
+	assert.Contains(t, string(svg), "<polyline", "the curve's lines")
 }
 
 func TestParseConfig(t *testing.T) {

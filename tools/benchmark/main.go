@@ -18,6 +18,11 @@
 //  7. 8. 9. floods: a small client alone, then while another client holds
 //     150 k locks, keeps 3 000 acquires waiting or keeps 6 000 idle
 //     connections, each on a gateway of its own (flood.go)
+//  10. the concurrency curve: gateway and baseline at 1 to 512 clients
+//     (curve.go)
+//  11. Redis memory per held lock, over 100 000 locks (memory.go)
+//  12. many waiters: 500 acquires waiting on one key, what they cost
+//     Redis and the gateway (waiters.go)
 //
 // It prints one table, the ratios the project targets (information, never a
 // failure), the gateway's memory before and after, and writes the results
@@ -25,6 +30,7 @@
 //
 //	go run ./tools/benchmark                     # everything, 10 s per row
 //	go run ./tools/benchmark -rows gateway,baseline -duration 5s
+//	go run ./tools/benchmark -rows waiters -waiters 10000   # issue 17's goal
 //	go run ./tools/benchmark -rows gateway -profile-dir prof  # pprof of the gateway process
 //	go run ./tools/benchmark -in-process -cpuprofile cpu.pprof -rows gateway
 package main
@@ -41,6 +47,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -81,6 +88,14 @@ type config struct {
 	floodWaiters int
 	floodConns   int
 	floodSettle  time.Duration
+	// The concurrency curve (curve.go).
+	curveLevels []int
+	curveWindow time.Duration
+	// Redis memory per held lock (memory.go).
+	memoryLocks int
+	// Many waiters on one key (waiters.go).
+	waiters       int
+	waitersWindow time.Duration
 }
 
 func parseConfig(args []string, stderr io.Writer) (config, error) {
@@ -99,6 +114,15 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.floodWaiters, "flood-waiters", 3000, "waiting acquires the flooding client keeps in row 8")
 	fs.IntVar(&c.floodConns, "flood-conns", 6000, "idle keep-alive connections the flooding client keeps in row 9")
 	fs.DurationVar(&c.floodSettle, "flood-settle", 2*time.Second, "pause between the flood being in place and the measured load")
+	curve := "1,8,32,128,512"
+	fs.Func("curve", "client counts of the concurrency curve (row curve), comma-separated (default "+curve+")", func(v string) error {
+		curve = v
+		return nil
+	})
+	fs.DurationVar(&c.curveWindow, "curve-duration", 2*time.Second, "measured time of each point of the concurrency curve, per system (after -warmup)")
+	fs.IntVar(&c.memoryLocks, "memory-locks", 100_000, "locks held through the gateway to measure Redis memory per lock (row memory)")
+	fs.IntVar(&c.waiters, "waiters", 500, "acquires waiting on one held key through one gateway (row waiters); the goal is 10000, which needs ulimit -n above it")
+	fs.DurationVar(&c.waitersWindow, "waiters-duration", 5*time.Second, "window over which the waiters' Redis commands are counted")
 	fs.StringVar(&rows, "rows", "all", "comma-separated rows to run: all, or "+strings.Join(rowIDs(), ", "))
 	fs.StringVar(&c.out, "out", "", "JSON results file; the SVG chart goes beside it (default bench-results/<UTC time>.json)")
 	fs.StringVar(&c.gatewayBin, "gateway-bin", "", "lockgateway binary to measure (default: go build ./cmd/lockgateway)")
@@ -136,6 +160,20 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.floodLocks < 1 || c.floodWaiters < 1 || c.floodConns < 1 || c.floodSettle < 0 {
 		errs = append(errs, errors.New("-flood-locks, -flood-waiters and -flood-conns must be at least 1, -flood-settle not negative"))
+	}
+	for f := range strings.SplitSeq(curve, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("-curve: %q is not a client count (want e.g. 1,8,32)", f))
+			continue
+		}
+		c.curveLevels = append(c.curveLevels, n)
+	}
+	if c.curveWindow <= 0 || c.waitersWindow <= 0 {
+		errs = append(errs, errors.New("-curve-duration and -waiters-duration must be positive"))
+	}
+	if c.memoryLocks < 1 || c.waiters < 1 {
+		errs = append(errs, errors.New("-memory-locks and -waiters must be at least 1"))
 	}
 	if c.waitMs < 1 {
 		errs = append(errs, errors.New("-wait-ms must be at least 1"))
@@ -200,17 +238,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	var specs []rowSpec
 	for _, spec := range rowSpecs {
-		if slices.Contains(cfg.rows, spec.id) {
+		if slices.Contains(cfg.rows, spec.id) && !spec.extra {
 			specs = append(specs, spec)
 		}
 	}
 	if res.Rows, err = b.runRows(ctx, specs); err != nil {
 		return err
 	}
+	if slices.Contains(cfg.rows, "curve") {
+		if res.Curve, err = b.runCurve(ctx); err != nil {
+			return fmt.Errorf("concurrency curve: %w", err)
+		}
+	}
+	if slices.Contains(cfg.rows, "memory") {
+		if res.Memory, err = b.lockMemory(ctx); err != nil {
+			return fmt.Errorf("Redis memory per lock: %w", err)
+		}
+	}
+	if slices.Contains(cfg.rows, "waiters") {
+		if res.Waiters, err = b.manyWaiters(ctx); err != nil {
+			return fmt.Errorf("many waiters: %w", err)
+		}
+	}
 	res.Processes = b.finish(ctx)
 	res.Machine = b.machine()
 	res.Machine.LoadBefore = loadBefore
-	res.Ratios = ratios(res.Rows, res.Processes)
+	res.Ratios = ratios(res)
 
 	printReport(stdout, res)
 	jsonPath := cfg.out

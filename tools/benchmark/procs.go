@@ -4,12 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -165,53 +165,56 @@ type runtimeStats struct {
 }
 
 // scrapeRuntime reads go_goroutines and go_memstats_heap_alloc_bytes from
-// the gateway's Prometheus /metrics (on by default), without a Prometheus
-// library: the text format is one "name value" per line.
+// the gateway's Prometheus /metrics (on by default).
 func scrapeRuntime(ctx context.Context, addr string) (runtimeStats, error) {
+	const goroutines, heap = "go_goroutines", "go_memstats_heap_alloc_bytes"
+	v, err := scrapeMetrics(ctx, addr, goroutines, heap)
+	if err != nil {
+		return runtimeStats{}, err
+	}
+	return runtimeStats{goroutines: int(v[goroutines]), heapMiB: v[heap] / (1 << 20)}, nil
+}
+
+// scrapeMetrics reads the named unlabelled series from the gateway's
+// /metrics, without a Prometheus library: the text format is one
+// "name value" per line. A name missing is an error.
+func scrapeMetrics(ctx context.Context, addr string, names ...string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
-		return runtimeStats{}, err
+		return nil, err
 	}
 	req.Close = true // leave no connection (and no server goroutine) behind
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return runtimeStats{}, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return runtimeStats{}, fmt.Errorf("GET /metrics: %s", resp.Status)
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	var rt runtimeStats
-	found := 0
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, value, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
+		if !ok || !slices.Contains(names, name) {
 			continue
 		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "go_goroutines":
-			rt.goroutines = int(v)
-			found++
-		case "go_memstats_heap_alloc_bytes":
-			rt.heapMiB = v / (1 << 20)
-			found++
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			out[name] = v
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return runtimeStats{}, err
+		return nil, err
 	}
-	if found != 2 {
-		return runtimeStats{}, errors.New("/metrics lacks go_goroutines or go_memstats_heap_alloc_bytes")
+	for _, name := range names {
+		if _, ok := out[name]; !ok {
+			return nil, fmt.Errorf("/metrics lacks %s", name)
+		}
 	}
-	return rt, nil
+	return out, nil
 }
 
 // startRedis starts a redis-server without persistence on a free loopback

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // results is one run, as written to the JSON file.
@@ -20,6 +21,10 @@ type results struct {
 	Rows      []row          `json:"rows"`
 	Ratios    []ratio        `json:"ratios"`
 	Processes []processStats `json:"gateway_processes"`
+	// Curve is the concurrency curve: one row per system and client count.
+	Curve   []row          `json:"concurrency_curve,omitempty"`
+	Memory  *lockMemory    `json:"redis_memory_per_lock,omitempty"`
+	Waiters *waitersResult `json:"many_waiters,omitempty"`
 }
 
 type machine struct {
@@ -45,6 +50,12 @@ type settings struct {
 	ContendedClients int    `json:"contended_clients"`
 	WaitMs           int    `json:"wait_ms"`
 	TTLms            int    `json:"ttl_ms"`
+	RedlockNodes     int    `json:"redlock_nodes"`
+	CurveClients     []int  `json:"curve_clients"`
+	CurveDuration    string `json:"curve_duration"`
+	Waiters          int    `json:"waiters"`
+	WaitersDuration  string `json:"waiters_duration"`
+	MemoryLocks      int    `json:"memory_locks"`
 	// GatewayEnv is what -gateway-env changed from production defaults.
 	GatewayEnv []string `json:"gateway_env,omitempty"`
 }
@@ -57,6 +68,8 @@ func newSettings(c config) settings {
 	return settings{
 		Duration: c.duration.String(), Warmup: c.warmup.String(), Rounds: c.rounds,
 		Clients: c.concurrency, ContendedClients: c.contended, WaitMs: c.waitMs, TTLms: ttlMs,
+		RedlockNodes: c.redlock, CurveClients: c.curveLevels, CurveDuration: c.curveWindow.String(),
+		Waiters: c.waiters, WaitersDuration: c.waitersWindow.String(), MemoryLocks: c.memoryLocks,
 		GatewayEnv: env,
 	}
 }
@@ -154,9 +167,11 @@ type ratio struct {
 	Note   string   `json:"note,omitempty"`
 }
 
-// ratios computes the targets of issues 5 and 6. They inform; they never
-// fail a run.
-func ratios(rows []row, procs []processStats) []ratio {
+// ratios computes the targets: issue 17's table first, in its order and
+// with its goals, then the floods' and the gateways' memory (issues 13
+// and 5). They inform; they never fail a run.
+func ratios(res results) []ratio {
+	rows, procs := res.Rows, res.Processes
 	get := func(id string) *row {
 		for i := range rows {
 			if rows[i].ID == id && rows[i].Skipped == "" && rows[i].Count > 0 {
@@ -181,6 +196,11 @@ func ratios(rows []row, procs []processStats) []ratio {
 			return
 		}
 		v := f(a, b)
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			r.Note = "n/a: no figure (a gateway in-process has no CPU time of its own)"
+			out = append(out, r)
+			return
+		}
 		met := v >= bound
 		if !atLeast {
 			met = v <= bound
@@ -190,19 +210,54 @@ func ratios(rows []row, procs []processStats) []ratio {
 	}
 	perSec := func(a, b *row) float64 { return a.PerSecond / b.PerSecond }
 	p99 := func(a, b *row) float64 { return a.P99 / b.P99 }
-	add("gateway / baseline, cycles/s", gw, base, perSec, true, 0.85)
-	if gw != nil && base != nil && cpuTotal(gw) > 0 {
+	// gatewayCPU is the CPU time per cycle of the process that served the
+	// row: the gateway (or the baseline) alone, not Redis or the clients.
+	gatewayCPU := func(r *row) float64 {
+		for name, us := range r.CPUPerCycle {
+			if r.ID == "baseline" && name == "baseline" ||
+				r.ID == "gateway" && name == redisGatewayName ||
+				r.ID == "redlock" && strings.HasPrefix(name, "gateway (redlock-") {
+				return us
+			}
+		}
+		return math.NaN()
+	}
+	cpuRatio := func(a, b *row) float64 { return gatewayCPU(a) / gatewayCPU(b) }
+	cpuNote := func(a, b *row) string {
+		if a == nil || b == nil || math.IsNaN(gatewayCPU(a)) || math.IsNaN(gatewayCPU(b)) {
+			return ""
+		}
+		return fmt.Sprintf("%.0f / %.0f µs", gatewayCPU(a), gatewayCPU(b))
+	}
+	note := func(s string) {
+		if s != "" && out[len(out)-1].Note == "" {
+			out[len(out)-1].Note = s
+		}
+	}
+	add("gateway / baseline, cycles/s", gw, base, perSec, true, 0.90)
+	if gw != nil && base != nil && cpuTotal(gw) > 0 && cpuTotal(base) > 0 {
 		// On a CPU-bound machine, cycles/s go as the inverse of the CPU
 		// all processes spend per cycle; unlike cycles/s, that cost
 		// hardly moves when other work shares the machine.
-		v := cpuTotal(base) / cpuTotal(gw)
-		out = append(out, ratio{Name: "  same, from CPU time per cycle", Value: &v,
-			Note: fmt.Sprintf("all processes: %.0f µs per gateway cycle, %.0f per baseline cycle", cpuTotal(gw), cpuTotal(base))})
+		note(fmt.Sprintf("by all processes' CPU per cycle %.2f (%.0f / %.0f µs)",
+			cpuTotal(base)/cpuTotal(gw), cpuTotal(base), cpuTotal(gw)))
 	}
-	add("gateway / baseline, p99", gw, base, p99, false, 1.3)
-	add("gateway / etcd, cycles/s", gw, etcd, perSec, true, 2.5)
-	add("redlock / gateway, cycles/s", rl, gw, perSec, true, 0.5)
-	add("contended gateway / etcd, grants/s", cgw, cetcd, perSec, true, 5)
+	add("gateway / baseline, CPU µs per cycle (gateway process)", gw, base, cpuRatio, false, 1.15)
+	note(cpuNote(gw, base))
+	add("gateway / baseline, p99", gw, base, p99, false, 1.1)
+	add("gateway / etcd 3.4, cycles/s", gw, etcd, perSec, true, 3)
+	add("Redlock-"+redlockNodes(res)+" / single-Redis gateway, CPU per cycle", rl, gw, cpuRatio, false, 1.6)
+	note(cpuNote(rl, gw))
+	add("Redlock-"+redlockNodes(res)+" / gateway, cycles/s", rl, gw, perSec, true, 0.45)
+	add(fmt.Sprintf("contended (%d clients, one key) gateway / etcd blocking lock, grants/s", res.Settings.ContendedClients),
+		cgw, cetcd, perSec, true, 10)
+	out = append(out, waiterRatios(res.Waiters)...)
+	if m := res.Memory; m != nil {
+		v := m.BytesPerLock
+		out = append(out, ratio{Name: "Redis memory per held lock, bytes", Value: &v,
+			Note: fmt.Sprintf("used_memory growth over %s locks, %.1f keys each", thousands(float64(m.Locks)), m.KeysPerLock)})
+	}
+
 	for _, kind := range []string{"locks", "waiters", "conns"} {
 		var quiet, loud *row
 		for i := range rows {
@@ -236,6 +291,33 @@ func ratios(rows []row, procs []processStats) []ratio {
 		out = append(out, r)
 	}
 	return out
+}
+
+func redlockNodes(res results) string { return strconv.Itoa(res.Settings.RedlockNodes) }
+
+// waiterRatios are the many-waiters goals: Redis work and gateway memory
+// per waiting client, and 10 000 waiters without an error.
+func waiterRatios(w *waitersResult) []ratio {
+	if w == nil {
+		return nil
+	}
+	scripts, cmds, rss, errs := w.ScriptsPerWaiter, w.CommandsPerWaiter, w.RSSPerWaiterKiB, float64(w.Errors)
+	scriptsMet, rssMet := scripts <= 0.1, rss <= 24
+	at := fmt.Sprintf("%s waiters", thousands(float64(w.Waiters)))
+	out := []ratio{
+		{Name: "many waiters: Redis scripts per waiter per second", Value: &scripts, Target: "≤ 0.1", Met: &scriptsMet, Note: at},
+		{Name: "many waiters: Redis commands per waiter per second", Value: &cmds, Note: at + ", the scripts' commands included"},
+		{Name: "many waiters: gateway RSS per waiter, KiB", Value: &rss, Target: "≤ 24", Met: &rssMet, Note: at},
+	}
+	r := ratio{Name: "many waiters: errors", Value: &errs, Target: "0 at 10,000"}
+	if w.Waiters >= waitersGoal {
+		met := w.Errors == 0
+		r.Met = &met
+		r.Note = at
+	} else {
+		r.Note = fmt.Sprintf("only %s (the goal needs -waiters %d)", at, waitersGoal)
+	}
+	return append(out, r)
 }
 
 func printReport(w io.Writer, res results) {
@@ -319,7 +401,9 @@ func printReport(w io.Writer, res results) {
 	if waitHeader {
 		fmt.Fprintln(w, "    handoff: from a release being sent to the next waiter's 201 arriving")
 	}
-	fmt.Fprintln(w, "\nCPU time per cycle (grant), µs, by process:")
+	if len(res.Rows) > 0 {
+		fmt.Fprintln(w, "\nCPU time per cycle (grant), µs, by process:")
+	}
 	for _, r := range res.Rows {
 		if len(r.CPUPerCycle) == 0 {
 			continue
@@ -339,7 +423,13 @@ func printReport(w io.Writer, res results) {
 		}
 	}
 
+	printExtras(w, res)
+
 	fmt.Fprintln(w, "\ntargets (information only; never a failure):")
+	width := 0
+	for _, r := range res.Ratios {
+		width = max(width, utf8.RuneCountInString(r.Name))
+	}
 	for _, r := range res.Ratios {
 		verdict, value := "", "n/a"
 		if r.Value != nil {
@@ -355,7 +445,7 @@ func printReport(w io.Writer, res results) {
 		if r.Target == "" {
 			target = "(information)"
 		}
-		fmt.Fprintf(w, "  %-45s %7s  %-13s %-6s %s\n", r.Name, value, target, verdict, r.Note)
+		fmt.Fprintf(w, "  %-*s %7s  %-13s %-6s %s\n", width, r.Name, value, target, verdict, r.Note)
 	}
 
 	if len(res.Processes) > 0 {
@@ -372,6 +462,57 @@ func printReport(w io.Writer, res results) {
 	}
 	if len(res.Processes) > 0 {
 		fmt.Fprintln(w, "  (before the first load → after the last, idle; the heap figure includes garbage not yet collected)")
+	}
+}
+
+// printExtras prints the concurrency curve, Redis memory per lock and the
+// many-waiters figures, those that were run.
+func printExtras(w io.Writer, res results) {
+	if len(res.Curve) > 0 {
+		counts, gw, base := curvePairs(res.Curve)
+		fmt.Fprintf(w, "\n10  concurrency curve: a key per client, %s per point after %s warm-up, gateway (Redis backend) beside the baseline\n",
+			res.Settings.CurveDuration, res.Settings.Warmup)
+		fmt.Fprintf(w, "    %7s %12s %12s %6s %10s %10s %6s %9s %9s %s\n", "clients", "gateway/s", "baseline/s", "ratio",
+			"gw p99", "base p99", "ratio", "gw µs/c", "base µs/c", "errors")
+		for _, n := range counts {
+			g, b := gw[n], base[n]
+			if g == nil || b == nil {
+				continue
+			}
+			fmt.Fprintf(w, "    %7d %12s %12s %6.2f %10s %10s %6.2f %9.0f %9.0f %d\n", n, thousands(g.PerSecond), thousands(b.PerSecond),
+				g.PerSecond/b.PerSecond, fmtMs(g.P99), fmtMs(b.P99), g.P99/b.P99, serverCPU(g), serverCPU(b), g.Errors+b.Errors)
+		}
+		fmt.Fprintln(w, "    (µs/c: CPU time per cycle of the serving process alone, the gateway's or the baseline's)")
+	}
+	if m := res.Memory; m != nil {
+		fmt.Fprintf(w, "\n11  Redis memory per held lock: %.0f bytes (used_memory %s → %s over %s locks, %.1f keys each; taken through %s in %.1f s)\n",
+			m.BytesPerLock, thousands(float64(m.UsedBefore)), thousands(float64(m.UsedAfter)), thousands(float64(m.Locks)),
+			m.KeysPerLock, m.Through, m.FillSeconds)
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(m.MemoryUsage)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m.MemoryUsage[k]))
+		}
+		fmt.Fprintf(w, "    MEMORY USAGE of one lock's keys, bytes: %s; its user's quota set, per lock: %.0f\n",
+			strings.Join(parts, " · "), m.QuotaBytesPerLock)
+		if m.Note != "" {
+			fmt.Fprintf(w, "    NOTE: %s\n", m.Note)
+		}
+	}
+	if v := res.Waiters; v != nil {
+		fmt.Fprintf(w, "\n12  many waiters: %s acquires waiting on one held key through one gateway (%d waiting by its gauge after %.1f s of ramp-up)\n",
+			thousands(float64(v.Waiters)), v.Waiting, v.RampSeconds)
+		fmt.Fprintf(w, "    over %.1f s: %.3f Redis scripts and %.2f commands per waiter per second (%s scripts, %s commands)\n",
+			v.WindowSeconds, v.ScriptsPerWaiter, v.CommandsPerWaiter, thousands(float64(v.Scripts)), thousands(float64(v.Commands)))
+		var parts []string
+		for _, c := range busiest(v.ByCommand) {
+			parts = append(parts, fmt.Sprintf("%s %s", c, thousands(float64(v.ByCommand[c]))))
+		}
+		fmt.Fprintf(w, "    calls: %s\n", strings.Join(parts, " · "))
+		fmt.Fprintf(w, "    gateway RSS %.1f → %.1f MiB: %.1f KiB per waiter · %.2f goroutines per waiter · errors %d\n",
+			mib(v.RSSBeforeKiB), mib(v.RSSWaitingKiB), v.RSSPerWaiterKiB, v.GoroutinesPerWaiter, v.Errors)
+		for _, k := range slices.Sorted(maps.Keys(v.ErrorKinds)) {
+			fmt.Fprintf(w, "    waiter error: %s × %d\n", k, v.ErrorKinds[k])
+		}
 	}
 }
 

@@ -28,6 +28,9 @@ type rowSpec struct {
 	// of their own, and give two lines: the small client alone and beside
 	// the flood.
 	flood bool
+	// extra rows (curve.go, memory.go, waiters.go) run once each, after
+	// everything else, and report in sections of their own.
+	extra bool
 	// clients makes n clients, client i on spec.key(prefix, i), and names
 	// the gateway they load, if any.
 	clients func(ctx context.Context, b *bench, spec rowSpec, n int, prefix string) ([]client, *target, error)
@@ -48,6 +51,9 @@ var rowSpecs = []rowSpec{
 	{id: "flood-locks", no: "7", flood: true},
 	{id: "flood-waiters", no: "8", flood: true},
 	{id: "flood-conns", no: "9", flood: true},
+	{id: "curve", no: "10", label: "concurrency curve: gateway and baseline", extra: true},
+	{id: "memory", no: "11", label: "Redis memory per held lock", extra: true},
+	{id: "waiters", no: "12", label: "many waiters on one key", extra: true},
 }
 
 func rowIDs() []string {
