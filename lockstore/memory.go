@@ -28,6 +28,7 @@ type Memory struct {
 	fence    int64 // last fence handed out, shared by all keys
 	maxLocks int
 	users    map[string]*memUser // users with a counted lock
+	sems     memSems             // semaphores (memory_sem.go)
 }
 
 type memLock struct {

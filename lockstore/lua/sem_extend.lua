@@ -1,0 +1,41 @@
+-- sem_extend.lua: reset the TTL of the caller's permit (layout:
+-- sem_common.lua).
+--
+-- KEYS[1]  the permits hash
+-- KEYS[2]  Redlock only: the node's lease horizon
+-- ARGV[1]  SHA-256 of the token
+-- ARGV[2]  new TTL in ms from now; "0" for the permit's own length
+-- ARGV[3]  Redlock only: "1" to only ever lengthen (see extend.lua)
+--
+-- Returns {1, value, slot, limit} extended; {0} no permit held at all; {-1}
+-- permits held, none the caller's. An expired permit stays expired.
+local now = clock()
+local limit, permits, n = load(KEYS[1], now)
+if n == 0 then
+  return {0}
+end
+local slot, p = mine(permits, ARGV[1])
+if not slot then
+  return {-1}
+end
+local ttl = tonumber(ARGV[2])
+if ttl == 0 then
+  ttl = tonumber(p.length)
+else
+  p.length = ARGV[2]
+end
+if ARGV[3] == '1' then
+  p.exp = math.max(p.exp, now + ttl)
+  local h = redis.call('PTTL', KEYS[2])
+  if h == -2 then
+    redis.call('SET', KEYS[2], '1', 'PX', ttl)
+  elseif h >= 0 and h < ttl then
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+else
+  p.exp = now + ttl
+end
+local value = encode(p)
+redis.call('HSET', KEYS[1], tostring(slot), value)
+outlive(KEYS[1], p.exp - now)
+return {1, value, slot, limit or 0}
