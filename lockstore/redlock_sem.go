@@ -92,7 +92,7 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 	var full []time.Duration // nodes with no free slot: time until one frees
 	refusedSlot, failed, quarantined, refused := 0, 0, 0, 0
 	var mismatch []semResult
-	freeVotes := make(map[int]int)  // slot → nodes that have it free
+	freeVotes := make(map[int]int) // slot → nodes that have it free
 	elsewhere := make(map[int]int) // slot → nodes where the token holds it
 	for i, v := range votes {
 		vote := "granted"

@@ -1,0 +1,63 @@
+package lockstore_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// TestRedlockSemaphoreNeedsOneSlotOnAMajority is the counterexample to
+// "a permit needs a majority of nodes, each granting while its count is
+// below the limit" (docs/safety.md, "Semaphores"): with 5 nodes and limit
+// 2, A holds on nodes 1-3 and B on nodes 3-5, so every node but node 3
+// has a place left, and nodes 1, 2 and 4 would grant C a majority: three
+// holders. With slots, A holds slot 1 and B slot 2; slot 1 is free only on
+// 4 and 5, slot 2 only on 1 and 2, so no slot has a majority: C is refused.
+func TestRedlockSemaphoreNeedsOneSlotOnAMajority(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	const key = "sem/counterexample"
+	plant := func(nodes []int, slot int, token string, fence int64) {
+		d := sha256.Sum256([]byte(token))
+		for _, i := range nodes {
+			c := srvs[i-1].Client()
+			now, err := c.Time(context.Background()).Result()
+			require.NoError(t, err)
+			v := fmt.Sprintf("%d:%s:~planted:%d+10000:%s", now.UnixMilli()+10000, hex.EncodeToString(d[:]), fence, token[:4])
+			require.NoError(t, c.HSet(context.Background(), "lockgw:{sem:"+key+"}:permits", "limit", 2, fmt.Sprint(slot), v).Err())
+			require.NoError(t, c.PExpire(context.Background(), "lockgw:{sem:"+key+"}:permits", 10*time.Second).Err())
+		}
+	}
+	a, b := lockstore.NewToken(), lockstore.NewToken()
+	plant([]int{1, 2, 3}, 1, a, 100)
+	plant([]int{3, 4, 5}, 2, b, 200)
+
+	st, err := s.SemInspect(testCtx(t), key)
+	require.NoError(t, err)
+	assert.Len(t, st.Holders, 2, "A and B each hold a slot on a majority")
+	assert.Equal(t, 2, st.Limit)
+
+	for range 5 {
+		_, err := s.SemAcquire(testCtx(t), key, lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Second, Limit: 2})
+		require.ErrorIs(t, err, lockstore.ErrSemaphoreFull, "a third holder")
+	}
+	// A retry by A re-grants A's slot.
+	p, err := s.SemAcquire(testCtx(t), key, lockstore.PermitRequest{Token: a, TTL: time.Second, Limit: 2})
+	require.NoError(t, err)
+	assert.True(t, p.Renewed)
+	assert.Equal(t, int64(100), p.Fence)
+	// Once B releases, slot 2 is free everywhere.
+	require.NoError(t, s.SemRelease(testCtx(t), key, b))
+	c, err := s.SemAcquire(testCtx(t), key, lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Second, Limit: 2})
+	require.NoError(t, err)
+	assert.Greater(t, c.Fence, int64(200))
+}
