@@ -251,10 +251,10 @@ type LockKey = string
 // Example: worker-7
 type Owner = string
 
-// Permit A permit you hold (acquire and extend). Includes the token.
+// APIPermit A permit you hold (acquire and extend). Includes the token.
 //
 // Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"reports/export","limit":5,"owner":"export-3","token":"q3kVf1xZ8uQm2Rb7Lw0TnA","ttl_ms":30000}
-type Permit struct {
+type APIPermit struct {
 	// ExpiresAt Conservative end of validity, as for a lease.
 	//
 	// Example: 2026-11-20T22:30:30.123Z
@@ -413,10 +413,10 @@ type ReadyNode struct {
 	Up bool `json:"up"`
 }
 
-// SemaphoreInfo What `GET` shows of a semaphore. Never a token.
+// APISemaphoreInfo What `GET` shows of a semaphore. Never a token.
 //
 // Example: {"held":2,"holders":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"owner":"export-3","ttl_ms":21377},{"expires_at":"2026-11-20T22:30:36.856Z","fence":1795213800223456,"owner":"export-9","ttl_ms":28110}],"key":"reports/export","limit":5}
-type SemaphoreInfo struct {
+type APISemaphoreInfo struct {
 	// Held How many permits are held (the length of `holders`).
 	Held int64 `json:"held"`
 
@@ -541,17 +541,17 @@ type NotReady = Problem
 // PermitAcquired A permit you hold (acquire and extend). Includes the token.
 //
 // Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"reports/export","limit":5,"owner":"export-3","token":"q3kVf1xZ8uQm2Rb7Lw0TnA","ttl_ms":30000}
-type PermitAcquired = Permit
+type PermitAcquired = APIPermit
 
 // PermitExtended A permit you hold (acquire and extend). Includes the token.
 //
 // Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"reports/export","limit":5,"owner":"export-3","token":"q3kVf1xZ8uQm2Rb7Lw0TnA","ttl_ms":30000}
-type PermitExtended = Permit
+type PermitExtended = APIPermit
 
 // PermitReacquired A permit you hold (acquire and extend). Includes the token.
 //
 // Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"reports/export","limit":5,"owner":"export-3","token":"q3kVf1xZ8uQm2Rb7Lw0TnA","ttl_ms":30000}
-type PermitReacquired = Permit
+type PermitReacquired = APIPermit
 
 // QuotaOrRateLimited An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
@@ -573,7 +573,7 @@ type SemaphoreConflict = Problem
 // SemaphoreInspected What `GET` shows of a semaphore. Never a token.
 //
 // Example: {"held":2,"holders":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"owner":"export-3","ttl_ms":21377},{"expires_at":"2026-11-20T22:30:36.856Z","fence":1795213800223456,"owner":"export-9","ttl_ms":28110}],"key":"reports/export","limit":5}
-type SemaphoreInspected = SemaphoreInfo
+type SemaphoreInspected = APISemaphoreInfo
 
 // TokenMismatch An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
