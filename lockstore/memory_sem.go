@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/expiry"
@@ -18,6 +19,9 @@ type memSems struct {
 	keys   map[string]*memSem
 	expiry expiry.Queue[semRef] // every permit, by expiry
 	fence  int64                // last fence handed out, shared by all keys
+	// live is expiry.Len(), for the lock side's MaxLocks check, which
+	// reads it without mu: permits count against MaxLocks like locks.
+	live atomic.Int64
 }
 
 type semRef struct {
@@ -52,7 +56,7 @@ func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) 
 	}
 	ss := &m.sems
 	digest := tokenDigest(req.Token)
-	p, _, err := ss.try(key, digest, req, nil)
+	p, _, err := ss.try(key, digest, req, nil, m.capPermits)
 	if _, full := errors.AsType[*FullError](err); !full || req.Wait <= 0 {
 		return p, err
 	}
@@ -69,7 +73,7 @@ func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) 
 	defer timer.Stop()
 	<-timer.C
 	for {
-		p, head, err := ss.try(key, digest, req, w)
+		p, head, err := ss.try(key, digest, req, w, m.capPermits)
 		full, ok := errors.AsType[*FullError](err)
 		left := time.Until(deadline)
 		if !ok || left <= 0 {
@@ -108,7 +112,7 @@ func (ss *memSems) sem(key string) *memSem {
 // try grants digest a permit if one is free and no earlier waiter is owed
 // it; w is the caller's place in the queue (nil: not queued). head reports
 // whether w is first.
-func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWaiter) (_ Permit, head bool, _ error) {
+func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWaiter, caps func(now time.Time) error) (_ Permit, head bool, _ error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	now := ss.reclaim()
@@ -120,15 +124,15 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 	}
 	head = rank == 0
 
+	if len(s.permits) > 0 && s.limit != req.Limit {
+		return Permit{}, head, &LimitMismatchError{Limit: s.limit, Remaining: s.latest(now)}
+	}
 	if p, ok := s.permits[digest]; ok {
 		ss.expiry.Move(p.expires, now.Add(req.TTL))
 		p.length = req.TTL
 		out := p.permit(key, req.Token, s.limit)
 		out.Renewed = true
 		return out, head, nil
-	}
-	if len(s.permits) > 0 && s.limit != req.Limit {
-		return Permit{}, head, &LimitMismatchError{Limit: s.limit, Remaining: s.latest(now)}
 	}
 	free := req.Limit - len(s.permits)
 	if rank >= free {
@@ -138,7 +142,11 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 		}
 		return Permit{}, head, full
 	}
+	if err := caps(now); err != nil {
+		return Permit{}, head, err
+	}
 	ss.fence = nextFence(ss.fence, now.UnixMicro())
+	ss.live.Add(1)
 	p := &memPermit{owner: req.Owner, fence: ss.fence, length: req.TTL,
 		expires: ss.expiry.Add(semRef{key, digest}, now.Add(req.TTL))}
 	s.limit = req.Limit
@@ -147,6 +155,22 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 		ss.dequeue(s, w)
 	}
 	return p.permit(key, req.Token, s.limit), head, nil
+}
+
+// capPermits refuses a new permit when the store holds MaxLocks locks
+// and permits together (ErrFull): the cap bounds the memory of both.
+// m.sems.mu is held; it takes m.mu after it (the lock side never takes
+// m.sems.mu).
+func (m *Memory) capPermits(now time.Time) error {
+	if m.maxLocks <= 0 {
+		return nil
+	}
+	locks := m.Len()
+	if locks+int(m.sems.live.Load()) < m.maxLocks {
+		return nil
+	}
+	at, _ := m.sems.expiry.Earliest()
+	return &CapError{Err: ErrFull, Max: m.maxLocks, Next: max(at.Sub(now), 0)}
 }
 
 // earliest is how long until the first of s's permits expires; latest,
@@ -214,6 +238,7 @@ func (s *memSem) wakeHead() {
 func (ss *memSems) reclaim() time.Time {
 	now := time.Now()
 	ss.expiry.PopExpired(now, func(r semRef) {
+		ss.live.Add(-1)
 		s := ss.keys[r.key]
 		delete(s.permits, r.digest)
 		ss.tidy(r.key, s)
@@ -275,6 +300,7 @@ func (m *Memory) SemRelease(ctx context.Context, key, token string) error {
 		return err
 	}
 	ss.expiry.Remove(p.expires)
+	ss.live.Add(-1)
 	delete(s.permits, tokenDigest(token))
 	s.wakeHead()
 	ss.tidy(key, s)

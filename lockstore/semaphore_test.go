@@ -2,6 +2,9 @@ package lockstore_test
 
 import (
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
@@ -34,4 +37,24 @@ func TestRedlockSemaphores(t *testing.T) {
 	lockstoretest.RunSemaphores(t, func(t *testing.T) lockstore.Semaphores {
 		return openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: roomy})
 	}, false)
+}
+
+// TestMemoryPermitsCountAgainstMaxLocks: LOCKGW_MAX_LOCKS bounds the
+// memory of locks and permits together.
+func TestMemoryPermitsCountAgainstMaxLocks(t *testing.T) {
+	m := lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: 3})
+	ctx := testCtx(t)
+	for _, k := range []string{"a", "b"} {
+		_, err := m.Acquire(ctx, k, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		require.NoError(t, err)
+	}
+	p, err := m.SemAcquire(ctx, "s", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 5})
+	require.NoError(t, err)
+	_, err = m.SemAcquire(ctx, "s", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 5})
+	require.ErrorIs(t, err, lockstore.ErrFull, "a fourth entry")
+	_, err = m.Acquire(ctx, "c", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.ErrorIs(t, err, lockstore.ErrFull, "the permit takes a place from locks too")
+	require.NoError(t, m.SemRelease(ctx, "s", p.Token))
+	_, err = m.Acquire(ctx, "c", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
 }

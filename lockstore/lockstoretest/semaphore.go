@@ -127,6 +127,9 @@ func testSemMismatch(t *testing.T, a, b lockstore.Semaphores, key string) {
 	require.True(t, ok, "want a *LimitMismatchError, got %v", err)
 	require.ErrorIs(t, err, lockstore.ErrLimitMismatch)
 	assert.Equal(t, 2, m.Limit)
+	// A retry of the holder's own must name its limit too.
+	_, err = b.SemAcquire(ctx(t), key, lockstore.PermitRequest{Token: p.Token, TTL: 10 * time.Second, Limit: 3})
+	require.ErrorIs(t, err, lockstore.ErrLimitMismatch)
 	// Once nobody holds a permit, the key takes any limit.
 	require.NoError(t, a.SemRelease(ctx(t), key, p.Token))
 	q := mustPermit(t, b, key, 3, 10*time.Second)

@@ -24,8 +24,10 @@
 --                        is held by another digest (ms until it expires);
 --                        head 1 when the caller is first in the queue;
 --                        free: up to 32 free slots, for Redlock's next try
---   {5, limit, ms}       the holders were granted under another limit; the
---                        last of them expires in ms
+--   {5, limit, ms}       the holders were granted under another limit (the
+--                        caller's own permit included: a retry must name
+--                        the limit it was granted under); the last of them
+--                        expires in ms
 --   {6, slot}            Redlock: the digest holds another slot than
 --                        ARGV[5] here; nothing changed
 --
@@ -62,6 +64,10 @@ local function unqueue()
   end
 end
 
+if n > 0 and recorded and recorded ~= limit then
+  return {5, recorded, latest(permits, now)}
+end
+
 local slot, p = mine(permits, digest)
 if slot then
   if attempt and want ~= 0 and slot ~= want then
@@ -85,9 +91,6 @@ if slot then
   outlive(KEYS[1], p.exp - now)
   unqueue()
   return {2, value, slot}
-end
-if n > 0 and recorded and recorded ~= limit then
-  return {5, recorded, latest(permits, now)}
 end
 
 -- The queue, as acquire.lua keeps it.
