@@ -273,6 +273,13 @@ func testSemFIFO(t *testing.T, a, b lockstore.Semaphores, key string) {
 	const n = 8
 	first := mustPermit(t, a, key, 2, 30*time.Second)
 	second := mustPermit(t, a, key, 2, 30*time.Second)
+	// A store's first wait opens its subscription connection, which may
+	// take longer than the gap between two waiters below: open them now
+	// (each of these waits runs out: the permits are held).
+	for _, s := range []lockstore.Semaphores{a, b} {
+		_, err := permit(ctx(t), s, key, 2, time.Second, 20*time.Millisecond)
+		requireFull(t, err)
+	}
 	var mu sync.Mutex
 	var order []int
 	var wg sync.WaitGroup
@@ -294,7 +301,7 @@ func testSemFIFO(t *testing.T, a, b lockstore.Semaphores, key string) {
 			time.Sleep(5 * time.Millisecond)
 			assert.NoError(t, s.SemRelease(ctx(t), key, p.Token))
 		})
-		time.Sleep(50 * time.Millisecond) // let waiter i queue first
+		time.Sleep(100 * time.Millisecond) // let waiter i queue first
 	}
 	require.NoError(t, a.SemRelease(ctx(t), key, second.Token))
 	wg.Wait()
