@@ -179,3 +179,27 @@ func semContend(t *testing.T, gateways ...*apitest.Gateway) {
 	assert.Greater(t, most.Load(), int32(1), "permits were held concurrently")
 	assert.GreaterOrEqual(t, len(fences), clients*rounds/2, "too few grants to prove anything")
 }
+
+// TestSemaphoreAPIKeyScopes: an API key's prefixes allow semaphore keys as
+// they allow lock keys, and a semaphore needs a key at all.
+func TestSemaphoreAPIKeyScopes(t *testing.T) {
+	g := apitest.Start(t, map[string]string{"LOCKGW_API_KEYS_FILE": keysFile(t, `["teamA/"]`)})
+	c := apitest.NewClient(g.URL)
+	body := []byte(`{"limit":2}`)
+	for _, tc := range []struct {
+		key, path string
+		status    int
+	}{
+		{"a-key", "/semaphores/teamA/job", http.StatusCreated},
+		{"a-key", "/semaphores/teamB/job", http.StatusForbidden},
+		{"ops-key", "/semaphores/teamB/job", http.StatusCreated},
+		{"", "/semaphores/teamA/job", http.StatusUnauthorized},
+	} {
+		headers := apitest.JSON
+		if tc.key != "" {
+			headers = append(headers, "Authorization", "Bearer "+tc.key)
+		}
+		r := c.Do(t, "PUT", tc.path, body, headers...)
+		assert.Equal(t, tc.status, r.Status, "%s on %s: %s", tc.key, tc.path, r.Body)
+	}
+}
