@@ -61,3 +61,35 @@ func TestRedlockSemaphoreNeedsOneSlotOnAMajority(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, c.Fence, int64(200))
 }
+
+// TestRedlockSemaphoreQuorum: with 2 of 5 nodes down permits are still
+// granted, released and inspected; with 3 down none is (ErrUnavailable,
+// a QuorumError), and the limit still holds for the permits granted before.
+func TestRedlockSemaphoreQuorum(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	const key = "sem/quorum"
+	req := func() lockstore.PermitRequest {
+		return lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second, Limit: 2}
+	}
+	a, err := s.SemAcquire(testCtx(t), key, req())
+	require.NoError(t, err)
+	srvs[0].Kill()
+	srvs[1].Kill()
+	b, err := s.SemAcquire(testCtx(t), key, req())
+	require.NoError(t, err, "a majority is still up")
+	_, err = s.SemAcquire(testCtx(t), key, req())
+	require.ErrorIs(t, err, lockstore.ErrSemaphoreFull)
+	st, err := s.SemInspect(testCtx(t), key)
+	require.NoError(t, err)
+	assert.Len(t, st.Holders, 2)
+	require.NoError(t, s.SemRelease(testCtx(t), key, b.Token))
+
+	srvs[2].Kill()
+	_, err = s.SemAcquire(testCtx(t), key, req())
+	require.ErrorIs(t, err, lockstore.ErrUnavailable)
+	var q *lockstore.QuorumError
+	assert.ErrorAs(t, err, &q)
+	require.ErrorIs(t, s.SemRelease(testCtx(t), key, a.Token), lockstore.ErrUnavailable)
+}
