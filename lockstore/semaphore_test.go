@@ -1,6 +1,8 @@
 package lockstore_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,4 +59,53 @@ func TestMemoryPermitsCountAgainstMaxLocks(t *testing.T) {
 	require.NoError(t, m.SemRelease(ctx, "s", p.Token))
 	_, err = m.Acquire(ctx, "c", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
 	require.NoError(t, err)
+}
+
+// BenchmarkSemaphoreCycle is acquire+release of a permit, against a lock's
+// acquire+release on the same backend, one client at a time: what the
+// semaphore scripts (which read every held permit: O(holders)) cost over a
+// lock's. held is how many other permits are held meanwhile.
+func BenchmarkSemaphoreCycle(b *testing.B) {
+	srv := redistest.Start(b)
+	stores := map[string]interface {
+		lockstore.Store
+		lockstore.Semaphores
+	}{"memory": lockstore.NewMemory(), "redis": newRedisStore(b, srv)}
+	for _, name := range []string{"memory", "redis"} {
+		s := stores[name]
+		ctx := context.Background()
+		b.Run(name+"/lock", func(b *testing.B) {
+			for b.Loop() {
+				l, err := s.Acquire(ctx, "bench/lock", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Release(ctx, "bench/lock", l.Token); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		for _, held := range []int{0, 100} {
+			b.Run(fmt.Sprintf("%s/permit/held=%d", name, held), func(b *testing.B) {
+				key := fmt.Sprintf("bench/sem-%d", held)
+				req := func() lockstore.PermitRequest {
+					return lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 1000}
+				}
+				for range held {
+					if _, err := s.SemAcquire(ctx, key, req()); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for b.Loop() {
+					p, err := s.SemAcquire(ctx, key, req())
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := s.SemRelease(ctx, key, p.Token); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
