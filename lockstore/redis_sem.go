@@ -52,6 +52,7 @@ var (
 // A semaphore's Redis keys share the hash tag {sem:<key>}: one Cluster
 // slot, apart from the lock of the same name.
 func semPermitsKey(key string) string { return "lockgw:{sem:" + key + "}:permits" }
+func semExpiryKey(key string) string  { return "lockgw:{sem:" + key + "}:expiry" }
 func semFenceKey(key string) string   { return "lockgw:{sem:" + key + "}:fence" }
 func semQueueKey(key string) string   { return "lockgw:{sem:" + key + "}:queue" }
 func semAliveKey(key string) string   { return "lockgw:{sem:" + key + "}:alive" }
@@ -238,7 +239,8 @@ type semResult struct {
 	slot      int           // granted, renewed, elsewise
 	remaining time.Duration // refused, mismatch
 	head      bool          // refused
-	free      []int         // refused: some free slots on this node
+	freeCount int           // refused: how many permits are free on this node
+	free      []int         // refused: some free slots on this node (Redlock)
 	limit     int           // mismatch: the holders' limit
 	asked     int           // the limit asked for
 }
@@ -258,7 +260,7 @@ func (r semResult) permit(key string, req PermitRequest, start time.Time) (Permi
 }
 
 func nodeSemAcquire(ctx context.Context, c redis.Scripter, key string, a semArgs) (semResult, error) {
-	keys := []string{semPermitsKey(key), semFenceKey(key), semQueueKey(key), semAliveKey(key)}
+	keys := []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key), semQueueKey(key), semAliveKey(key)}
 	if a.attempt != "" {
 		keys = append(keys, horizonKey)
 	}
@@ -287,7 +289,11 @@ func nodeSemAcquire(ctx context.Context, c redis.Scripter, key string, a semArgs
 		ms, _ := reply[1].(int64)
 		r.remaining = pttlDuration(ms)
 		r.head = len(reply) > 2 && reply[2] == int64(1)
-		for _, f := range reply[min(3, len(reply)):] {
+		if len(reply) > 3 {
+			free, _ := reply[3].(int64)
+			r.freeCount = int(free)
+		}
+		for _, f := range reply[min(4, len(reply)):] {
 			if s, ok := f.(int64); ok {
 				r.free = append(r.free, int(s))
 			}
@@ -319,7 +325,7 @@ func cmpOr(s, def string) string {
 // nodeSemExtend resets the TTL of digest's permit; with longer (Redlock)
 // it only ever lengthens it.
 func nodeSemExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool) (semValue, error) {
-	keys, args := []string{semPermitsKey(key)}, []any{digest, ttl.Milliseconds()}
+	keys, args := []string{semPermitsKey(key), semExpiryKey(key)}, []any{digest, ttl.Milliseconds()}
 	if longer {
 		keys, args = append(keys, horizonKey), append(args, "1")
 	}
@@ -350,7 +356,7 @@ func nodeSemRelease(ctx context.Context, c redis.Scripter, key, digest, publish 
 	if field != nil {
 		args = append(args, *field)
 	}
-	code, err := semReleaseScript.Run(ctx, c, []string{semPermitsKey(key), semQueueKey(key)}, args...).Int64()
+	code, err := semReleaseScript.Run(ctx, c, []string{semPermitsKey(key), semExpiryKey(key), semQueueKey(key)}, args...).Int64()
 	if err != nil {
 		return redisErr(err)
 	}
@@ -359,7 +365,7 @@ func nodeSemRelease(ctx context.Context, c redis.Scripter, key, digest, publish 
 
 // nodeSemInspect reads a semaphore's permits on one node.
 func nodeSemInspect(ctx context.Context, c redis.Scripter, key string) (int, []semValue, error) {
-	reply, err := semInspectScript.Run(ctx, c, []string{semPermitsKey(key)}).Slice()
+	reply, err := semInspectScript.Run(ctx, c, []string{semPermitsKey(key), semExpiryKey(key)}).Slice()
 	if err != nil {
 		return 0, nil, redisErr(err)
 	}

@@ -121,7 +121,7 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 		default:
 			vote = "held"
 			refusedSlot++
-			if len(v.val.free) == 0 {
+			if v.val.freeCount == 0 {
 				full = append(full, v.val.remaining)
 			}
 			for _, s := range v.val.free {
@@ -214,7 +214,9 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 		if v.err != nil || (v.val.code != semNew && v.val.code != semRenewed) {
 			continue
 		}
-		if v.val.value.fence == fence {
+		// A new fence is confirmed where the round's own vote set the
+		// counter to it; a kept one wherever the permit carries it.
+		if v.val.value.fence == fence && (isRenewed || v.val.code == semNew) {
 			if v.counted {
 				confirmed++
 			}
@@ -225,9 +227,13 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 	if confirmed < r.quorum {
 		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
 		f := strconv.FormatInt(fence, 10)
+		kept := ""
+		if isRenewed {
+			kept = "1"
+		}
 		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
-			v, err := semRaiseScript.Run(ctx, n.client, []string{semPermitsKey(key), semFenceKey(key)},
-				a.digest, a.attempt, f, margin, a.slot).Int64()
+			v, err := semRaiseScript.Run(ctx, n.client, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
+				a.digest, a.attempt, f, margin, a.slot, kept).Int64()
 			return v, redisErr(err)
 		})
 		for i, v := range raised {
@@ -258,7 +264,7 @@ func (r *Redlock) semDiscard(ctx context.Context, key string, a semArgs, votes [
 	del := func(n *redlockNode) {
 		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
 		defer cancel()
-		err := semDiscardScript.Run(nctx, n.client, []string{semPermitsKey(key)}, a.digest, a.attempt, semChannel(key)).Err()
+		err := semDiscardScript.Run(nctx, n.client, []string{semPermitsKey(key), semExpiryKey(key)}, a.digest, a.attempt, semChannel(key)).Err()
 		r.observe(detached, n, redisErr(err))
 	}
 	var wg sync.WaitGroup

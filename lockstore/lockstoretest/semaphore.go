@@ -198,10 +198,13 @@ func testSemFences(t *testing.T, a, b lockstore.Semaphores, key string) {
 
 // testSemContention: workers on two gateways take permits of a limit-3
 // semaphore, waiting when it is full, and count themselves in a shared
-// counter between their grant and their release: it never passes 3.
+// counter between their grant and their release: it never passes 3. No
+// two permits get one fence, even two granted at the same time.
 func testSemContention(t *testing.T, a, b lockstore.Semaphores, key string) {
 	const limit, workers, rounds = 3, 8, 6
 	var holders, most, grants atomic.Int64
+	var mu sync.Mutex
+	fences := map[int64]bool{}
 	var wg sync.WaitGroup
 	for w := range workers {
 		s := a
@@ -217,6 +220,10 @@ func testSemContention(t *testing.T, a, b lockstore.Semaphores, key string) {
 					return
 				}
 				grants.Add(1)
+				mu.Lock()
+				assert.False(t, fences[p.Fence], "fence %d handed out twice", p.Fence)
+				fences[p.Fence] = true
+				mu.Unlock()
 				n := holders.Add(1)
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}

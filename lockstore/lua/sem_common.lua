@@ -6,25 +6,31 @@
 -- Cluster too):
 --
 --   lockgw:{sem:<key>}:permits  a hash: "limit" → the limit the holders
---                               were granted under; "<slot>" (1 … L) → the
---                               slot's permit,
---                               "<expiry ms>:<digest>:<field>:<fence>+<ms>:<owner>"
---                               expiry in Redis TIME, field "-" (Redis) or
---                               a Redlock attempt field as in acquire.lua
---                               ("~<id1>.<id2>…", "~!<id>" pinned)
---   lockgw:{sem:<key>}:fence    the fence counter, as for locks
+--                               were granted under; "<slot>" → the slot's
+--                               permit, "<expiry ms>:<digest>:<field>:<fence>+<ms>:<owner>"
+--                               (expiry in Redis TIME; field "-" on Redis,
+--                               a Redlock attempt field as in acquire.lua:
+--                               "~<id1>.<id2>…", "~!<id>" pinned);
+--                               "t:<digest>" → the digest's slot; "seq"
+--                               (Redis) → the last slot number handed out
+--   lockgw:{sem:<key>}:expiry   a sorted set: slot → its expiry (ms)
+--   lockgw:{sem:<key>}:fence    the fence counter, as for locks, as
+--                               "<fence>:<attempt>": on Redlock, the round
+--                               that set it (see sem_raise.lua)
 --   lockgw:{sem:<key>}:queue    waiters by arrival (Redis only), and
---   lockgw:{sem:<key>}:alive    their heartbeats, as for locks
+--   lockgw:{sem:<key>}:alive    their heartbeats, as a lock's were
 --
--- Why a hash of slots rather than a sorted set of permits: the slot is
--- what makes Redlock safe (docs/safety.md, "Semaphores"): each slot is a
--- lease that at most one token holds on a majority, so at most L tokens
--- hold permits. Redis uses the same layout, so both run the same scripts.
--- A slot's expiry lives in its value and is checked against TIME by every
--- script (an expired slot is dropped at once), which is what PX does for
--- a lock; the hash's own TTL is raised to outlive its longest permit, so
--- an idle semaphore leaves nothing behind. Only held slots are stored:
--- every script costs O(holders), finding a free slot O(limit).
+-- Why slots rather than a plain sorted set of permits: the slot is what
+-- makes Redlock safe (docs/safety.md, "Semaphores"): each slot is a lease
+-- that at most one token holds on a majority, so at most L tokens hold
+-- permits. Redis runs the same scripts; there only the count matters, so
+-- a Redis grant takes a fresh slot number (past every Redlock slot) rather
+-- than searching for a free one. A slot's expiry is checked against TIME
+-- by every script, which drops expired slots first, as PX would; the
+-- sorted set makes that, the count and the next expiry O(log n), and the
+-- "t:" index finds a token's slot at once, so no operation but GET reads
+-- every permit. The keys' TTLs are raised to outlive their longest permit,
+-- so an idle semaphore leaves nothing behind.
 
 local function clock()
   local t = redis.call('TIME')
@@ -32,42 +38,25 @@ local function clock()
     tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- load reads the semaphore at hash as of now (ms), deleting expired
--- permits. It returns the recorded limit (nil when none), the permits by
--- slot ({exp, digest, field, fence, length, owner, value}) and how many.
-local function load(hash, now)
-  local all = redis.call('HGETALL', hash)
-  local limit, permits, n, expired = nil, {}, 0, {}
-  for i = 1, #all, 2 do
-    local f, v = all[i], all[i + 1]
-    if f == 'limit' then
-      limit = tonumber(v)
-    else
-      local exp, digest, field, fence, length, owner =
-        string.match(v, '^(%d+):(%x+):([^:]*):(%d+)%+(%d+):(.*)$')
-      if exp and tonumber(exp) > now then
-        permits[tonumber(f)] = {exp = tonumber(exp), digest = digest, field = field,
-          fence = fence, length = length, owner = owner, value = v}
-        n = n + 1
-      else
-        expired[#expired + 1] = f
-      end
-    end
+-- batched calls cmd on key with args, at most 1000 at a time (Lua's
+-- unpack has a limit).
+local function batched(cmd, key, args)
+  for i = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
   end
-  if #expired > 0 then
-    redis.call('HDEL', hash, unpack(expired))
-  end
-  return limit, permits, n
 end
 
--- mine finds digest's slot.
-local function mine(permits, digest)
-  for slot, p in pairs(permits) do
-    if p.digest == digest then
-      return slot, p
-    end
+local function parse(v)
+  if not v then
+    return nil
   end
-  return nil, nil
+  local exp, digest, field, fence, length, owner =
+    string.match(v, '^(%d+):(%x+):([^:]*):(%d+)%+(%d+):(.*)$')
+  if not exp then
+    return nil
+  end
+  return {exp = tonumber(exp), digest = digest, field = field, fence = fence,
+    length = length, owner = owner, value = v}
 end
 
 local function encode(p)
@@ -84,20 +73,74 @@ local function outlive(key, ms)
   end
 end
 
--- earliest and latest: ms until the first and the last permit expires.
-local function earliest(permits, now)
-  local d = nil
-  for _, p in pairs(permits) do
-    if not d or p.exp - now < d then
-      d = p.exp - now
+-- open drops the expired permits of the semaphore (hash, zset) as of now
+-- and returns how many are held. Each permit is dropped once, so the cost
+-- is spread over the grants.
+local function open(hash, zset, now)
+  local gone = redis.call('ZRANGEBYSCORE', zset, '-inf', now)
+  if #gone > 0 then
+    local fields = {}
+    for _, slot in ipairs(gone) do
+      fields[#fields + 1] = slot
+      local p = parse(redis.call('HGET', hash, slot))
+      if p and redis.call('HGET', hash, 't:' .. p.digest) == slot then
+        fields[#fields + 1] = 't:' .. p.digest
+      end
     end
+    batched('HDEL', hash, fields)
+    redis.call('ZREMRANGEBYSCORE', zset, '-inf', now)
   end
-  return d or 0
+  return redis.call('ZCARD', zset)
 end
-local function latest(permits, now)
-  local d = 0
-  for _, p in pairs(permits) do
-    d = math.max(d, p.exp - now)
+
+-- mine finds digest's slot (a string) and permit.
+local function mine(hash, digest)
+  local slot = redis.call('HGET', hash, 't:' .. digest)
+  if not slot then
+    return nil, nil
   end
-  return d
+  local p = parse(redis.call('HGET', hash, slot))
+  if not p or p.digest ~= digest then
+    return nil, nil
+  end
+  return slot, p
+end
+
+-- put writes p to slot, its index and its expiry.
+local function put(hash, zset, slot, p, now)
+  redis.call('HSET', hash, slot, encode(p), 't:' .. p.digest, slot)
+  redis.call('ZADD', zset, string.format('%.0f', p.exp), slot)
+  outlive(hash, p.exp - now)
+  outlive(zset, p.exp - now)
+  return encode(p)
+end
+
+-- drop deletes slot's permit, and the semaphore with its last one (its
+-- limit goes with the last holder).
+local function drop(hash, zset, slot, digest)
+  redis.call('HDEL', hash, slot, 't:' .. digest)
+  redis.call('ZREM', zset, slot)
+  if redis.call('ZCARD', zset) == 0 then
+    redis.call('DEL', hash, zset)
+  end
+end
+
+-- first and last: ms until the first and the last permit expires.
+local function first(zset, now)
+  local e = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+  return e[2] and tonumber(e[2]) - now or 0
+end
+local function last(zset, now)
+  local e = redis.call('ZRANGE', zset, -1, -1, 'WITHSCORES')
+  return e[2] and tonumber(e[2]) - now or 0
+end
+
+-- counter reads a fence counter: its value and the round that set it.
+local function counter(key)
+  local v = redis.call('GET', key)
+  if not v then
+    return 0, ''
+  end
+  local f, by = string.match(v, '^(%d+):?(.*)$')
+  return tonumber(f) or 0, by or ''
 end
