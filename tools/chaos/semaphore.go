@@ -117,8 +117,22 @@ func (w *SemWorkload) client(ctx context.Context, id int, r *rand.Rand) {
 // CheckPermits reports every stretch of time during which more than limit
 // tokens believed they held a permit of one key (a token believes from the
 // answer of its grant or extension until its expires_at, or until it sends
-// its release: holdings), and returns the most tokens seen at once.
+// its release: holdings), and every fence given to two tokens; it returns
+// the most tokens seen at once.
 func CheckPermits(ops []Op, limit int) (violations []Violation, most int) {
+	byFence := map[[2]string]string{} // key, fence → the first token granted it
+	for _, op := range ops {
+		if op.Result != Granted && op.Result != Renewed {
+			continue
+		}
+		id := [2]string{op.Key, fmt.Sprint(op.Fence)}
+		if first, ok := byFence[id]; !ok {
+			byFence[id] = op.Token
+		} else if first != op.Token {
+			violations = append(violations, Violation{Checker: "permits", Key: op.Key, Detail: fmt.Sprintf(
+				"fence %d granted to %s and to %s", op.Fence, short(first), short(op.Token))})
+		}
+	}
 	for key, hs := range holdings(ops) {
 		// One token's stretches may overlap (an extension): merge them,
 		// so that a token counts once.

@@ -32,4 +32,9 @@ func TestCheckPermits(t *testing.T) {
 	assert.Equal(t, 3, most)
 	v, _ = CheckPermits(bad, 3)
 	assert.Empty(t, v, "limit 3 allows it")
+
+	twice := append(ok, grant(4, "E", 300, 310, 13, 400)) // D's fence
+	v, _ = CheckPermits(twice, 2)
+	require.Len(t, v, 1, "%v", v)
+	assert.Contains(t, v[0].Detail, "fence 13 granted to D and to E")
 }
