@@ -1,6 +1,7 @@
 package lockstore
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -265,7 +266,7 @@ func nodeSemAcquire(ctx context.Context, c redis.Scripter, key string, a semArgs
 		keys = append(keys, horizonKey)
 	}
 	args := []any{a.digest, a.ttl.Milliseconds(), a.owner, a.limit, a.slot, a.attempt, a.seed,
-		FenceMargin.Milliseconds(), a.ticket.id, a.ticket.heartbeat.Milliseconds(), semChannel(key), cmpOr(a.publish, publishAll)}
+		FenceMargin.Milliseconds(), a.ticket.id, a.ticket.heartbeat.Milliseconds(), semChannel(key), cmp.Or(a.publish, publishAll)}
 	reply, err := semAcquireScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return semResult{}, redisErr(err)
@@ -315,13 +316,6 @@ func nodeSemAcquire(ctx context.Context, c redis.Scripter, key string, a semArgs
 	return semResult{}, bad
 }
 
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
 // nodeSemExtend resets the TTL of digest's permit; with longer (Redlock)
 // it only ever lengthens it.
 func nodeSemExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool) (semValue, error) {
@@ -352,7 +346,7 @@ func nodeSemExtend(ctx context.Context, c redis.Scripter, key, digest string, tt
 // nodeSemRelease deletes digest's permit; with field non-nil (Redlock),
 // only if its attempt field is still *field.
 func nodeSemRelease(ctx context.Context, c redis.Scripter, key, digest, publish string, field *string) error {
-	args := []any{digest, semChannel(key), cmpOr(publish, publishAll)}
+	args := []any{digest, semChannel(key), cmp.Or(publish, publishAll)}
 	if field != nil {
 		args = append(args, *field)
 	}
