@@ -97,10 +97,13 @@ func (s *Redis) semAcquire(ctx context.Context, key string, a semArgs) (semResul
 	return r, err
 }
 
-// semWait queues the caller and takes a permit when it is its turn, as
-// Redis.wait does for a lock: woken by a release (only the first waiter is
-// told), by the first permit's expiry (the first waiter sleeps until then)
-// or by its heartbeat refresh.
+// semWait queues the caller and takes a permit when it is its turn: woken
+// by a release or a grant that makes it first (only the first waiter is
+// told), by the first permit's expiry (the first waiter sleeps until then),
+// or by its own heartbeat refresh, about once a second. That refresh is
+// one script per waiter a second, as a lock's waiters cost before wait
+// rooms (wait_room.go); rooms are not used here because their heartbeat
+// judges "free" by the lock's TTL, which a semaphore has not.
 func (s *Redis) semWait(ctx context.Context, key string, a semArgs, req PermitRequest, start time.Time) (Permit, error) {
 	deadline := start.Add(req.Wait)
 	a.ticket = waitTicket{id: NewToken(), heartbeat: waitHeartbeat}
