@@ -67,7 +67,11 @@ func (r *Redlock) semRounds(ctx context.Context, key, digest string, req PermitR
 		if next == 0 || attempt == redlockAttempts {
 			return p, err
 		}
-		if next == slot { // a split vote on the same slot: pause, as for a lock
+		// A split vote on the same slot pauses, as for a lock; so does a
+		// move after the first, since two requests of one token at once
+		// (a client's retry while the first is in flight) can each find
+		// the other's slot and swap.
+		if next == slot || attempt > 1 {
 			pause := time.Millisecond + rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond))
 			if !sleep.For(ctx, pause) {
 				return Permit{}, err
@@ -153,8 +157,9 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 		return Permit{}, 0, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	case len(elsewhere) > 0:
 		// The token holds a permit: re-grant that one, the slot most
-		// nodes know it by.
-		return Permit{}, mostVoted(elsewhere), fullErr
+		// nodes know it by. If no round settles it, the outcome is
+		// unknown, as after a timeout: the client retries with its token.
+		return Permit{}, mostVoted(elsewhere), fmt.Errorf("%w: the token's permit is on different slots of different nodes; retry with the same token", ErrUnavailable)
 	case answered < r.quorum:
 		return Permit{}, 0, r.quorumError(failed, quarantined, refused)
 	case len(mismatch) >= r.quorum || (len(mismatch) > 0 && len(mismatch)+len(full) >= r.quorum):
