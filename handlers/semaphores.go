@@ -129,13 +129,7 @@ func (h *Semaphores) acquire(ctx context.Context, key string, req lockstore.Perm
 	}
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	go func() {
-		select {
-		case <-h.stopping:
-			stop(errShuttingDown)
-		case <-ctx.Done():
-		}
-	}()
+	defer context.AfterFunc(h.shutdown, func() { stop(errShuttingDown) })()
 	p, err := h.sems.SemAcquire(ctx, key, req)
 	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errShuttingDown) {
 		return lockstore.Permit{}, errShuttingDown
