@@ -121,12 +121,29 @@ func (s *Redis) semWait(ctx context.Context, key string, a semArgs, req PermitRe
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
+	backoff := 10 * time.Millisecond
 	for {
 		attempt := time.Now()
 		r, err := s.semAcquire(ctx, key, a)
 		if err != nil {
-			return Permit{}, err
+			// As Redis.wait: a call that got no answer is tried again,
+			// same token and ticket, until the wait runs out (a grant
+			// whose answer was lost comes back as this token's renewal);
+			// a Redis that refuses writes, or an ended context, ends it.
+			left := time.Until(deadline)
+			if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) || ctx.Err() != nil || left <= 0 {
+				return Permit{}, err
+			}
+			timer.Reset(min(backoff/2+rand.N(backoff/2), left))
+			backoff = min(2*backoff, waitRefresh)
+			select {
+			case <-timer.C:
+				continue
+			case <-ctx.Done():
+				return Permit{}, ctx.Err()
+			}
 		}
+		backoff = 10 * time.Millisecond
 		if r.code != semRefused {
 			granted = r.code == semNew || r.code == semRenewed
 			return r.permit(key, req, attempt)

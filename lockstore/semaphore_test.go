@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/internal/redistest"
@@ -108,4 +109,27 @@ func BenchmarkSemaphoreCycle(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestRedisPermitWaiterRidesOutAnOutage: as TestRedisWaiterRidesOutAnOutage,
+// for a permit.
+func TestRedisPermitWaiterRidesOutAnOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv)
+	ctx := context.Background()
+	req := func(wait time.Duration) lockstore.PermitRequest {
+		return lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Second, Limit: 1, Wait: wait}
+	}
+	_, err := s.SemAcquire(ctx, "k", req(0))
+	require.NoError(t, err)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		srv.Kill() // the holder's permit ends while Redis is away
+		time.Sleep(1700 * time.Millisecond)
+		srv.Start()
+	}()
+	start := time.Now()
+	_, err = s.SemAcquire(ctx, "k", req(8*time.Second))
+	require.NoError(t, err, "the waiter gave up while Redis was away")
+	assert.Greater(t, time.Since(start), 2*time.Second, "granted only once Redis was back")
 }
