@@ -137,10 +137,10 @@ func testSemMismatch(t *testing.T, a, b lockstore.Semaphores, key string) {
 }
 
 func testSemExpiry(t *testing.T, a, b lockstore.Semaphores, key string) {
-	p := mustPermit(t, a, key, 1, 300*time.Millisecond)
+	p := mustPermit(t, a, key, 1, time.Second)
 	_, err := permit(ctx(t), b, key, 1, time.Second, 0)
 	requireFull(t, err)
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(1200 * time.Millisecond)
 	_, err = a.SemInspect(ctx(t), key)
 	require.ErrorIs(t, err, lockstore.ErrNotHeld)
 	_, err = a.SemExtend(ctx(t), key, p.Token, time.Second)
@@ -154,7 +154,7 @@ func testSemExtendRelease(t *testing.T, a, b lockstore.Semaphores, key string) {
 	require.ErrorIs(t, err, lockstore.ErrNotHeld)
 	require.ErrorIs(t, a.SemRelease(ctx(t), key, lockstore.NewToken()), lockstore.ErrNotHeld)
 
-	p := mustPermit(t, a, key, 2, 500*time.Millisecond)
+	p := mustPermit(t, a, key, 2, 2*time.Second)
 	_, err = b.SemExtend(ctx(t), key, lockstore.NewToken(), time.Second)
 	require.ErrorIs(t, err, lockstore.ErrTokenMismatch)
 	require.ErrorIs(t, b.SemRelease(ctx(t), key, lockstore.NewToken()), lockstore.ErrTokenMismatch)
@@ -164,7 +164,7 @@ func testSemExtendRelease(t *testing.T, a, b lockstore.Semaphores, key string) {
 	assert.Equal(t, p.Fence, e.Fence)
 	assert.Equal(t, 2, e.Limit)
 	assert.Equal(t, 5*time.Second, e.Granted)
-	time.Sleep(700 * time.Millisecond) // past the first TTL
+	time.Sleep(2200 * time.Millisecond) // past the first TTL
 	e, err = a.SemExtend(ctx(t), key, p.Token, 0)
 	require.NoError(t, err, "extended, so still held")
 	assert.Equal(t, 5*time.Second, e.Granted, "0: the permit's own length")
