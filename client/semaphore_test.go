@@ -50,10 +50,12 @@ func TestSemaphoreCalls(t *testing.T) {
 	assert.Equal(t, 20*time.Second, ext.TTL)
 
 	// A waiter gets the permit b gives back.
-	go func() {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
 		time.Sleep(200 * time.Millisecond)
 		assert.NoError(t, c.ReleasePermit(context.Background(), key, b.Token))
-	}()
+	})
 	w, err := c.AcquirePermit(ctx, key, 2, client.AcquireOptions{Wait: 5 * time.Second})
 	require.NoError(t, err)
 	assert.Greater(t, w.Fence, b.Fence)

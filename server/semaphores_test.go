@@ -111,10 +111,12 @@ func TestSemaphoreWaitWithPrefer(t *testing.T) {
 		r := c.Do(t, "PUT", path, []byte(`{"limit":1}`), apitest.JSON...)
 		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 		token := r.JSON(t)["token"].(string)
-		go func() {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() {
 			time.Sleep(200 * time.Millisecond)
 			c.Do(t, "DELETE", path, nil, "Lock-Token", token)
-		}()
+		})
 		r = c.Do(t, "PUT", path, []byte(`{"limit":1}`), append(apitest.JSON, "Prefer", "wait=5")...)
 		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 		assert.Equal(t, "wait=5", r.Header.Get("Preference-Applied"))
