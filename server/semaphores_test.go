@@ -205,3 +205,33 @@ func TestSemaphoreAPIKeyScopes(t *testing.T) {
 		assert.Equal(t, tc.status, r.Status, "%s on %s: %s", tc.key, tc.path, r.Body)
 	}
 }
+
+// TestSemaphoreBadRequests: the lock endpoints' refusals, on /semaphores.
+func TestSemaphoreBadRequests(t *testing.T) {
+	g := apitest.Start(t, nil)
+	c := apitest.NewClient(g.URL)
+	path := semPath(apitest.Key(t))
+	for _, tc := range []struct {
+		method, path, body string
+		headers            []string
+		status             int
+	}{
+		{"PUT", path, `{"limit":2}`, []string{"If-Match", `"` + strings.Repeat("a", 22) + `"`}, http.StatusBadRequest},
+		{"PUT", path, `{"limit":"2"}`, nil, http.StatusBadRequest},
+		{"PUT", path, `{"limit":2,"limit":3}`, nil, http.StatusBadRequest},
+		{"PUT", path, `{"limit":2}`, []string{"Prefer", "wait=soon"}, http.StatusBadRequest},
+		{"PUT", path, `{"limit":2}`, []string{"Lock-Token", "short"}, http.StatusBadRequest},
+		{"PUT", "/semaphores/a//b", `{"limit":2}`, nil, http.StatusBadRequest},
+		{"PATCH", path, `{"limit":2}`, []string{"Lock-Token", strings.Repeat("a", 22)}, http.StatusBadRequest},
+		{"PUT", path, `{"limit":2,"wait_ms":-1}`, nil, http.StatusUnprocessableEntity},
+		{"DELETE", path, ``, nil, http.StatusPreconditionRequired},
+	} {
+		headers := append([]string{"Content-Type", "application/json"}, tc.headers...)
+		var body []byte
+		if tc.body != "" {
+			body = []byte(tc.body)
+		}
+		r := c.Do(t, tc.method, tc.path, body, headers...)
+		assert.Equal(t, tc.status, r.Status, "%s %s %s %v: %s", tc.method, tc.path, tc.body, tc.headers, r.Body)
+	}
+}
