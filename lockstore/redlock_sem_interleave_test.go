@@ -78,9 +78,9 @@ func TestRedlockSemLateReleaseKeepsLaterGrant(t *testing.T) {
 }
 
 // TestRedlockSemRetryAfterUnavailable fails when sem_discard.lua deletes
-// the token's permit whatever rounds hold it (checked by hand), and did
-// while the warm-up did not load the semaphore scripts: the late discard's
-// EVALSHA met NOSCRIPT and never ran.
+// the token's permit whatever rounds hold it (checked by hand). Before the
+// warm-up loaded the semaphore scripts it could not tell: the late
+// discard's EVALSHA met NOSCRIPT and never ran.
 func TestRedlockSemRetryAfterUnavailable(t *testing.T) {
 	const timeout, delay = 100 * time.Millisecond, 300 * time.Millisecond
 	srvs := startNodes(t, 5)
