@@ -113,6 +113,9 @@ func (e *Error) Error() string {
 // problem types. A 404 that is not lock-not-found (a wrong base URL) is not
 // ErrNotHeld.
 func (e *Error) Is(target error) bool {
+	if e.isSemaphore(target) {
+		return true
+	}
 	switch target {
 	case ErrHeld:
 		return e.Type == problem.LockHeld.Slug
@@ -426,6 +429,13 @@ func (c *Client) Hold(ctx context.Context, key string, opts AcquireOptions, fn f
 // keep extends lease every TTL/3 until stop is closed or ctx ends. When the
 // lease is lost it cancels ctx with the reason and returns it.
 func (c *Client) keep(ctx context.Context, lease *Lease, stop <-chan struct{}, lose context.CancelCauseFunc) error {
+	return c.keepWith(ctx, lease, stop, lose, c.Extend)
+}
+
+// keepWith is keep with the call that extends (a lock's or a permit's).
+func (c *Client) keepWith(ctx context.Context, lease *Lease, stop <-chan struct{}, lose context.CancelCauseFunc,
+	extendFn func(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error),
+) error {
 	every := max(lease.TTL/3, time.Millisecond)
 	retry := max(lease.TTL/10, 10*time.Millisecond)
 	deadline := lease.deadline
@@ -457,7 +467,7 @@ func (c *Client) keep(ctx context.Context, lease *Lease, stop <-chan struct{}, l
 		// No extend may outlive the lease: past its end there is nothing
 		// left to keep.
 		ectx, cancel := context.WithDeadline(ctx, deadline)
-		l, err := c.Extend(ectx, lease.Key, lease.Token, lease.TTL)
+		l, err := extendFn(ectx, lease.Key, lease.Token, lease.TTL)
 		cancel()
 		switch {
 		case err == nil:

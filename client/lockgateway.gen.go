@@ -251,6 +251,57 @@ type LockKey = string
 // Example: worker-7
 type Owner = string
 
+// APIPermit A permit you hold (acquire and extend). Includes the token.
+//
+// Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"reports/export","limit":5,"owner":"export-3","token":"q3kVf1xZ8uQm2Rb7Lw0TnA","ttl_ms":30000}
+type APIPermit struct {
+	// ExpiresAt Conservative end of validity, as for a lease.
+	//
+	// Example: 2026-11-20T22:30:30.123Z
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Fence Strictly greater for every permit granted on the key; unchanged by an extend or a same-token re-acquire.
+	//
+	// Example: 1795213800123456
+	Fence int64 `json:"fence"`
+
+	// Key Segments of `A–Z a–z 0–9 . _ - : @` joined by `/`; no segment is empty, `.` or `..`.
+	//
+	// Example: jobs/nightly
+	Key   LockKey `json:"key"`
+	Limit int64   `json:"limit"`
+
+	// Owner Free-form label of the holder, shown by `GET`; at most 128 printable characters.
+	//
+	// Example: worker-7
+	Owner *Owner `json:"owner,omitempty"`
+
+	// Token A lease's secret. Server-made tokens are 22 characters of base64url (128 random bits).
+	//
+	// Example: q3kVf1xZ8uQm2Rb7Lw0TnA
+	Token Token `json:"token"`
+
+	// TtlMs Example: 30000
+	TtlMs int64 `json:"ttl_ms"`
+}
+
+// PermitRequest `limit` is required. `null`, unknown or duplicate fields are `400`; out-of-range values are `422`.
+type PermitRequest struct {
+	// Limit How many permits the key has; the same for every holder at once.
+	Limit int64 `json:"limit"`
+
+	// Owner Free-form label of the holder, shown by `GET`; at most 128 printable characters.
+	//
+	// Example: worker-7
+	Owner *Owner `json:"owner,omitempty"`
+
+	// TtlMs Permit length in milliseconds; bounds and default as for a lock's `ttl_ms`.
+	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// WaitMs 0 tries once. Otherwise wait up to this long for a free permit; at most `LOCKGW_MAX_WAIT`.
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+}
+
 // Problem An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
 type Problem struct {
@@ -362,6 +413,36 @@ type ReadyNode struct {
 	Up bool `json:"up"`
 }
 
+// APISemaphoreInfo What `GET` shows of a semaphore. Never a token.
+//
+// Example: {"held":2,"holders":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"owner":"export-3","ttl_ms":21377},{"expires_at":"2026-11-20T22:30:36.856Z","fence":1795213800223456,"owner":"export-9","ttl_ms":28110}],"key":"reports/export","limit":5}
+type APISemaphoreInfo struct {
+	// Held How many permits are held (the length of `holders`).
+	Held int64 `json:"held"`
+
+	// Holders The held permits, by fence.
+	Holders []struct {
+		ExpiresAt time.Time `json:"expires_at"`
+		Fence     int64     `json:"fence"`
+
+		// Owner Free-form label of the holder, shown by `GET`; at most 128 printable characters.
+		//
+		// Example: worker-7
+		Owner *Owner `json:"owner,omitempty"`
+
+		// TtlMs Time left, in milliseconds.
+		TtlMs int64 `json:"ttl_ms"`
+	} `json:"holders"`
+
+	// Key Segments of `A–Z a–z 0–9 . _ - : @` joined by `/`; no segment is empty, `.` or `..`.
+	//
+	// Example: jobs/nightly
+	Key LockKey `json:"key"`
+
+	// Limit The limit the holders were granted under.
+	Limit int64 `json:"limit"`
+}
+
 // Token A lease's secret. Server-made tokens are 22 characters of base64url (128 random bits).
 //
 // Example: q3kVf1xZ8uQm2Rb7Lw0TnA
@@ -457,6 +538,21 @@ type MalformedRequest = Problem
 // more members may be added.
 type NotReady = Problem
 
+// PermitAcquired A permit you hold (acquire and extend). Includes the token.
+//
+// Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"reports/export","limit":5,"owner":"export-3","token":"q3kVf1xZ8uQm2Rb7Lw0TnA","ttl_ms":30000}
+type PermitAcquired = APIPermit
+
+// PermitExtended A permit you hold (acquire and extend). Includes the token.
+//
+// Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"reports/export","limit":5,"owner":"export-3","token":"q3kVf1xZ8uQm2Rb7Lw0TnA","ttl_ms":30000}
+type PermitExtended = APIPermit
+
+// PermitReacquired A permit you hold (acquire and extend). Includes the token.
+//
+// Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"reports/export","limit":5,"owner":"export-3","token":"q3kVf1xZ8uQm2Rb7Lw0TnA","ttl_ms":30000}
+type PermitReacquired = APIPermit
+
 // QuotaOrRateLimited An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
 type QuotaOrRateLimited = Problem
@@ -469,6 +565,15 @@ type RateLimited = Problem
 //
 // Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"jobs/nightly","owner":"worker-7","token":"q3kVf1xZ8uQm2Rb7Lw0TnA","ttl_ms":30000}
 type Reacquired = APILease
+
+// SemaphoreConflict An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
+// more members may be added.
+type SemaphoreConflict = Problem
+
+// SemaphoreInspected What `GET` shows of a semaphore. Never a token.
+//
+// Example: {"held":2,"holders":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"owner":"export-3","ttl_ms":21377},{"expires_at":"2026-11-20T22:30:36.856Z","fence":1795213800223456,"owner":"export-9","ttl_ms":28110}],"key":"reports/export","limit":5}
+type SemaphoreInspected = APISemaphoreInfo
 
 // TokenMismatch An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
@@ -591,11 +696,77 @@ type GetReadinessParams struct {
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
+// ReleasePermitParams defines parameters for ReleasePermit.
+type ReleasePermitParams struct {
+	// LockToken The token of the lease. One of `Lock-Token` and `If-Match` is required (`428`
+	// without either); when both are sent they must name the same token (`400`
+	// otherwise).
+	LockToken *LockToken `json:"Lock-Token,omitempty"`
+
+	// IfMatch The token as an entity tag: the `ETag` of the acquire, `"<token>"`.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
+	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
+	// server makes its own.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
+// InspectSemaphoreParams defines parameters for InspectSemaphore.
+type InspectSemaphoreParams struct {
+	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
+	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
+	// server makes its own.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
+// ExtendPermitParams defines parameters for ExtendPermit.
+type ExtendPermitParams struct {
+	// LockToken The token of the lease. One of `Lock-Token` and `If-Match` is required (`428`
+	// without either); when both are sent they must name the same token (`400`
+	// otherwise).
+	LockToken *LockToken `json:"Lock-Token,omitempty"`
+
+	// IfMatch The token as an entity tag: the `ETag` of the acquire, `"<token>"`.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
+	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
+	// server makes its own.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
+// AcquirePermitParams defines parameters for AcquirePermit.
+type AcquirePermitParams struct {
+	// LockToken Choose your own token instead of letting the server make one. A `PUT` with a
+	// token that already holds the key returns `200` with the same fence, so a lost
+	// response is safe to retry. Use at least 128 bits of randomness: anyone who
+	// knows the token can release the lock.
+	LockToken *LockTokenAcquire `json:"Lock-Token,omitempty"`
+
+	// Prefer RFC 7240 preferences. `wait=<seconds>` waits for a held lock, like `wait_ms`
+	// (which wins when both are sent), capped by the server's maximum wait; the
+	// response then says what was applied in `Preference-Applied`. Other preferences
+	// are ignored.
+	Prefer *Prefer `json:"Prefer,omitempty"`
+
+	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
+	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
+	// server makes its own.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
 // ExtendLockJSONRequestBody defines body for ExtendLock for application/json ContentType.
 type ExtendLockJSONRequestBody = ExtendRequest
 
 // AcquireLockJSONRequestBody defines body for AcquireLock for application/json ContentType.
 type AcquireLockJSONRequestBody = AcquireRequest
+
+// ExtendPermitJSONRequestBody defines body for ExtendPermit for application/json ContentType.
+type ExtendPermitJSONRequestBody = ExtendRequest
+
+// AcquirePermitJSONRequestBody defines body for AcquirePermit for application/json ContentType.
+type AcquirePermitJSONRequestBody = PermitRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -866,6 +1037,99 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleasePermit Release a permit you hold
+	//
+	// Gives the permit back at once; the first waiter may take it. Same token rules and statuses as `PATCH`.
+	//
+	// Corresponds with DELETE /semaphores/{key} (the `ReleasePermit` operationId).
+	ReleasePermit(ctx context.Context, key Key, params *ReleasePermitParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// InspectSemaphore Inspect a semaphore
+	//
+	// The limit and every held permit (owner, fence, time left), ordered by fence.
+	// Never a token. `404` when no permit is held.
+	//
+	// Corresponds with GET /semaphores/{key} (the `InspectSemaphore` operationId).
+	InspectSemaphore(ctx context.Context, key Key, params *InspectSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExtendPermitWithBody Extend a permit you hold
+	//
+	// Resets the permit's TTL to `ttl_ms` from now (default: its own length), with the
+	// token in `Lock-Token` or `If-Match: "<token>"`, as for locks. `404` when no
+	// permit of the key is held (an expired permit is never brought back), `412` when
+	// others are held but not the token's.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /semaphores/{key} (the `ExtendPermit` operationId).
+	ExtendPermitWithBody(ctx context.Context, key Key, params *ExtendPermitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExtendPermit Extend a permit you hold
+	//
+	// Resets the permit's TTL to `ttl_ms` from now (default: its own length), with the
+	// token in `Lock-Token` or `If-Match: "<token>"`, as for locks. `404` when no
+	// permit of the key is held (an expired permit is never brought back), `412` when
+	// others are held but not the token's.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /semaphores/{key} (the `ExtendPermit` operationId).
+	ExtendPermit(ctx context.Context, key Key, params *ExtendPermitParams, body ExtendPermitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquirePermitWithBody Acquire a permit of a counting semaphore (try once, or wait up to wait_ms)
+	//
+	// At most `limit` tokens hold a permit of `key` at any instant, across every
+	// gateway sharing the store. A permit is a lease like a lock's: a token (kept
+	// secret; it extends and releases the permit), a fence that strictly increases
+	// with every permit granted on the key, and a TTL after which the permit frees
+	// itself. Semaphore keys follow the lock key rules and are apart from lock keys of
+	// the same name; API keys' prefixes allow them as they allow lock keys.
+	//
+	// `limit` (1 … 10 000) is required, and must be the limit the current holders were
+	// granted under (`409` `limit-mismatch` otherwise); once no permit is held, the
+	// key takes any limit. When all permits are held the answer is `409`
+	// `semaphore-full` with `Retry-After`, at once or after waiting: `wait_ms` and
+	// `Prefer: wait` work as for locks, and waiters are served in arrival order
+	// (memory and redis backends; redlock waits without a queue).
+	//
+	// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
+	// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+	// retry with the same token. A `503` leaves the outcome unknown, as for locks:
+	// without `Lock-Token` the problem carries `token`, to retry or release with.
+	// On redlock a permit needs a majority of the nodes, like a lock.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
+	AcquirePermitWithBody(ctx context.Context, key Key, params *AcquirePermitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquirePermit Acquire a permit of a counting semaphore (try once, or wait up to wait_ms)
+	//
+	// At most `limit` tokens hold a permit of `key` at any instant, across every
+	// gateway sharing the store. A permit is a lease like a lock's: a token (kept
+	// secret; it extends and releases the permit), a fence that strictly increases
+	// with every permit granted on the key, and a TTL after which the permit frees
+	// itself. Semaphore keys follow the lock key rules and are apart from lock keys of
+	// the same name; API keys' prefixes allow them as they allow lock keys.
+	//
+	// `limit` (1 … 10 000) is required, and must be the limit the current holders were
+	// granted under (`409` `limit-mismatch` otherwise); once no permit is held, the
+	// key takes any limit. When all permits are held the answer is `409`
+	// `semaphore-full` with `Retry-After`, at once or after waiting: `wait_ms` and
+	// `Prefer: wait` work as for locks, and waiters are served in arrival order
+	// (memory and redis backends; redlock waits without a queue).
+	//
+	// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
+	// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+	// retry with the same token. A `503` leaves the outcome unknown, as for locks:
+	// without `Lock-Token` the problem carries `token`, to retry or release with.
+	// On redlock a permit needs a majority of the nodes, like a lock.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
+	AcquirePermit(ctx context.Context, key Key, params *AcquirePermitParams, body AcquirePermitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetHealth Liveness
@@ -1164,6 +1428,159 @@ func (c *APIClient) CheckRateLimit(ctx context.Context, params *CheckRateLimitPa
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *APIClient) GetReadiness(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadinessRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleasePermit Release a permit you hold
+//
+// Gives the permit back at once; the first waiter may take it. Same token rules and statuses as `PATCH`.
+//
+// Corresponds with DELETE /semaphores/{key} (the `ReleasePermit` operationId).
+func (c *APIClient) ReleasePermit(ctx context.Context, key Key, params *ReleasePermitParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleasePermitRequest(c.Server, key, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// InspectSemaphore Inspect a semaphore
+//
+// The limit and every held permit (owner, fence, time left), ordered by fence.
+// Never a token. `404` when no permit is held.
+//
+// Corresponds with GET /semaphores/{key} (the `InspectSemaphore` operationId).
+func (c *APIClient) InspectSemaphore(ctx context.Context, key Key, params *InspectSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewInspectSemaphoreRequest(c.Server, key, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExtendPermitWithBody Extend a permit you hold
+//
+// Resets the permit's TTL to `ttl_ms` from now (default: its own length), with the
+// token in `Lock-Token` or `If-Match: "<token>"`, as for locks. `404` when no
+// permit of the key is held (an expired permit is never brought back), `412` when
+// others are held but not the token's.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /semaphores/{key} (the `ExtendPermit` operationId).
+func (c *APIClient) ExtendPermitWithBody(ctx context.Context, key Key, params *ExtendPermitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExtendPermitRequestWithBody(c.Server, key, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExtendPermit Extend a permit you hold
+//
+// Resets the permit's TTL to `ttl_ms` from now (default: its own length), with the
+// token in `Lock-Token` or `If-Match: "<token>"`, as for locks. `404` when no
+// permit of the key is held (an expired permit is never brought back), `412` when
+// others are held but not the token's.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /semaphores/{key} (the `ExtendPermit` operationId).
+func (c *APIClient) ExtendPermit(ctx context.Context, key Key, params *ExtendPermitParams, body ExtendPermitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExtendPermitRequest(c.Server, key, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquirePermitWithBody Acquire a permit of a counting semaphore (try once, or wait up to wait_ms)
+//
+// At most `limit` tokens hold a permit of `key` at any instant, across every
+// gateway sharing the store. A permit is a lease like a lock's: a token (kept
+// secret; it extends and releases the permit), a fence that strictly increases
+// with every permit granted on the key, and a TTL after which the permit frees
+// itself. Semaphore keys follow the lock key rules and are apart from lock keys of
+// the same name; API keys' prefixes allow them as they allow lock keys.
+//
+// `limit` (1 … 10 000) is required, and must be the limit the current holders were
+// granted under (`409` `limit-mismatch` otherwise); once no permit is held, the
+// key takes any limit. When all permits are held the answer is `409`
+// `semaphore-full` with `Retry-After`, at once or after waiting: `wait_ms` and
+// `Prefer: wait` work as for locks, and waiters are served in arrival order
+// (memory and redis backends; redlock waits without a queue).
+//
+// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
+// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+// retry with the same token. A `503` leaves the outcome unknown, as for locks:
+// without `Lock-Token` the problem carries `token`, to retry or release with.
+// On redlock a permit needs a majority of the nodes, like a lock.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
+func (c *APIClient) AcquirePermitWithBody(ctx context.Context, key Key, params *AcquirePermitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquirePermitRequestWithBody(c.Server, key, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquirePermit Acquire a permit of a counting semaphore (try once, or wait up to wait_ms)
+//
+// At most `limit` tokens hold a permit of `key` at any instant, across every
+// gateway sharing the store. A permit is a lease like a lock's: a token (kept
+// secret; it extends and releases the permit), a fence that strictly increases
+// with every permit granted on the key, and a TTL after which the permit frees
+// itself. Semaphore keys follow the lock key rules and are apart from lock keys of
+// the same name; API keys' prefixes allow them as they allow lock keys.
+//
+// `limit` (1 … 10 000) is required, and must be the limit the current holders were
+// granted under (`409` `limit-mismatch` otherwise); once no permit is held, the
+// key takes any limit. When all permits are held the answer is `409`
+// `semaphore-full` with `Retry-After`, at once or after waiting: `wait_ms` and
+// `Prefer: wait` work as for locks, and waiters are served in arrival order
+// (memory and redis backends; redlock waits without a queue).
+//
+// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
+// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+// retry with the same token. A `503` leaves the outcome unknown, as for locks:
+// without `Lock-Token` the problem carries `token`, to retry or release with.
+// On redlock a permit needs a majority of the nodes, like a lock.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
+func (c *APIClient) AcquirePermit(ctx context.Context, key Key, params *AcquirePermitParams, body AcquirePermitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquirePermitRequest(c.Server, key, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1684,6 +2101,294 @@ func NewGetReadinessRequest(server string, params *GetReadinessParams) (*http.Re
 	return req, nil
 }
 
+// NewReleasePermitRequest constructs an http.Request for the ReleasePermit method
+func NewReleasePermitRequest(server string, key Key, params *ReleasePermitParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/semaphores/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LockToken != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lock-Token", *params.LockToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Lock-Token", headerParam0)
+		}
+
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
+		}
+
+		if params.XRequestId != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam2)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewInspectSemaphoreRequest constructs an http.Request for the InspectSemaphore method
+func NewInspectSemaphoreRequest(server string, key Key, params *InspectSemaphoreParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/semaphores/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestId != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewExtendPermitRequest calls the generic ExtendPermit builder with application/json body
+func NewExtendPermitRequest(server string, key Key, params *ExtendPermitParams, body ExtendPermitJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExtendPermitRequestWithBody(server, key, params, "application/json", bodyReader)
+}
+
+// NewExtendPermitRequestWithBody constructs an http.Request for the ExtendPermit method, with any body, and a specified content type
+func NewExtendPermitRequestWithBody(server string, key Key, params *ExtendPermitParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/semaphores/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.LockToken != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lock-Token", *params.LockToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Lock-Token", headerParam0)
+		}
+
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
+		}
+
+		if params.XRequestId != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam2)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewAcquirePermitRequest calls the generic AcquirePermit builder with application/json body
+func NewAcquirePermitRequest(server string, key Key, params *AcquirePermitParams, body AcquirePermitJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAcquirePermitRequestWithBody(server, key, params, "application/json", bodyReader)
+}
+
+// NewAcquirePermitRequestWithBody constructs an http.Request for the AcquirePermit method, with any body, and a specified content type
+func NewAcquirePermitRequestWithBody(server string, key Key, params *AcquirePermitParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/semaphores/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.LockToken != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lock-Token", *params.LockToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Lock-Token", headerParam0)
+		}
+
+		if params.Prefer != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Prefer", *params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Prefer", headerParam1)
+		}
+
+		if params.XRequestId != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam2)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *APIClient) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -1937,6 +2642,103 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
+
+	// ReleasePermitWithResponse Release a permit you hold
+	//
+	// Gives the permit back at once; the first waiter may take it. Same token rules and statuses as `PATCH`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /semaphores/{key} (the `ReleasePermit` operationId).
+	ReleasePermitWithResponse(ctx context.Context, key Key, params *ReleasePermitParams, reqEditors ...RequestEditorFn) (*ReleasePermitResponse, error)
+
+	// InspectSemaphoreWithResponse Inspect a semaphore
+	//
+	// The limit and every held permit (owner, fence, time left), ordered by fence.
+	// Never a token. `404` when no permit is held.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /semaphores/{key} (the `InspectSemaphore` operationId).
+	InspectSemaphoreWithResponse(ctx context.Context, key Key, params *InspectSemaphoreParams, reqEditors ...RequestEditorFn) (*InspectSemaphoreResponse, error)
+
+	// ExtendPermitWithBodyWithResponse Extend a permit you hold
+	//
+	// Resets the permit's TTL to `ttl_ms` from now (default: its own length), with the
+	// token in `Lock-Token` or `If-Match: "<token>"`, as for locks. `404` when no
+	// permit of the key is held (an expired permit is never brought back), `412` when
+	// others are held but not the token's.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /semaphores/{key} (the `ExtendPermit` operationId).
+	ExtendPermitWithBodyWithResponse(ctx context.Context, key Key, params *ExtendPermitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExtendPermitResponse, error)
+
+	// ExtendPermitWithResponse Extend a permit you hold
+	//
+	// Resets the permit's TTL to `ttl_ms` from now (default: its own length), with the
+	// token in `Lock-Token` or `If-Match: "<token>"`, as for locks. `404` when no
+	// permit of the key is held (an expired permit is never brought back), `412` when
+	// others are held but not the token's.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /semaphores/{key} (the `ExtendPermit` operationId).
+	ExtendPermitWithResponse(ctx context.Context, key Key, params *ExtendPermitParams, body ExtendPermitJSONRequestBody, reqEditors ...RequestEditorFn) (*ExtendPermitResponse, error)
+
+	// AcquirePermitWithBodyWithResponse Acquire a permit of a counting semaphore (try once, or wait up to wait_ms)
+	//
+	// At most `limit` tokens hold a permit of `key` at any instant, across every
+	// gateway sharing the store. A permit is a lease like a lock's: a token (kept
+	// secret; it extends and releases the permit), a fence that strictly increases
+	// with every permit granted on the key, and a TTL after which the permit frees
+	// itself. Semaphore keys follow the lock key rules and are apart from lock keys of
+	// the same name; API keys' prefixes allow them as they allow lock keys.
+	//
+	// `limit` (1 … 10 000) is required, and must be the limit the current holders were
+	// granted under (`409` `limit-mismatch` otherwise); once no permit is held, the
+	// key takes any limit. When all permits are held the answer is `409`
+	// `semaphore-full` with `Retry-After`, at once or after waiting: `wait_ms` and
+	// `Prefer: wait` work as for locks, and waiters are served in arrival order
+	// (memory and redis backends; redlock waits without a queue).
+	//
+	// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
+	// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+	// retry with the same token. A `503` leaves the outcome unknown, as for locks:
+	// without `Lock-Token` the problem carries `token`, to retry or release with.
+	// On redlock a permit needs a majority of the nodes, like a lock.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
+	AcquirePermitWithBodyWithResponse(ctx context.Context, key Key, params *AcquirePermitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquirePermitResponse, error)
+
+	// AcquirePermitWithResponse Acquire a permit of a counting semaphore (try once, or wait up to wait_ms)
+	//
+	// At most `limit` tokens hold a permit of `key` at any instant, across every
+	// gateway sharing the store. A permit is a lease like a lock's: a token (kept
+	// secret; it extends and releases the permit), a fence that strictly increases
+	// with every permit granted on the key, and a TTL after which the permit frees
+	// itself. Semaphore keys follow the lock key rules and are apart from lock keys of
+	// the same name; API keys' prefixes allow them as they allow lock keys.
+	//
+	// `limit` (1 … 10 000) is required, and must be the limit the current holders were
+	// granted under (`409` `limit-mismatch` otherwise); once no permit is held, the
+	// key takes any limit. When all permits are held the answer is `409`
+	// `semaphore-full` with `Retry-After`, at once or after waiting: `wait_ms` and
+	// `Prefer: wait` work as for locks, and waiters are served in arrival order
+	// (memory and redis backends; redlock waits without a queue).
+	//
+	// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
+	// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+	// retry with the same token. A `503` leaves the outcome unknown, as for locks:
+	// without `Lock-Token` the problem carries `token`, to retry or release with.
+	// On redlock a permit needs a majority of the nodes, like a lock.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
+	AcquirePermitWithResponse(ctx context.Context, key Key, params *AcquirePermitParams, body AcquirePermitJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquirePermitResponse, error)
 }
 
 // GetHealthResponse200Headers the declared response headers of an HTTP 200 response for GetHealth
@@ -3229,6 +4031,883 @@ func (r GetReadinessResponse) ContentType() string {
 	return ""
 }
 
+// ReleasePermitResponse204Headers the declared response headers of an HTTP 204 response for ReleasePermit
+type ReleasePermitResponse204Headers struct {
+	CacheControl    string
+	RateLimit       *string
+	RateLimitPolicy *string
+	XRequestId      string
+}
+
+// ReleasePermitResponse400Headers the declared response headers of an HTTP 400 response for ReleasePermit
+type ReleasePermitResponse400Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ReleasePermitResponse401Headers the declared response headers of an HTTP 401 response for ReleasePermit
+type ReleasePermitResponse401Headers struct {
+	CacheControl    string
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// ReleasePermitResponse403Headers the declared response headers of an HTTP 403 response for ReleasePermit
+type ReleasePermitResponse403Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ReleasePermitResponse404Headers the declared response headers of an HTTP 404 response for ReleasePermit
+type ReleasePermitResponse404Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ReleasePermitResponse412Headers the declared response headers of an HTTP 412 response for ReleasePermit
+type ReleasePermitResponse412Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ReleasePermitResponse428Headers the declared response headers of an HTTP 428 response for ReleasePermit
+type ReleasePermitResponse428Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ReleasePermitResponse429Headers the declared response headers of an HTTP 429 response for ReleasePermit
+type ReleasePermitResponse429Headers struct {
+	CacheControl    string
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      int
+	XRequestId      string
+}
+
+// ReleasePermitResponse500Headers the declared response headers of an HTTP 500 response for ReleasePermit
+type ReleasePermitResponse500Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ReleasePermitResponse503Headers the declared response headers of an HTTP 503 response for ReleasePermit
+type ReleasePermitResponse503Headers struct {
+	CacheControl string
+	RetryAfter   int
+	XRequestId   string
+}
+
+// ReleasePermitResponseDefaultHeaders the declared response headers of an HTTP default response for ReleasePermit
+type ReleasePermitResponseDefaultHeaders struct {
+	Allow      *string
+	RetryAfter *int
+	XRequestId string
+}
+
+type ReleasePermitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *MalformedRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *LockNotFound
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *TokenMismatch
+	// ApplicationproblemJSON428 the response for an HTTP 428 `application/problem+json` response
+	ApplicationproblemJSON428 *TokenRequired
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimited
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers204 the parsed response headers for an HTTP 204 response
+	Headers204 *ReleasePermitResponse204Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ReleasePermitResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleasePermitResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReleasePermitResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ReleasePermitResponse404Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *ReleasePermitResponse412Headers
+	// Headers428 the parsed response headers for an HTTP 428 response
+	Headers428 *ReleasePermitResponse428Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReleasePermitResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ReleasePermitResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleasePermitResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ReleasePermitResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReleasePermitResponse) GetApplicationproblemJSON400() *MalformedRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleasePermitResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReleasePermitResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReleasePermitResponse) GetApplicationproblemJSON404() *LockNotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r ReleasePermitResponse) GetApplicationproblemJSON412() *TokenMismatch {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON428 returns the response for an HTTP 428 `application/problem+json` response
+func (r ReleasePermitResponse) GetApplicationproblemJSON428() *TokenRequired {
+	return r.ApplicationproblemJSON428
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReleasePermitResponse) GetApplicationproblemJSON429() *RateLimited {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReleasePermitResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReleasePermitResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReleasePermitResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleasePermitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleasePermitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleasePermitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleasePermitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// InspectSemaphoreResponse200Headers the declared response headers of an HTTP 200 response for InspectSemaphore
+type InspectSemaphoreResponse200Headers struct {
+	CacheControl    string
+	RateLimit       *string
+	RateLimitPolicy *string
+	XRequestId      string
+}
+
+// InspectSemaphoreResponse400Headers the declared response headers of an HTTP 400 response for InspectSemaphore
+type InspectSemaphoreResponse400Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// InspectSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for InspectSemaphore
+type InspectSemaphoreResponse401Headers struct {
+	CacheControl    string
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// InspectSemaphoreResponse403Headers the declared response headers of an HTTP 403 response for InspectSemaphore
+type InspectSemaphoreResponse403Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// InspectSemaphoreResponse404Headers the declared response headers of an HTTP 404 response for InspectSemaphore
+type InspectSemaphoreResponse404Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// InspectSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for InspectSemaphore
+type InspectSemaphoreResponse429Headers struct {
+	CacheControl    string
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      int
+	XRequestId      string
+}
+
+// InspectSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for InspectSemaphore
+type InspectSemaphoreResponse500Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// InspectSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for InspectSemaphore
+type InspectSemaphoreResponse503Headers struct {
+	CacheControl string
+	RetryAfter   int
+	XRequestId   string
+}
+
+// InspectSemaphoreResponseDefaultHeaders the declared response headers of an HTTP default response for InspectSemaphore
+type InspectSemaphoreResponseDefaultHeaders struct {
+	Allow      *string
+	RetryAfter *int
+	XRequestId string
+}
+
+type InspectSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SemaphoreInspected
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *MalformedRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *LockNotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimited
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *InspectSemaphoreResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *InspectSemaphoreResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *InspectSemaphoreResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *InspectSemaphoreResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *InspectSemaphoreResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *InspectSemaphoreResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *InspectSemaphoreResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *InspectSemaphoreResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *InspectSemaphoreResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r InspectSemaphoreResponse) GetJSON200() *SemaphoreInspected {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON400() *MalformedRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON404() *LockNotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON429() *RateLimited {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r InspectSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r InspectSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r InspectSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r InspectSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExtendPermitResponse200Headers the declared response headers of an HTTP 200 response for ExtendPermit
+type ExtendPermitResponse200Headers struct {
+	CacheControl    string
+	ETag            string
+	RateLimit       *string
+	RateLimitPolicy *string
+	XRequestId      string
+}
+
+// ExtendPermitResponse400Headers the declared response headers of an HTTP 400 response for ExtendPermit
+type ExtendPermitResponse400Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ExtendPermitResponse401Headers the declared response headers of an HTTP 401 response for ExtendPermit
+type ExtendPermitResponse401Headers struct {
+	CacheControl    string
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// ExtendPermitResponse403Headers the declared response headers of an HTTP 403 response for ExtendPermit
+type ExtendPermitResponse403Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ExtendPermitResponse404Headers the declared response headers of an HTTP 404 response for ExtendPermit
+type ExtendPermitResponse404Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ExtendPermitResponse412Headers the declared response headers of an HTTP 412 response for ExtendPermit
+type ExtendPermitResponse412Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ExtendPermitResponse413Headers the declared response headers of an HTTP 413 response for ExtendPermit
+type ExtendPermitResponse413Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ExtendPermitResponse415Headers the declared response headers of an HTTP 415 response for ExtendPermit
+type ExtendPermitResponse415Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ExtendPermitResponse422Headers the declared response headers of an HTTP 422 response for ExtendPermit
+type ExtendPermitResponse422Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ExtendPermitResponse428Headers the declared response headers of an HTTP 428 response for ExtendPermit
+type ExtendPermitResponse428Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ExtendPermitResponse429Headers the declared response headers of an HTTP 429 response for ExtendPermit
+type ExtendPermitResponse429Headers struct {
+	CacheControl    string
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      int
+	XRequestId      string
+}
+
+// ExtendPermitResponse500Headers the declared response headers of an HTTP 500 response for ExtendPermit
+type ExtendPermitResponse500Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ExtendPermitResponse503Headers the declared response headers of an HTTP 503 response for ExtendPermit
+type ExtendPermitResponse503Headers struct {
+	CacheControl string
+	RetryAfter   int
+	XRequestId   string
+}
+
+// ExtendPermitResponseDefaultHeaders the declared response headers of an HTTP default response for ExtendPermit
+type ExtendPermitResponseDefaultHeaders struct {
+	Allow      *string
+	RetryAfter *int
+	XRequestId string
+}
+
+type ExtendPermitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PermitExtended
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *MalformedRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *LockNotFound
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *TokenMismatch
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ValidationFailed
+	// ApplicationproblemJSON428 the response for an HTTP 428 `application/problem+json` response
+	ApplicationproblemJSON428 *TokenRequired
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimited
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExtendPermitResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ExtendPermitResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExtendPermitResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ExtendPermitResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExtendPermitResponse404Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *ExtendPermitResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ExtendPermitResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ExtendPermitResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ExtendPermitResponse422Headers
+	// Headers428 the parsed response headers for an HTTP 428 response
+	Headers428 *ExtendPermitResponse428Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExtendPermitResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ExtendPermitResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExtendPermitResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ExtendPermitResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExtendPermitResponse) GetJSON200() *PermitExtended {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON400() *MalformedRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON404() *LockNotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON412() *TokenMismatch {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON422() *ValidationFailed {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON428 returns the response for an HTTP 428 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON428() *TokenRequired {
+	return r.ApplicationproblemJSON428
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON429() *RateLimited {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ExtendPermitResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ExtendPermitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExtendPermitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExtendPermitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExtendPermitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AcquirePermitResponse200Headers the declared response headers of an HTTP 200 response for AcquirePermit
+type AcquirePermitResponse200Headers struct {
+	CacheControl    string
+	ETag            string
+	RateLimit       *string
+	RateLimitPolicy *string
+	XRequestId      string
+}
+
+// AcquirePermitResponse201Headers the declared response headers of an HTTP 201 response for AcquirePermit
+type AcquirePermitResponse201Headers struct {
+	CacheControl      string
+	ETag              string
+	Location          string
+	PreferenceApplied *string
+	RateLimit         *string
+	RateLimitPolicy   *string
+	XRequestId        string
+}
+
+// AcquirePermitResponse400Headers the declared response headers of an HTTP 400 response for AcquirePermit
+type AcquirePermitResponse400Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// AcquirePermitResponse401Headers the declared response headers of an HTTP 401 response for AcquirePermit
+type AcquirePermitResponse401Headers struct {
+	CacheControl    string
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// AcquirePermitResponse403Headers the declared response headers of an HTTP 403 response for AcquirePermit
+type AcquirePermitResponse403Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// AcquirePermitResponse409Headers the declared response headers of an HTTP 409 response for AcquirePermit
+type AcquirePermitResponse409Headers struct {
+	CacheControl      string
+	PreferenceApplied *string
+	RateLimit         *string
+	RateLimitPolicy   *string
+	RetryAfter        int
+	XRequestId        string
+}
+
+// AcquirePermitResponse413Headers the declared response headers of an HTTP 413 response for AcquirePermit
+type AcquirePermitResponse413Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// AcquirePermitResponse415Headers the declared response headers of an HTTP 415 response for AcquirePermit
+type AcquirePermitResponse415Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// AcquirePermitResponse422Headers the declared response headers of an HTTP 422 response for AcquirePermit
+type AcquirePermitResponse422Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// AcquirePermitResponse429Headers the declared response headers of an HTTP 429 response for AcquirePermit
+type AcquirePermitResponse429Headers struct {
+	CacheControl    string
+	RateLimit       string
+	RateLimitPolicy string
+	RetryAfter      int
+	XRequestId      string
+}
+
+// AcquirePermitResponse500Headers the declared response headers of an HTTP 500 response for AcquirePermit
+type AcquirePermitResponse500Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// AcquirePermitResponse503Headers the declared response headers of an HTTP 503 response for AcquirePermit
+type AcquirePermitResponse503Headers struct {
+	CacheControl string
+	RetryAfter   int
+	XRequestId   string
+}
+
+// AcquirePermitResponseDefaultHeaders the declared response headers of an HTTP default response for AcquirePermit
+type AcquirePermitResponseDefaultHeaders struct {
+	Allow      *string
+	RetryAfter *int
+	XRequestId string
+}
+
+type AcquirePermitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PermitReacquired
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *PermitAcquired
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *MalformedRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *SemaphoreConflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ValidationFailed
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimited
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AcquirePermitResponse200Headers
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *AcquirePermitResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AcquirePermitResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquirePermitResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *AcquirePermitResponse403Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *AcquirePermitResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *AcquirePermitResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *AcquirePermitResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *AcquirePermitResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AcquirePermitResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *AcquirePermitResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AcquirePermitResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *AcquirePermitResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AcquirePermitResponse) GetJSON200() *PermitReacquired {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r AcquirePermitResponse) GetJSON201() *PermitAcquired {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AcquirePermitResponse) GetApplicationproblemJSON400() *MalformedRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquirePermitResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquirePermitResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AcquirePermitResponse) GetApplicationproblemJSON409() *SemaphoreConflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AcquirePermitResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AcquirePermitResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r AcquirePermitResponse) GetApplicationproblemJSON422() *ValidationFailed {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AcquirePermitResponse) GetApplicationproblemJSON429() *RateLimited {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AcquirePermitResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AcquirePermitResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AcquirePermitResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AcquirePermitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcquirePermitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcquirePermitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcquirePermitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetHealthWithResponse Liveness
 //
 // The process serves HTTP. Does not look at the backend; see `/readyz`.
@@ -3503,6 +5182,139 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, para
 		return nil, err
 	}
 	return ParseGetReadinessResponse(rsp)
+}
+
+// ReleasePermitWithResponse Release a permit you hold
+//
+// Gives the permit back at once; the first waiter may take it. Same token rules and statuses as `PATCH`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /semaphores/{key} (the `ReleasePermit` operationId).
+func (c *ClientWithResponses) ReleasePermitWithResponse(ctx context.Context, key Key, params *ReleasePermitParams, reqEditors ...RequestEditorFn) (*ReleasePermitResponse, error) {
+	rsp, err := c.ReleasePermit(ctx, key, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleasePermitResponse(rsp)
+}
+
+// InspectSemaphoreWithResponse Inspect a semaphore
+//
+// The limit and every held permit (owner, fence, time left), ordered by fence.
+// Never a token. `404` when no permit is held.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /semaphores/{key} (the `InspectSemaphore` operationId).
+func (c *ClientWithResponses) InspectSemaphoreWithResponse(ctx context.Context, key Key, params *InspectSemaphoreParams, reqEditors ...RequestEditorFn) (*InspectSemaphoreResponse, error) {
+	rsp, err := c.InspectSemaphore(ctx, key, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseInspectSemaphoreResponse(rsp)
+}
+
+// ExtendPermitWithBodyWithResponse Extend a permit you hold
+//
+// Resets the permit's TTL to `ttl_ms` from now (default: its own length), with the
+// token in `Lock-Token` or `If-Match: "<token>"`, as for locks. `404` when no
+// permit of the key is held (an expired permit is never brought back), `412` when
+// others are held but not the token's.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /semaphores/{key} (the `ExtendPermit` operationId).
+func (c *ClientWithResponses) ExtendPermitWithBodyWithResponse(ctx context.Context, key Key, params *ExtendPermitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExtendPermitResponse, error) {
+	rsp, err := c.ExtendPermitWithBody(ctx, key, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExtendPermitResponse(rsp)
+}
+
+// ExtendPermitWithResponse Extend a permit you hold
+//
+// Resets the permit's TTL to `ttl_ms` from now (default: its own length), with the
+// token in `Lock-Token` or `If-Match: "<token>"`, as for locks. `404` when no
+// permit of the key is held (an expired permit is never brought back), `412` when
+// others are held but not the token's.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /semaphores/{key} (the `ExtendPermit` operationId).
+func (c *ClientWithResponses) ExtendPermitWithResponse(ctx context.Context, key Key, params *ExtendPermitParams, body ExtendPermitJSONRequestBody, reqEditors ...RequestEditorFn) (*ExtendPermitResponse, error) {
+	rsp, err := c.ExtendPermit(ctx, key, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExtendPermitResponse(rsp)
+}
+
+// AcquirePermitWithBodyWithResponse Acquire a permit of a counting semaphore (try once, or wait up to wait_ms)
+//
+// At most `limit` tokens hold a permit of `key` at any instant, across every
+// gateway sharing the store. A permit is a lease like a lock's: a token (kept
+// secret; it extends and releases the permit), a fence that strictly increases
+// with every permit granted on the key, and a TTL after which the permit frees
+// itself. Semaphore keys follow the lock key rules and are apart from lock keys of
+// the same name; API keys' prefixes allow them as they allow lock keys.
+//
+// `limit` (1 … 10 000) is required, and must be the limit the current holders were
+// granted under (`409` `limit-mismatch` otherwise); once no permit is held, the
+// key takes any limit. When all permits are held the answer is `409`
+// `semaphore-full` with `Retry-After`, at once or after waiting: `wait_ms` and
+// `Prefer: wait` work as for locks, and waiters are served in arrival order
+// (memory and redis backends; redlock waits without a queue).
+//
+// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
+// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+// retry with the same token. A `503` leaves the outcome unknown, as for locks:
+// without `Lock-Token` the problem carries `token`, to retry or release with.
+// On redlock a permit needs a majority of the nodes, like a lock.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
+func (c *ClientWithResponses) AcquirePermitWithBodyWithResponse(ctx context.Context, key Key, params *AcquirePermitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquirePermitResponse, error) {
+	rsp, err := c.AcquirePermitWithBody(ctx, key, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquirePermitResponse(rsp)
+}
+
+// AcquirePermitWithResponse Acquire a permit of a counting semaphore (try once, or wait up to wait_ms)
+//
+// At most `limit` tokens hold a permit of `key` at any instant, across every
+// gateway sharing the store. A permit is a lease like a lock's: a token (kept
+// secret; it extends and releases the permit), a fence that strictly increases
+// with every permit granted on the key, and a TTL after which the permit frees
+// itself. Semaphore keys follow the lock key rules and are apart from lock keys of
+// the same name; API keys' prefixes allow them as they allow lock keys.
+//
+// `limit` (1 … 10 000) is required, and must be the limit the current holders were
+// granted under (`409` `limit-mismatch` otherwise); once no permit is held, the
+// key takes any limit. When all permits are held the answer is `409`
+// `semaphore-full` with `Retry-After`, at once or after waiting: `wait_ms` and
+// `Prefer: wait` work as for locks, and waiters are served in arrival order
+// (memory and redis backends; redlock waits without a queue).
+//
+// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
+// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+// retry with the same token. A `503` leaves the outcome unknown, as for locks:
+// without `Lock-Token` the problem carries `token`, to retry or release with.
+// On redlock a permit needs a majority of the nodes, like a lock.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
+func (c *ClientWithResponses) AcquirePermitWithResponse(ctx context.Context, key Key, params *AcquirePermitParams, body AcquirePermitJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquirePermitResponse, error) {
+	rsp, err := c.AcquirePermit(ctx, key, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquirePermitResponse(rsp)
 }
 
 // ParseGetHealthResponse parses an HTTP response from a GetHealthWithResponse call
@@ -5548,6 +7360,1519 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 		response.Headers503 = &headers
 	case true:
 		var headers GetReadinessResponseDefaultHeaders
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleasePermitResponse parses an HTTP response from a ReleasePermitWithResponse call
+func ParseReleasePermitResponse(rsp *http.Response) (*ReleasePermitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleasePermitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest MalformedRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest LockNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest TokenMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 428:
+		var dest TokenRequired
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON428 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		var headers ReleasePermitResponse204Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers204 = &headers
+	case rsp.StatusCode == 400:
+		var headers ReleasePermitResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReleasePermitResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReleasePermitResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ReleasePermitResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 412:
+		var headers ReleasePermitResponse412Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 428:
+		var headers ReleasePermitResponse428Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers428 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReleasePermitResponse429Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ReleasePermitResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleasePermitResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ReleasePermitResponseDefaultHeaders
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseInspectSemaphoreResponse parses an HTTP response from a InspectSemaphoreWithResponse call
+func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &InspectSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SemaphoreInspected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest MalformedRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest LockNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers InspectSemaphoreResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers InspectSemaphoreResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers InspectSemaphoreResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers InspectSemaphoreResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers InspectSemaphoreResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers InspectSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers InspectSemaphoreResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers InspectSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers InspectSemaphoreResponseDefaultHeaders
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExtendPermitResponse parses an HTTP response from a ExtendPermitWithResponse call
+func ParseExtendPermitResponse(rsp *http.Response) (*ExtendPermitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExtendPermitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PermitExtended
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest MalformedRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest LockNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest TokenMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ValidationFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 428:
+		var dest TokenRequired
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON428 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExtendPermitResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ExtendPermitResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExtendPermitResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ExtendPermitResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExtendPermitResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 412:
+		var headers ExtendPermitResponse412Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers ExtendPermitResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ExtendPermitResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers ExtendPermitResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 428:
+		var headers ExtendPermitResponse428Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers428 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExtendPermitResponse429Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ExtendPermitResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExtendPermitResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ExtendPermitResponseDefaultHeaders
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAcquirePermitResponse parses an HTTP response from a AcquirePermitWithResponse call
+func ParseAcquirePermitResponse(rsp *http.Response) (*AcquirePermitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcquirePermitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PermitReacquired
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest PermitAcquired
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest MalformedRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest SemaphoreConflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ValidationFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AcquirePermitResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 201:
+		var headers AcquirePermitResponse201Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		if values := rsp.Header.Values("Preference-Applied"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Preference-Applied", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PreferenceApplied = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers AcquirePermitResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers AcquirePermitResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers AcquirePermitResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 409:
+		var headers AcquirePermitResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Preference-Applied"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Preference-Applied", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PreferenceApplied = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers AcquirePermitResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers AcquirePermitResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers AcquirePermitResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers AcquirePermitResponse429Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers AcquirePermitResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers AcquirePermitResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers AcquirePermitResponseDefaultHeaders
 		if values := rsp.Header.Values("Allow"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -15,12 +15,15 @@ const MaxKeyBytes = 256
 // LocksPrefix is where lock keys start in a URL path.
 const LocksPrefix = "/locks/"
 
-// KeyFromPath returns the lock key of a /locks/{key} request: the rest of the
+// KeyFromPath returns the key of a /locks/{key} or /semaphores/{key} request: the rest of the
 // path, percent-decoded, so /locks/jobs%2Fnightly and /locks/jobs/nightly are
 // the same key. It reads the escaped path itself rather than the router's
 // wildcard, which is escaped or not depending on how the client wrote it.
 func KeyFromPath(r *http.Request) (string, error) {
 	raw, ok := strings.CutPrefix(r.URL.EscapedPath(), LocksPrefix)
+	if !ok {
+		raw, ok = strings.CutPrefix(r.URL.EscapedPath(), SemaphoresPrefix)
+	}
 	if !ok {
 		return "", newError(problem.Malformed, "the lock key is missing: use /locks/{key}")
 	}

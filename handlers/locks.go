@@ -547,6 +547,10 @@ func (h *Locks) fieldMessage(fe validator.FieldError) string {
 	switch fe.Tag() {
 	case "gte":
 		return "must be at least " + fe.Param()
+	case "lte":
+		return "must be at most " + fe.Param()
+	case "required":
+		return "is required"
 	case "maxttl":
 		return fmt.Sprintf("must be at most %d (the server's maximum TTL)", h.limits.MaxTTL.Milliseconds())
 	case "maxwait":

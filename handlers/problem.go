@@ -63,6 +63,9 @@ var domainErrors = []struct {
 	detail string
 }{
 	{lockstore.ErrHeld, problem.LockHeld, "the lock is held by another token"},
+	// Retry-After is when the first permit may free itself.
+	{lockstore.ErrSemaphoreFull, problem.SemaphoreFull, "all permits of the semaphore are held; nothing was taken; retry after Retry-After seconds, or wait with wait_ms"},
+	{lockstore.ErrLimitMismatch, problem.LimitMismatch, "the semaphore's current permits were granted under another limit; nothing was taken; use the same limit as the other holders, or retry once their permits are gone"},
 	{lockstore.ErrNotHeld, problem.LockNotFound, "the lock is not held: it was never taken, was released, or expired"},
 	{lockstore.ErrTokenMismatch, problem.TokenMismatch, "the lock is held by another token"},
 	// Retry-After is when the earliest of the counted locks expires.
@@ -142,6 +145,12 @@ func fromDomain(err error) *Error {
 			var held *lockstore.HeldError
 			if errors.As(err, &held) {
 				e.RetryAfter = held.Remaining
+			}
+			if full, ok := errors.AsType[*lockstore.FullError](err); ok {
+				e.RetryAfter = full.Remaining
+			}
+			if m, ok := errors.AsType[*lockstore.LimitMismatchError](err); ok {
+				e.RetryAfter = m.Remaining
 			}
 		case http.StatusServiceUnavailable:
 			// Redlock says why a majority was impossible; that text names

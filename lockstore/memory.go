@@ -28,6 +28,7 @@ type Memory struct {
 	fence    int64 // last fence handed out, shared by all keys
 	maxLocks int
 	users    map[string]*memUser // users with a counted lock
+	sems     memSems             // semaphores (memory_sem.go)
 }
 
 type memLock struct {
@@ -171,7 +172,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 // checkCaps refuses a new grant of key that would pass the store's cap or
 // q's. m.mu must be held, and expired locks reclaimed.
 func (m *Memory) checkCaps(key string, q Quota, now time.Time) error {
-	if m.maxLocks > 0 && len(m.locks) >= m.maxLocks && !strings.HasPrefix(key, windowPrefix) {
+	if m.maxLocks > 0 && len(m.locks)+int(m.sems.live.Load()) >= m.maxLocks && !strings.HasPrefix(key, windowPrefix) {
 		at, _ := m.expiry.Earliest()
 		return &CapError{Err: ErrFull, Max: m.maxLocks, Next: at.Sub(now)}
 	}

@@ -42,6 +42,9 @@ func TestSentinel(t *testing.T) {
 		t.Run("Quota", func(t *testing.T) {
 			lockstoretest.RunQuota(t, func(t *testing.T) lockstore.Store { return openSentinel(t, st, 1) })
 		})
+		t.Run("SemaphoresWaitReplicas1", func(t *testing.T) {
+			lockstoretest.RunSemaphores(t, func(t *testing.T) lockstore.Semaphores { return openSentinel(t, st, 1) }, true)
+		})
 	})
 
 	t.Run("ReplicaPaused", func(t *testing.T) { testReplicaPaused(t, st, waiting) })

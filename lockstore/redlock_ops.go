@@ -44,14 +44,15 @@ func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (
 	if _, held := errors.AsType[*HeldError](err); !held || req.Wait <= 0 {
 		return lease, err
 	}
-	wake, stop := r.listen(ctx, key)
+	wake, stop := r.listen(ctx, channel(key))
 	defer stop()
 	return retryUntil(ctx, req, wake, func() (Lease, error) { return r.acquireRounds(ctx, key, digest, req) })
 }
 
-// listen subscribes to key's releases on every node it can reach, at once;
-// a node that cannot be reached only means fewer wake-ups.
-func (r *Redlock) listen(ctx context.Context, key string) (<-chan struct{}, func()) {
+// listen subscribes to ch, where a key's releases are told, on every node
+// it can reach, at once; a node that cannot be reached only means fewer
+// wake-ups.
+func (r *Redlock) listen(ctx context.Context, ch string) (<-chan struct{}, func()) {
 	id := NewToken()
 	wake := make(chan struct{}, 1)
 	ok := make([]bool, len(r.nodes))
@@ -60,14 +61,14 @@ func (r *Redlock) listen(ctx context.Context, key string) (<-chan struct{}, func
 		wg.Go(func() {
 			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
 			defer cancel()
-			ok[i] = n.notifier.listen(nctx, channel(key), id, wake) == nil
+			ok[i] = n.notifier.listen(nctx, ch, id, wake) == nil
 		})
 	}
 	wg.Wait()
 	return wake, func() {
 		for i, n := range r.nodes {
 			if ok[i] {
-				n.notifier.stop(channel(key), id)
+				n.notifier.stop(ch, id)
 			}
 		}
 	}

@@ -30,6 +30,8 @@ var (
 	LockNotFound     = Kind{"lock-not-found", http.StatusNotFound, "Lock not found"}
 	MethodNotAllowed = Kind{"method-not-allowed", http.StatusMethodNotAllowed, "Method not allowed"}
 	LockHeld         = Kind{"lock-held", http.StatusConflict, "Lock held"}
+	SemaphoreFull    = Kind{"semaphore-full", http.StatusConflict, "Semaphore full"}
+	LimitMismatch    = Kind{"limit-mismatch", http.StatusConflict, "Semaphore limit mismatch"}
 	TokenMismatch    = Kind{"token-mismatch", http.StatusPreconditionFailed, "Lock token mismatch"}
 	BodyTooLarge     = Kind{"body-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
 	UnsupportedMedia = Kind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type"}
@@ -47,6 +49,6 @@ var (
 // All lists every kind.
 var All = []Kind{
 	Malformed, Unauthorized, Forbidden, NotFound, LockNotFound, MethodNotAllowed,
-	LockHeld, TokenMismatch, BodyTooLarge, UnsupportedMedia, Validation, TokenRequired,
+	LockHeld, SemaphoreFull, LimitMismatch, TokenMismatch, BodyTooLarge, UnsupportedMedia, Validation, TokenRequired,
 	RateLimited, QuotaExceeded, Internal, Unavailable, Refused, TooManyLocks, TooManyWaiters,
 }

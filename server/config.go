@@ -147,8 +147,8 @@ var settings = []setting{
 			return err
 		}
 		for r := range strings.SplitSeq(v, ",") {
-			if _, path, _ := strings.Cut(strings.TrimSpace(r), " "); path != "" && !strings.HasPrefix(path, "/locks/") {
-				return fmt.Errorf("%q: only /locks/ routes can be limited (the check endpoint always is)", r)
+			if _, path, _ := strings.Cut(strings.TrimSpace(r), " "); path != "" && !strings.HasPrefix(path, "/locks/") && !strings.HasPrefix(path, "/semaphores/") {
+				return fmt.Errorf("%q: only /locks/ and /semaphores/ routes can be limited (the check endpoint always is)", r)
 			}
 		}
 		return nil

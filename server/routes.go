@@ -56,6 +56,13 @@ func addRoutes(r chi.Router, d deps) {
 	lock.Patch("/locks/*", locks.Extend().ServeHTTP)
 	lock.Delete("/locks/*", locks.Release().ServeHTTP)
 	lock.Get("/locks/*", locks.Inspect().ServeHTTP)
+	if d.sems != nil {
+		sems := handlers.NewSemaphores(d.sems, locks)
+		lock.Put("/semaphores/*", sems.Acquire().ServeHTTP)
+		lock.Patch("/semaphores/*", sems.Extend().ServeHTTP)
+		lock.Delete("/semaphores/*", sems.Release().ServeHTTP)
+		lock.Get("/semaphores/*", sems.Inspect().ServeHTTP)
+	}
 
 	if d.check != nil { // rate limiting is on
 		// Any method, and any path below: Envoy's ext_authz forwards the

@@ -28,6 +28,7 @@ import (
 // deps is everything the routes need.
 type deps struct {
 	store   lockstore.Store
+	sems    lockstore.Semaphores // nil: no /semaphores routes
 	backend string
 	nodes   func() []lockstore.NodeStatus // nil unless the backend has several nodes
 	// topology is the redis backend's mode and shards for /readyz; nil
@@ -115,6 +116,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if r, ok := store.(*lockstore.Redis); ok {
 		d.topology = r.Topology
+	}
+	if waiting.sems != nil {
+		d.sems = waiting
 	}
 	if len(cfg.TrustedProxies) > 0 {
 		d.clientIP = chimw.ClientIPFromXFF(prefixStrings(cfg.TrustedProxies)...)

@@ -22,14 +22,19 @@ const refusedWaiterRetry = 5 * time.Second
 // 13). An acquire that does not wait is never refused here.
 type waitLimit struct {
 	lockstore.Store
+	// sems is the store's semaphores (nil when it has none): a waiting
+	// permit acquire takes a place like a lock's.
+	sems    lockstore.Semaphores
 	slots   chan struct{}
 	refuse  *handlers.Error
 	refused func() // counts a refusal
 }
 
 func newWaitLimit(store lockstore.Store, max int, refused func()) waitLimit {
+	sems, _ := store.(lockstore.Semaphores)
 	return waitLimit{
 		Store:   store,
+		sems:    sems,
 		refused: refused,
 		slots:   make(chan struct{}, max),
 		refuse: &handlers.Error{
@@ -61,3 +66,31 @@ func (s waitLimit) Acquire(ctx context.Context, key string, req lockstore.Acquir
 
 // Waiting is how many acquires are waiting.
 func (s waitLimit) Waiting() int { return len(s.slots) }
+
+// SemAcquire waits only with a slot free, as Acquire; the rest of
+// lockstore.Semaphores goes to the store.
+func (s waitLimit) SemAcquire(ctx context.Context, key string, req lockstore.PermitRequest) (lockstore.Permit, error) {
+	if req.Wait <= 0 {
+		return s.sems.SemAcquire(ctx, key, req)
+	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		s.refused()
+		return lockstore.Permit{}, s.refuse
+	}
+	return s.sems.SemAcquire(ctx, key, req)
+}
+
+func (s waitLimit) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Permit, error) {
+	return s.sems.SemExtend(ctx, key, token, ttl)
+}
+
+func (s waitLimit) SemRelease(ctx context.Context, key, token string) error {
+	return s.sems.SemRelease(ctx, key, token)
+}
+
+func (s waitLimit) SemInspect(ctx context.Context, key string) (lockstore.SemaphoreState, error) {
+	return s.sems.SemInspect(ctx, key)
+}

@@ -47,12 +47,14 @@ Commands:
         release a lease you hold (token: --token or $LOCK_TOKEN)
   status KEY
         who holds the lock (never its token); exit status 1 when it is free
-  run [--ttl D] [--wait D] [--owner S] [--grace D] KEY -- COMMAND [ARG...]
+  run [--ttl D] [--wait D] [--owner S] [--grace D] [-n N] KEY -- COMMAND [ARG...]
         take the lock (waiting up to --wait), run COMMAND with LOCK_KEY,
         LOCK_TOKEN and LOCK_FENCE in its environment, keep the lock alive
         (extend every TTL/3), forward SIGINT/SIGTERM to COMMAND, release the
         lock when COMMAND exits. If the lock is lost, COMMAND's process
-        group gets SIGTERM, then SIGKILL after --grace.
+        group gets SIGTERM, then SIGKILL after --grace. With -n N, the same
+        under one of N permits of the semaphore KEY (/semaphores/KEY): at
+        most N such commands run at once
 
 Flags (before or after COMMAND):
   --url URL    the gateway (default $LOCKGW_URL, else http://127.0.0.1:8080);
@@ -67,6 +69,8 @@ Flags (before or after COMMAND):
                retry is safe; extend, release: the lease's token
   --grace D    run: time between SIGTERM and SIGKILL when the lock is lost
                (default 5s)
+  -n N         run: take a permit of a semaphore of limit N (1-10000)
+               instead of the lock
 
 Exit status:
   0    success; run: COMMAND exited 0
@@ -76,7 +80,8 @@ Exit status:
   65   the gateway refused the request as invalid (bad key, TTL out of range)
   69   the gateway is unreachable, or its backend is down
   70   unexpected answer from the gateway
-  75   not acquired: held by someone else (after --wait), or rate limited
+  75   not acquired: held by someone else (after --wait; run -n: all N
+       permits held, or the holders use another N), or rate limited
   76   lock lost (run), or not held by this token (extend, release)
   77   API key missing, unknown, or not allowed this key
   126  run: COMMAND could not be started; 127: COMMAND not found
@@ -358,7 +363,7 @@ func (g *globals) fail(ctx context.Context, op, key string, err error) int {
 	}
 	msg := fmt.Sprintf("%s %s: %v", op, key, err)
 	var e *client.Error
-	if errors.As(err, &e) && e.RetryAfter > 0 && (errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrRateLimited)) {
+	if errors.As(err, &e) && e.RetryAfter > 0 && (errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrSemaphoreFull) || errors.Is(err, client.ErrRateLimited)) {
 		msg += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
 	}
 	fmt.Fprintf(g.stderr, "lockctl: %s\n", msg)
@@ -382,7 +387,8 @@ func (g *globals) fail(ctx context.Context, op, key string, err error) int {
 func exitCode(err error) int {
 	var e *client.Error
 	switch {
-	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrRateLimited):
+	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrRateLimited),
+		errors.Is(err, client.ErrSemaphoreFull), errors.Is(err, client.ErrLimitMismatch):
 		return exitNotAcquired
 	case errors.Is(err, client.ErrLockLost), errors.Is(err, client.ErrNotHeld), errors.Is(err, client.ErrTokenMismatch):
 		return exitLost

@@ -37,6 +37,7 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 	flags.DurationVar(&opts.Wait, "wait", 0, "how long to wait for a held lock")
 	flags.StringVar(&opts.Owner, "owner", fmt.Sprintf("%s:%d", hostname(), os.Getpid()), "holder label")
 	grace := flags.Duration("grace", 5*time.Second, "SIGTERM to SIGKILL when the lock is lost")
+	permits := flags.Int("n", 0, "run under one of N permits of the semaphore KEY")
 	sep := slices.Index(args, "--")
 	if sep < 0 {
 		return usageError(g, errors.New("run: put -- between KEY and the command: lockctl run [flags] KEY -- COMMAND [ARG...]"))
@@ -52,10 +53,14 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 	if *grace < 0 {
 		return usageError(g, errors.New("run: --grace must not be negative"))
 	}
+	if *permits < 0 || *permits > 10000 {
+		return usageError(g, errors.New("run: -n must be between 1 and 10000"))
+	}
 	c, err := g.client()
 	if err != nil {
 		return usageError(g, err)
 	}
+	held := runUnder(c, *permits)
 
 	// Until COMMAND starts, a signal interrupts lockctl; then it goes to
 	// COMMAND's process group.
@@ -87,7 +92,11 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 		startErr error
 		status   int // COMMAND's exit status
 	)
-	endProgress := g.progress(ctx, c, key, opts.Wait)
+	progressWait := opts.Wait
+	if *permits > 0 {
+		progressWait = 0 // progress names a lock's holder
+	}
+	endProgress := g.progress(ctx, c, key, progressWait)
 	var waited *client.Lease
 	if opts.Wait > 0 {
 		// Hold counts the lease from when its acquire was sent: after a
@@ -96,14 +105,14 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 		// lock again with the same token, which the gateway answers at
 		// once (200, same fence, TTL reset): the lease is counted from
 		// that grant.
-		waited, err = c.Acquire(ctx, key, opts)
+		waited, err = held.acquire(ctx, key, opts)
 		endProgress()
 		if err != nil {
 			return g.fail(ctx, "run", key, err)
 		}
 		opts.Token, opts.Wait = waited.Token, 0
 	}
-	err = c.Hold(ctx, key, opts, func(hctx context.Context, lease *client.Lease) error {
+	err = held.hold(ctx, key, opts, func(hctx context.Context, lease *client.Lease) error {
 		endProgress()
 		if hctx.Err() != nil { // interrupted between the grant and the start
 			return context.Cause(hctx)
@@ -167,11 +176,11 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 		}
 		return exitCannotExec
 	case !started: // not acquired, or interrupted before COMMAND started
-		if waited != nil && !errors.Is(err, client.ErrHeld) {
+		if waited != nil && !errors.Is(err, client.ErrHeld) && !errors.Is(err, client.ErrSemaphoreFull) {
 			// Hold did not take the lock again (gateway unreachable, …) or
 			// was interrupted: give back the lease the wait got.
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			_ = c.Release(rctx, key, waited.Token)
+			_ = held.release(rctx, key, waited.Token)
 			rcancel()
 		}
 		return g.fail(ctx, "run", key, err)
@@ -181,6 +190,37 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 		fmt.Fprintf(g.stderr, "lockctl: run %s: %v (the lock expires by itself within its TTL)\n", key, err)
 	}
 	return status
+}
+
+// under is what run holds: the lock KEY, or with -n N one of N permits of
+// the semaphore KEY (a permit shown to COMMAND as a lease: key, token,
+// fence).
+type under struct {
+	acquire func(ctx context.Context, key string, opts client.AcquireOptions) (*client.Lease, error)
+	hold    func(ctx context.Context, key string, opts client.AcquireOptions, fn func(context.Context, *client.Lease) error) error
+	release func(ctx context.Context, key, token string) error
+}
+
+func runUnder(c *client.Client, permits int) under {
+	if permits == 0 {
+		return under{acquire: c.Acquire, hold: c.Hold, release: c.Release}
+	}
+	asLease := func(p *client.Permit) *client.Lease {
+		return &client.Lease{Key: p.Key, Token: p.Token, Fence: p.Fence, Owner: p.Owner, TTL: p.TTL, ExpiresAt: p.ExpiresAt}
+	}
+	return under{
+		acquire: func(ctx context.Context, key string, opts client.AcquireOptions) (*client.Lease, error) {
+			p, err := c.AcquirePermit(ctx, key, permits, opts)
+			if err != nil {
+				return nil, err
+			}
+			return asLease(p), nil
+		},
+		hold: func(ctx context.Context, key string, opts client.AcquireOptions, fn func(context.Context, *client.Lease) error) error {
+			return c.HoldPermit(ctx, key, permits, opts, func(ctx context.Context, p *client.Permit) error { return fn(ctx, asLease(p)) })
+		},
+		release: c.ReleasePermit,
+	}
 }
 
 // exitStatus is a shell's $? for a finished process: its exit code, or

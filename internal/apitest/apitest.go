@@ -234,8 +234,10 @@ func CheckResponse(t testing.TB, req *http.Request, resp *Response) {
 	// OpenAPI path parameters cannot hold "/", so look the route up with a
 	// one-segment key; the key's own rules are tested elsewhere.
 	routeReq := req.Clone(context.Background())
-	if strings.HasPrefix(req.URL.EscapedPath(), "/locks/") {
-		routeReq.URL = &url.URL{Scheme: req.URL.Scheme, Host: req.URL.Host, Path: "/locks/k"}
+	for _, prefix := range []string{"/locks/", "/semaphores/"} {
+		if strings.HasPrefix(req.URL.EscapedPath(), prefix) {
+			routeReq.URL = &url.URL{Scheme: req.URL.Scheme, Host: req.URL.Host, Path: prefix + "k"}
+		}
 	}
 	route, params, err := r.FindRoute(routeReq)
 	if err != nil {

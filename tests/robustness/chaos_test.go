@@ -107,6 +107,9 @@ type run struct {
 	index int               // 0 for the first run of the scenario
 	start time.Time
 	notes []string // logged after the verdict
+	// permits: what CheckPermits found (semaphore scenarios), for the
+	// report; the lock checkers never see permits.
+	permits []chaos.Violation
 }
 
 // at sleeps until d after the workload started.
@@ -204,6 +207,36 @@ var scenarios = []scenario{
 			r.at(4700 * time.Millisecond)
 			r.Nodes[b].Resume()
 			r.at(6 * time.Second)
+		},
+	},
+	{
+		name: "semaphore", backends: both,
+		desc: "besides the lock workload, 8 clients take permits of a limit-3 semaphore through both gateways (half waiting up to 300 ms, 30% extending); Redlock: SIGKILL node 1 at 1 s (it stays down), SIGSTOP node 3 from 2.5 s to 3.7 s; Redis: SIGSTOP the node from 2.5 s to 3.7 s; never more than 3 tokens believe they hold a permit, and no fence goes to two tokens",
+		fault: func(t *testing.T, r *run) {
+			semaphoreRun(t, r, 3, 3, func() {
+				if !r.redlock() {
+					r.at(2500 * time.Millisecond)
+					r.Nodes[0].Pause()
+					r.at(3700 * time.Millisecond)
+					r.Nodes[0].Resume()
+					r.at(6 * time.Second)
+					return
+				}
+				r.at(time.Second)
+				r.Nodes[1].Kill()
+				r.at(2500 * time.Millisecond)
+				r.Nodes[3].Pause()
+				r.at(3700 * time.Millisecond)
+				r.Nodes[3].Resume()
+				r.at(6 * time.Second)
+			})
+		},
+	},
+	{
+		name: "semaphore-control", backends: redlockOnly, expect: []string{"permits"},
+		desc: "CONTROL. As semaphore, without faults, but every client passes limit 3 while the checker holds them to 2: the permits checker must see 3 holders at once",
+		fault: func(t *testing.T, r *run) {
+			semaphoreRun(t, r, 3, 2, func() { r.at(4 * time.Second) })
 		},
 	},
 	{
@@ -574,7 +607,7 @@ func runScenario(t *testing.T, sc scenario, backend string, i int) {
 		t.Log(note)
 	}
 	reported = true
-	report.Add(sc.name, backend, sc.expect, len(v.Ops), v.Violations, t.Failed())
+	report.Add(sc.name, backend, sc.expect, len(v.Ops), append(v.Violations, r.permits...), t.Failed())
 }
 
 // pauseGateway stops gateway 0 in the middle of an acquire, an extend and
@@ -846,4 +879,40 @@ func extendReacquire(t *testing.T, r *run, key string) (exercised, doubled bool)
 		return false, false
 	}
 	return true, contend(t, r, key, re)
+}
+
+// semaphoreRun runs a semaphore workload (clients passing limit) for as
+// long as schedule takes, then checks its history against want: a
+// permit-holder count above want is a violation, expected only when the
+// clients pass more than want (a control).
+func semaphoreRun(t *testing.T, r *run, limit, want int, schedule func()) {
+	h := &chaos.History{}
+	w := &chaos.SemWorkload{
+		Gateways: r.URLs, Key: "sem", Limit: func(int) int { return limit }, Clients: clients,
+		TTL: ttl, Hold: 30 * time.Millisecond, Wait: 300 * time.Millisecond, Extend: 0.3,
+		History: h, Client: r.Client, Seed: uint64(time.Now().UnixNano()),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := w.Start(ctx)
+	schedule()
+	cancel()
+	wait()
+	ops := h.Ops()
+	v, most := chaos.CheckPermits(ops, want)
+	r.permits = v
+	for i, x := range v {
+		if i < 5 {
+			t.Logf("violation: %v", x)
+		}
+	}
+	granted := chaos.Count(ops, chaos.Acquire, chaos.Granted)
+	t.Logf("semaphore: %d requests, %d permits granted, at most %d holders at once (limit %d, checked against %d)",
+		len(ops), granted, most, limit, want)
+	require.GreaterOrEqual(t, granted, 20, "too few permits granted to prove anything")
+	if limit > want {
+		assert.NotEmpty(t, v, "the permits checker must catch more than %d holders", want)
+		return
+	}
+	assert.Empty(t, v, "more holders than the limit")
+	assert.Greater(t, most, 1, "permits were held at once")
 }

@@ -58,13 +58,18 @@ func (c *Client) Release(base, key, token string, timeout time.Duration) Op {
 }
 
 func (c *Client) do(op *Op, method, base, body string, timeout time.Duration) {
+	c.doAt(op, method, base+"/locks/"+op.Key, body, timeout)
+}
+
+// doAt is do on url: a lock's or a semaphore's.
+func (c *Client) doAt(op *Op, method, url, body string, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var rd io.Reader
 	if body != "" {
 		rd = bytes.NewReader([]byte(body))
 	}
-	req, err := http.NewRequestWithContext(ctx, method, base+"/locks/"+op.Key, rd)
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		panic(err) // a malformed URL: the harness's own mistake
 	}

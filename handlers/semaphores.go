@@ -1,0 +1,221 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/problem"
+)
+
+// SemaphoresPrefix is where semaphore keys start in a URL path. Keys follow
+// the lock key rules (CheckKey), and API keys' prefixes allow them alike.
+const SemaphoresPrefix = "/semaphores/"
+
+// Semaphores serves /semaphores/{key}: counting semaphores, with the
+// decoding, validation, waiting and token rules of the lock endpoints.
+type Semaphores struct {
+	*Locks
+	sems lockstore.Semaphores
+}
+
+// NewSemaphores returns the semaphore endpoints over sems, sharing locks'
+// limits, logger and shutdown signal.
+func NewSemaphores(sems lockstore.Semaphores, locks *Locks) *Semaphores {
+	return &Semaphores{Locks: locks, sems: sems}
+}
+
+// permitBody is the body of a grant or an extension.
+type permitBody struct {
+	Key       string `json:"key"`
+	Token     string `json:"token"`
+	Limit     int    `json:"limit"`
+	Fence     int64  `json:"fence"`
+	Owner     string `json:"owner,omitempty"`
+	TTLms     int64  `json:"ttl_ms"`
+	ExpiresAt string `json:"expires_at"`
+}
+
+func newPermitBody(p lockstore.Permit) permitBody {
+	return permitBody{Key: p.Key, Token: p.Token, Limit: p.Limit, Fence: p.Fence, Owner: p.Owner,
+		TTLms: p.Granted.Milliseconds(), ExpiresAt: timestamp(p.ExpiresAt)}
+}
+
+// semErrors are the semaphore wording of the errors whose lock wording
+// (domainErrors) would speak of "the lock".
+func semError(err error) error {
+	switch {
+	case errors.Is(err, lockstore.ErrNotHeld):
+		return newError(problem.LockNotFound, "no permit of the semaphore is held: never taken, released, or expired")
+	case errors.Is(err, lockstore.ErrTokenMismatch):
+		return newError(problem.TokenMismatch, "the token holds no permit of the semaphore; the permits stay as they are")
+	}
+	return err
+}
+
+// Acquire serves PUT /semaphores/{key}: take a permit, waiting up to
+// wait_ms (or Prefer: wait) in line with the other waiters.
+func (h *Semaphores) Acquire() http.Handler {
+	type request struct {
+		Limit  *int64  `json:"limit" validate:"required,gte=1,lte=10000"`
+		TTLms  *int64  `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
+		WaitMs *int64  `json:"wait_ms" validate:"omitnil,gte=0,maxwait"`
+		Owner  *string `json:"owner" validate:"omitnil,max=128,printable"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req request
+		key, token, err := h.parse(w, r, false, &req)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		ours := token == ""
+		if ours {
+			token = lockstore.NewToken()
+		}
+		pr := lockstore.PermitRequest{Token: token, TTL: h.limits.DefaultTTL, Limit: int(*req.Limit)}
+		if req.TTLms != nil {
+			pr.TTL = time.Duration(*req.TTLms) * time.Millisecond
+		}
+		if req.Owner != nil {
+			pr.Owner = *req.Owner
+		}
+		wait, applied, err := h.wait(r, req.WaitMs)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		pr.Wait = wait
+		if applied != "" {
+			w.Header().Set("Preference-Applied", applied)
+			w.Header().Add("Vary", "Prefer")
+		}
+		p, err := h.acquire(r.Context(), key, pr)
+		switch {
+		case err != nil && ours && outcomeUnknown(err):
+			// As for a lock: the client gets the token to retry or release.
+			WriteError(w, r, h.log, withToken(err, token))
+			return
+		case err != nil:
+			WriteError(w, r, h.log, err)
+			return
+		case ours && !p.Renewed && clientGone(r):
+			// Nobody could release it: give it back at once (else it
+			// expires).
+			ctx, cancel := context.WithTimeout(context.Background(), h.limits.BackendTimeout)
+			defer cancel()
+			_ = h.sems.SemRelease(ctx, key, token)
+			return
+		}
+		w.Header().Set("ETag", `"`+token+`"`)
+		status := http.StatusOK
+		if !p.Renewed {
+			status = http.StatusCreated
+			w.Header().Set("Location", SemaphoresPrefix+escapeKey(key))
+		}
+		encode(w, status, "application/json", newPermitBody(p))
+	})
+}
+
+// acquire is Locks.acquire for a permit: the wait ends early when the
+// client goes away or the server shuts down.
+func (h *Semaphores) acquire(ctx context.Context, key string, req lockstore.PermitRequest) (lockstore.Permit, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, req.Wait+h.limits.BackendTimeout, lockstore.ErrUnavailable)
+	defer cancel()
+	if req.Wait <= 0 {
+		return h.sems.SemAcquire(ctx, key, req)
+	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer context.AfterFunc(h.shutdown, func() { stop(errShuttingDown) })()
+	p, err := h.sems.SemAcquire(ctx, key, req)
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errShuttingDown) {
+		return lockstore.Permit{}, errShuttingDown
+	}
+	return p, err
+}
+
+// Extend serves PATCH /semaphores/{key}: reset the TTL of the caller's
+// permit.
+func (h *Semaphores) Extend() http.Handler {
+	type request struct {
+		TTLms *int64 `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req request
+		key, token, err := h.parse(w, r, true, &req)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		var ttl time.Duration // 0: the permit's own length
+		if req.TTLms != nil {
+			ttl = time.Duration(*req.TTLms) * time.Millisecond
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
+		defer cancel()
+		p, err := h.sems.SemExtend(ctx, key, token, ttl)
+		if err != nil {
+			WriteError(w, r, h.log, semError(err))
+			return
+		}
+		w.Header().Set("ETag", `"`+token+`"`)
+		encode(w, http.StatusOK, "application/json", newPermitBody(p))
+	})
+}
+
+// Release serves DELETE /semaphores/{key}: give the caller's permit back.
+func (h *Semaphores) Release() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, token, err := h.keyAndToken(r, true)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
+		defer cancel()
+		if err := h.sems.SemRelease(ctx, key, token); err != nil {
+			WriteError(w, r, h.log, semError(err))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// Inspect serves GET /semaphores/{key}: the limit and the holders, never
+// a token.
+func (h *Semaphores) Inspect() http.Handler {
+	type holder struct {
+		Owner     string `json:"owner,omitempty"`
+		Fence     int64  `json:"fence"`
+		TTLms     int64  `json:"ttl_ms"`
+		ExpiresAt string `json:"expires_at"`
+	}
+	type response struct {
+		Key     string   `json:"key"`
+		Limit   int      `json:"limit"`
+		Held    int      `json:"held"`
+		Holders []holder `json:"holders"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := KeyFromPath(r)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
+		defer cancel()
+		st, err := h.sems.SemInspect(ctx, key)
+		if err != nil {
+			WriteError(w, r, h.log, semError(err))
+			return
+		}
+		out := response{Key: st.Key, Limit: st.Limit, Held: len(st.Holders), Holders: make([]holder, 0, len(st.Holders))}
+		for _, p := range st.Holders {
+			out.Holders = append(out.Holders, holder{Owner: p.Owner, Fence: p.Fence, TTLms: p.Left.Milliseconds(), ExpiresAt: timestamp(p.ExpiresAt)})
+		}
+		encode(w, http.StatusOK, "application/json", out)
+	})
+}

@@ -1,0 +1,182 @@
+-- sem_acquire.lua: grant a permit of a semaphore (layout: sem_common.lua).
+--
+-- KEYS[1]  the permits hash     KEYS[2]  the expiry set
+-- KEYS[3]  the fence counter    KEYS[4]  the wait queue
+-- KEYS[5]  the waiters' heartbeats
+-- KEYS[6]  Redlock only: the node's lease horizon (see acquire.lua)
+-- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
+-- ARGV[2]  TTL in ms            ARGV[3]  owner
+-- ARGV[4]  the limit L          ARGV[5]  Redlock: the slot to take, 1 … L;
+--                                        Redis: 0, any
+-- ARGV[6]  Redlock's attempt id, "" for Redis
+-- ARGV[7]  fence seed in µs (0: Redis TIME)
+-- ARGV[8]  fence margin in ms (FenceMargin)
+-- ARGV[9]  the waiter's id ("" when not waiting)
+-- ARGV[10] the waiter's heartbeat in ms
+-- ARGV[11] the notification channel  ARGV[12] PUBLISH or SPUBLISH
+--
+-- Returns
+--   {1, value, slot}     granted anew, with a new fence
+--   {2, value, slot}     the digest already held a permit: re-granted, fence
+--                        kept (Redis resets the TTL; Redlock joins the
+--                        attempt and only lengthens, as acquire.lua)
+--   {0, ms, head, free, slots…}
+--                        not granted: no permit is free for the caller (ms
+--                        until the first expires, or 0 when a free one is
+--                        owed to earlier waiters), or ARGV[5] is held by
+--                        another digest (ms until it expires); head 1 when
+--                        the caller is first in the queue; free: how many
+--                        permits are free; Redlock: up to 32 free slots,
+--                        for its next try
+--   {5, limit, ms}       the holders were granted under another limit (the
+--                        caller's own permit included: a retry must name
+--                        the limit it was granted under); the last of them
+--                        expires in ms
+--   {6, slot}            Redlock: the digest holds another slot than
+--                        ARGV[5] here; nothing changed
+--
+-- Fairness (Redis): with k permits free, the first k waiters may take
+-- them, a newcomer only one that no waiter is owed. The fence rule and
+-- the counter's lifetime are acquire.lua's.
+local now, now_us = clock()
+local digest, ttl, limit, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local attempt = ARGV[6]
+if attempt == '' then
+  attempt = nil
+end
+local waiter = ARGV[9]
+local n = open(KEYS[1], KEYS[2], now)
+
+local function raise_horizon(ms)
+  local p = redis.call('PTTL', KEYS[6])
+  if p == -2 then
+    redis.call('SET', KEYS[6], '1', 'PX', ms)
+  elseif p >= 0 and p < ms then
+    redis.call('PEXPIRE', KEYS[6], ms)
+  end
+end
+local function unqueue()
+  if waiter ~= '' then
+    redis.call('ZREM', KEYS[4], waiter)
+    redis.call('ZREM', KEYS[5], waiter)
+    -- The next waiter may take a permit still free, or must learn when
+    -- the first one runs out.
+    local next = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+    if next then
+      redis.call(ARGV[12], ARGV[11], next)
+    end
+  end
+end
+
+local recorded = tonumber(redis.call('HGET', KEYS[1], 'limit'))
+if n > 0 and recorded and recorded ~= limit then
+  return {5, recorded, last(KEYS[2], now)}
+end
+
+local slot, p = mine(KEYS[1], digest)
+if slot then
+  if attempt and tonumber(slot) ~= want then
+    return {6, tonumber(slot)}
+  end
+  if attempt then
+    local _, dots = string.gsub(p.field, '%.', '')
+    if p.field == '-' or string.sub(p.field, 2, 2) == '!' or dots >= 3 then
+      p.field = '~!' .. attempt
+    else
+      p.field = p.field .. '.' .. attempt
+    end
+    p.exp = math.max(p.exp, now + ttl)
+    raise_horizon(ttl)
+  else
+    p.exp = now + ttl
+  end
+  p.length = ARGV[2]
+  local value = put(KEYS[1], KEYS[2], slot, p, now)
+  unqueue()
+  return {2, value, tonumber(slot)}
+end
+
+-- The queue, as acquire.lua kept it before wait rooms.
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
+  if #dead > 0 then
+    batched('ZREM', KEYS[4], dead)
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+  end
+end
+local rank
+if waiter ~= '' then
+  local heartbeat = tonumber(ARGV[10])
+  redis.call('ZADD', KEYS[4], 'NX', now_us, waiter)
+  redis.call('ZADD', KEYS[5], now + heartbeat, waiter)
+  redis.call('PEXPIRE', KEYS[4], 2 * heartbeat)
+  redis.call('PEXPIRE', KEYS[5], 2 * heartbeat)
+  rank = redis.call('ZRANK', KEYS[4], waiter)
+else
+  rank = redis.call('ZCARD', KEYS[4])
+end
+local head = 0
+if waiter ~= '' and rank == 0 then
+  head = 1
+end
+
+local free = limit - n
+local function refuse(ms)
+  local reply = {0, ms, head, math.max(free, 0)}
+  if attempt and free > 0 then
+    -- Some free slots, probing from the one asked for: at most 256
+    -- probes, so a nearly full semaphore of a large limit stays cheap.
+    local s = want
+    for _ = 1, math.min(limit, 256) do
+      s = s % limit + 1
+      if redis.call('HEXISTS', KEYS[1], tostring(s)) == 0 then
+        reply[#reply + 1] = s
+        if #reply >= 36 then
+          break
+        end
+      end
+    end
+  end
+  return reply
+end
+if rank >= free then
+  if free <= 0 then
+    return refuse(first(KEYS[2], now))
+  end
+  return refuse(0)
+end
+if want == 0 then
+  want = 10000 + redis.call('HINCRBY', KEYS[1], 'seq', 1)
+elseif want > limit then
+  return refuse(0)
+else
+  local other = parse(redis.call('HGET', KEYS[1], tostring(want)))
+  if other then
+    return refuse(other.exp - now)
+  end
+end
+
+local margin = tonumber(ARGV[8])
+local seed = tonumber(ARGV[7]) or 0
+if seed <= 0 then
+  seed = now_us
+end
+local fence = math.max(counter(KEYS[3]) + 1, seed, now_us - margin * 1000)
+local ahead = math.ceil((fence - now_us) / 1000)
+fence = string.format('%.0f', fence)
+-- The counter outlives every permit on the key (a release leaves it be),
+-- and names the round that set it.
+local life = math.max(ttl, ahead) + margin
+local pttl = redis.call('PTTL', KEYS[3])
+redis.call('SET', KEYS[3], fence .. ':' .. ARGV[6], 'PX', math.max(life, pttl))
+
+local field = '-'
+if attempt then
+  field = '~' .. attempt
+  raise_horizon(ttl)
+end
+redis.call('HSET', KEYS[1], 'limit', ARGV[4])
+local value = put(KEYS[1], KEYS[2], tostring(want), {exp = now + ttl, digest = digest,
+  field = field, fence = fence, length = ARGV[2], owner = ARGV[3]}, now)
+unqueue()
+return {1, value, want}

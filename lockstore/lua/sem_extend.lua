@@ -1,0 +1,38 @@
+-- sem_extend.lua: reset the TTL of the caller's permit (layout:
+-- sem_common.lua).
+--
+-- KEYS[1]  the permits hash   KEYS[2]  the expiry set
+-- KEYS[3]  Redlock only: the node's lease horizon
+-- ARGV[1]  SHA-256 of the token
+-- ARGV[2]  new TTL in ms from now; "0" for the permit's own length
+-- ARGV[3]  Redlock only: "1" to only ever lengthen (see extend.lua)
+--
+-- Returns {1, value, slot, limit} extended; {0} no permit held at all;
+-- {-1} permits held, none the caller's. An expired permit stays expired.
+local now = clock()
+if open(KEYS[1], KEYS[2], now) == 0 then
+  return {0}
+end
+local slot, p = mine(KEYS[1], ARGV[1])
+if not slot then
+  return {-1}
+end
+local ttl = tonumber(ARGV[2])
+if ttl == 0 then
+  ttl = tonumber(p.length)
+else
+  p.length = ARGV[2]
+end
+if ARGV[3] == '1' then
+  p.exp = math.max(p.exp, now + ttl)
+  local h = redis.call('PTTL', KEYS[3])
+  if h == -2 then
+    redis.call('SET', KEYS[3], '1', 'PX', ttl)
+  elseif h >= 0 and h < ttl then
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  end
+else
+  p.exp = now + ttl
+end
+local value = put(KEYS[1], KEYS[2], slot, p, now)
+return {1, value, tonumber(slot), tonumber(redis.call('HGET', KEYS[1], 'limit')) or 0}

@@ -1,0 +1,340 @@
+package lockstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockgateway/lockgateway/internal/expiry"
+)
+
+// memSems is Memory's semaphores. They have a mutex of their own: locks
+// and semaphores never touch each other's state.
+type memSems struct {
+	mu     sync.Mutex
+	keys   map[string]*memSem
+	expiry expiry.Queue[semRef] // every permit, by expiry
+	fence  int64                // last fence handed out, shared by all keys
+	// live is expiry.Len(), for the lock side's MaxLocks check, which
+	// reads it without mu: permits count against MaxLocks like locks.
+	live atomic.Int64
+}
+
+type semRef struct {
+	key    string
+	digest [32]byte
+}
+
+type memSem struct {
+	limit   int // the limit its holders were granted under
+	permits map[[32]byte]*memPermit
+	queue   []*memWaiter // in arrival order
+}
+
+type memPermit struct {
+	owner   string
+	fence   int64
+	length  time.Duration
+	expires *expiry.Entry[semRef]
+}
+
+var _ Semaphores = (*Memory)(nil)
+
+// SemAcquire implements Semaphores. Waiters queue per key; the first k
+// of them may take the k free permits, a newcomer only a permit no waiter
+// is owed.
+func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) (Permit, error) {
+	if err := checkPermit(key, req); err != nil {
+		return Permit{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Permit{}, err
+	}
+	ss := &m.sems
+	digest := tokenDigest(req.Token)
+	p, _, err := ss.try(key, digest, req, nil, m.capPermits)
+	if _, full := errors.AsType[*FullError](err); !full || req.Wait <= 0 {
+		return p, err
+	}
+
+	w := &memWaiter{wake: make(chan struct{}, 1)}
+	ss.mu.Lock()
+	s := ss.sem(key)
+	s.queue = append(s.queue, w)
+	ss.mu.Unlock()
+	defer ss.leave(key, w)
+
+	deadline := time.Now().Add(req.Wait)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		p, head, err := ss.try(key, digest, req, w, m.capPermits)
+		full, ok := errors.AsType[*FullError](err)
+		left := time.Until(deadline)
+		if !ok || left <= 0 {
+			return p, err
+		}
+		sleep := left
+		if head && full.Remaining > 0 { // the first permit to expire is ours
+			sleep = min(sleep, full.Remaining)
+		}
+		timer.Reset(sleep)
+		select {
+		case <-w.wake:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+			return Permit{}, ctx.Err()
+		}
+	}
+}
+
+// sem returns key's semaphore, making it. ss.mu must be held.
+func (ss *memSems) sem(key string) *memSem {
+	if ss.keys == nil {
+		ss.keys = make(map[string]*memSem)
+	}
+	s := ss.keys[key]
+	if s == nil {
+		s = &memSem{permits: make(map[[32]byte]*memPermit)}
+		ss.keys[key] = s
+	}
+	return s
+}
+
+// try grants digest a permit if one is free and no earlier waiter is owed
+// it; w is the caller's place in the queue (nil: not queued). head reports
+// whether w is first.
+func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWaiter, caps func(now time.Time) error) (_ Permit, head bool, _ error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	now := ss.reclaim()
+	s := ss.sem(key)
+	defer ss.tidy(key, s)
+	rank := len(s.queue)
+	if w != nil {
+		rank = slices.Index(s.queue, w)
+	}
+	head = rank == 0
+
+	if len(s.permits) > 0 && s.limit != req.Limit {
+		return Permit{}, head, &LimitMismatchError{Limit: s.limit, Remaining: s.latest(now)}
+	}
+	if p, ok := s.permits[digest]; ok {
+		ss.expiry.Move(p.expires, now.Add(req.TTL))
+		p.length = req.TTL
+		out := p.permit(key, req.Token, s.limit)
+		out.Renewed = true
+		return out, head, nil
+	}
+	free := req.Limit - len(s.permits)
+	if rank >= free {
+		full := &FullError{Limit: req.Limit}
+		if free <= 0 {
+			full.Remaining = s.earliest(now)
+		}
+		return Permit{}, head, full
+	}
+	if err := caps(now); err != nil {
+		return Permit{}, head, err
+	}
+	ss.fence = nextFence(ss.fence, now.UnixMicro())
+	ss.live.Add(1)
+	p := &memPermit{owner: req.Owner, fence: ss.fence, length: req.TTL,
+		expires: ss.expiry.Add(semRef{key, digest}, now.Add(req.TTL))}
+	s.limit = req.Limit
+	s.permits[digest] = p
+	if w != nil {
+		ss.dequeue(s, w)
+	}
+	return p.permit(key, req.Token, s.limit), head, nil
+}
+
+// capPermits refuses a new permit when the store holds MaxLocks locks
+// and permits together (ErrFull): the cap bounds the memory of both.
+// m.sems.mu is held; it takes m.mu after it (the lock side never takes
+// m.sems.mu).
+func (m *Memory) capPermits(now time.Time) error {
+	if m.maxLocks <= 0 {
+		return nil
+	}
+	locks := m.Len()
+	if locks+int(m.sems.live.Load()) < m.maxLocks {
+		return nil
+	}
+	at, _ := m.sems.expiry.Earliest()
+	return &CapError{Err: ErrFull, Max: m.maxLocks, Next: max(at.Sub(now), 0)}
+}
+
+// earliest is how long until the first of s's permits expires; latest,
+// the last.
+func (s *memSem) earliest(now time.Time) time.Duration {
+	var d time.Duration
+	for _, p := range s.permits {
+		if left := p.expires.At.Sub(now); d == 0 || left < d {
+			d = left
+		}
+	}
+	return d
+}
+
+func (s *memSem) latest(now time.Time) time.Duration {
+	var d time.Duration
+	for _, p := range s.permits {
+		d = max(d, p.expires.At.Sub(now))
+	}
+	return d
+}
+
+// tidy forgets key's semaphore once nothing refers to it. ss.mu must be
+// held.
+func (ss *memSems) tidy(key string, s *memSem) {
+	if len(s.permits) == 0 && len(s.queue) == 0 {
+		delete(ss.keys, key)
+	}
+}
+
+// leave takes w out of key's queue if it is still there.
+func (ss *memSems) leave(key string, w *memWaiter) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s := ss.keys[key]; s != nil {
+		ss.dequeue(s, w)
+		ss.tidy(key, s)
+	}
+}
+
+// dequeue removes w from s's queue and wakes the new first waiter when w
+// was first: a permit may be free for it too. ss.mu must be held.
+func (ss *memSems) dequeue(s *memSem, w *memWaiter) {
+	i := slices.Index(s.queue, w)
+	if i < 0 {
+		return
+	}
+	s.queue = slices.Delete(s.queue, i, i+1)
+	if i == 0 {
+		s.wakeHead()
+	}
+}
+
+func (s *memSem) wakeHead() {
+	if len(s.queue) > 0 {
+		select {
+		case s.queue[0].wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// reclaim drops every expired permit and returns the time it judged by.
+// ss.mu must be held.
+func (ss *memSems) reclaim() time.Time {
+	now := time.Now()
+	ss.expiry.PopExpired(now, func(r semRef) {
+		ss.live.Add(-1)
+		s := ss.keys[r.key]
+		delete(s.permits, r.digest)
+		ss.tidy(r.key, s)
+	})
+	return now
+}
+
+// owned returns token's permit on key. ss.mu must be held.
+func (ss *memSems) owned(key, token string) (*memSem, *memPermit, error) {
+	s := ss.keys[key]
+	if s == nil || len(s.permits) == 0 {
+		return nil, nil, ErrNotHeld
+	}
+	p, ok := s.permits[tokenDigest(token)]
+	if !ok {
+		return nil, nil, ErrTokenMismatch
+	}
+	return s, p, nil
+}
+
+// SemExtend implements Semaphores.
+func (m *Memory) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (Permit, error) {
+	if err := checkExtend(key, token, ttl); err != nil {
+		return Permit{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Permit{}, err
+	}
+	ss := &m.sems
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	now := ss.reclaim()
+	s, p, err := ss.owned(key, token)
+	if err != nil {
+		return Permit{}, err
+	}
+	if ttl == 0 {
+		ttl = p.length
+	}
+	p.length = ttl
+	ss.expiry.Move(p.expires, now.Add(ttl))
+	return p.permit(key, token, s.limit), nil
+}
+
+// SemRelease implements Semaphores.
+func (m *Memory) SemRelease(ctx context.Context, key, token string) error {
+	if err := checkToken(key, token, MinTTL); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ss := &m.sems
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.reclaim()
+	s, p, err := ss.owned(key, token)
+	if err != nil {
+		return err
+	}
+	ss.expiry.Remove(p.expires)
+	ss.live.Add(-1)
+	delete(s.permits, tokenDigest(token))
+	s.wakeHead()
+	ss.tidy(key, s)
+	return nil
+}
+
+// SemInspect implements Semaphores.
+func (m *Memory) SemInspect(ctx context.Context, key string) (SemaphoreState, error) {
+	if err := ctx.Err(); err != nil {
+		return SemaphoreState{}, err
+	}
+	ss := &m.sems
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	now := ss.reclaim()
+	s := ss.keys[key]
+	if s == nil || len(s.permits) == 0 {
+		return SemaphoreState{}, ErrNotHeld
+	}
+	st := SemaphoreState{Key: key, Limit: s.limit}
+	for _, p := range s.permits {
+		h := p.permit(key, "", s.limit)
+		h.Left = p.expires.At.Sub(now)
+		st.Holders = append(st.Holders, h)
+	}
+	sortHolders(st.Holders)
+	return st, nil
+}
+
+func sortHolders(hs []Permit) {
+	slices.SortFunc(hs, func(a, b Permit) int { return cmp.Compare(a.Fence, b.Fence) })
+}
+
+func (p *memPermit) permit(key, token string, limit int) Permit {
+	return Permit{Key: key, Token: token, Owner: p.owner, Limit: limit, Fence: p.fence,
+		Granted: p.length, ExpiresAt: p.expires.At}
+}

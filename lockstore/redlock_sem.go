@@ -1,0 +1,487 @@
+package lockstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
+)
+
+// Semaphores on Redlock. A semaphore of limit L is L slots, and a permit
+// is one slot held on a majority of nodes, under the rules of a lock's
+// lease (attempt ids, discard of a failed round, release of what was read,
+// extends that only lengthen, the horizon, quarantine, the fence
+// write-back): each slot has at most one holder by the lock's argument, so
+// a key has at most L. docs/safety.md, "Semaphores", has the argument and
+// why "a majority of nodes each below L" would not be safe.
+//
+// A round asks every node for one slot: on the first try a random one;
+// then the slot the token already holds somewhere (a retry), or the slot
+// most nodes reported free. A round where no slot can have a majority
+// (a majority of nodes full, or all slots of theirs held) is "full".
+
+var _ Semaphores = (*Redlock)(nil)
+
+// SemAcquire implements Semaphores. It waits, like Acquire, without a
+// queue.
+func (r *Redlock) SemAcquire(ctx context.Context, key string, req PermitRequest) (Permit, error) {
+	if err := checkPermit(key, req); err != nil {
+		return Permit{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Permit{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	digest := digestHex(req.Token)
+	p, err := r.semRounds(ctx, key, digest, req)
+	if _, full := errors.AsType[*FullError](err); !full || req.Wait <= 0 {
+		return p, err
+	}
+	wake, stop := r.listen(ctx, semChannel(key))
+	defer stop()
+	// retryUntil speaks of leases; a full semaphore is its "held".
+	var last error
+	_, err = retryUntil(ctx, AcquireRequest{Wait: req.Wait}, wake, func() (Lease, error) {
+		p, last = r.semRounds(ctx, key, digest, req)
+		if full, ok := errors.AsType[*FullError](last); ok {
+			return Lease{}, &HeldError{Remaining: full.Remaining}
+		}
+		return Lease{}, last
+	})
+	if _, held := errors.AsType[*HeldError](err); held {
+		return Permit{}, last
+	}
+	return p, err
+}
+
+// semRounds runs rounds until one is decisive, as acquireRounds does.
+func (r *Redlock) semRounds(ctx context.Context, key, digest string, req PermitRequest) (Permit, error) {
+	slot := 1 + rand.N(req.Limit)
+	for attempt := 1; ; attempt++ {
+		p, next, err := r.semOnce(ctx, key, digest, req, slot)
+		if next == 0 || attempt == redlockAttempts {
+			return p, err
+		}
+		// A split vote on the same slot pauses, as for a lock; so does a
+		// move after the first, since two requests of one token at once
+		// (a client's retry while the first is in flight) can each find
+		// the other's slot and swap.
+		if next == slot || attempt > 1 {
+			pause := time.Millisecond + rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond))
+			if !sleep.For(ctx, pause) {
+				return Permit{}, err
+			}
+		}
+		slot = next
+	}
+}
+
+// semOnce runs one round for slot under a fresh attempt id. next, when not
+// 0, is the slot to try in another round; err is then what to answer if
+// there is none.
+func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitRequest, slot int) (_ Permit, next int, _ error) {
+	start := time.Now()
+	a := semArgs{digest: digest, ttl: req.TTL, owner: req.Owner, limit: req.Limit, slot: slot,
+		seed: start.UnixMicro(), attempt: NewToken(), publish: publishAll}
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (semResult, error) {
+		return nodeSemAcquire(ctx, n.client, key, a)
+	})
+
+	var granted []int
+	var full []time.Duration // nodes with no free slot: time until one frees
+	refusedSlot, failed, quarantined, refused := 0, 0, 0, 0
+	var mismatch []semResult
+	freeVotes := make(map[int]int) // slot → nodes that have it free
+	elsewhere := make(map[int]int) // slot → nodes where the token holds it
+	for i, v := range votes {
+		vote := "granted"
+		switch {
+		case v.err != nil:
+			failed++
+			vote = "failed"
+			switch {
+			case errors.Is(v.err, context.DeadlineExceeded):
+				vote = "timeout"
+			case errors.Is(v.err, ErrRefused):
+				refused++
+				vote = "refused"
+			}
+		case !v.counted:
+			quarantined++
+			vote = "quarantined"
+		case v.val.code == semNew || v.val.code == semRenewed:
+			granted = append(granted, i)
+		case v.val.code == semMismatch:
+			mismatch = append(mismatch, v.val)
+			vote = "held"
+		case v.val.code == semElsewise:
+			elsewhere[v.val.slot]++
+			vote = "held"
+		default:
+			vote = "held"
+			refusedSlot++
+			if v.val.freeCount == 0 {
+				full = append(full, v.val.remaining)
+			}
+			for _, s := range v.val.free {
+				freeVotes[s]++
+			}
+		}
+		if r.onVote != nil {
+			r.onVote(r.nodes[i].addr, vote)
+		}
+	}
+
+	if ctx.Err() == nil && len(granted) >= r.quorum {
+		if p, ok := r.semConfirm(ctx, key, a, req, votes, granted, start); ok {
+			return p, 0, nil
+		}
+	}
+	r.semDiscard(ctx, key, a, votes)
+
+	answered := len(granted) + refusedSlot + len(mismatch)
+	for _, c := range elsewhere {
+		answered += c
+	}
+	fullErr := &FullError{Limit: req.Limit}
+	if len(full) > 0 {
+		fullErr.Remaining = r.heldRemaining(full)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return Permit{}, 0, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case len(elsewhere) > 0:
+		// The token holds a permit: re-grant that one, the slot most
+		// nodes know it by. If no round settles it, the outcome is
+		// unknown, as after a timeout: the client retries with its token.
+		return Permit{}, mostVoted(elsewhere), fmt.Errorf("%w: the token's permit is on different slots of different nodes; retry with the same token", ErrUnavailable)
+	case answered < r.quorum:
+		return Permit{}, 0, r.quorumError(failed, quarantined, refused)
+	case len(mismatch) >= r.quorum || (len(mismatch) > 0 && len(mismatch)+len(full) >= r.quorum):
+		m := mismatch[0]
+		return Permit{}, 0, &LimitMismatchError{Limit: m.limit, Remaining: m.remaining}
+	case len(full) >= r.quorum:
+		return Permit{}, 0, fullErr
+	}
+	if len(freeVotes) > 0 {
+		return Permit{}, mostVoted(freeVotes), fullErr
+	}
+	if len(granted) > 0 { // granted by a majority too slowly, or a split vote
+		return Permit{}, slot, fmt.Errorf("%w: redlock could not confirm a majority within the permit's validity", ErrUnavailable)
+	}
+	return Permit{}, 0, fullErr
+}
+
+// mostVoted is the slot with the most votes, a random one on a tie, so
+// gateways that saw the same free slots spread out.
+func mostVoted(votes map[int]int) int {
+	best, n, ties := 0, 0, 0
+	for s, c := range votes {
+		switch {
+		case c > n:
+			best, n, ties = s, c, 1
+		case c == n:
+			ties++
+			if rand.N(ties) == 0 {
+				best = s
+			}
+		}
+	}
+	return best
+}
+
+// semConfirm picks the permit's fence and writes it back where it differs,
+// as confirmGrant does for a lease: the grant stands only if a majority of
+// counted nodes carry the fence within the validity.
+func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req PermitRequest,
+	votes []nodeResult[semResult], granted []int, start time.Time,
+) (Permit, bool) {
+	var all, renewed []int64
+	for _, i := range granted {
+		all = append(all, votes[i].val.value.fence)
+		if votes[i].val.code == semRenewed {
+			renewed = append(renewed, votes[i].val.value.fence)
+		}
+	}
+	isRenewed := len(renewed) >= r.quorum
+	fence := slices.Max(all)
+	if isRenewed {
+		fence = slices.Max(renewed)
+	}
+	confirmed := 0
+	rewrite := make([]bool, len(votes))
+	for i, v := range votes {
+		if v.err != nil || (v.val.code != semNew && v.val.code != semRenewed) {
+			continue
+		}
+		// A new fence is confirmed where the round's own vote set the
+		// counter to it; a kept one wherever the permit carries it.
+		if v.val.value.fence == fence && (isRenewed || v.val.code == semNew) {
+			if v.counted {
+				confirmed++
+			}
+			continue
+		}
+		rewrite[i] = true
+	}
+	if confirmed < r.quorum {
+		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
+		f := strconv.FormatInt(fence, 10)
+		kept := ""
+		if isRenewed {
+			kept = "1"
+		}
+		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
+			v, err := semRaiseScript.Run(ctx, n.client, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
+				a.digest, a.attempt, f, margin, a.slot, kept).Int64()
+			return v, redisErr(err)
+		})
+		for i, v := range raised {
+			if rewrite[i] && v.err == nil && v.counted && v.val == 1 {
+				confirmed++
+			}
+		}
+	}
+	validity := req.TTL - time.Since(start) - drift(req.TTL)
+	if confirmed < r.quorum || validity <= 0 || ctx.Err() != nil {
+		return Permit{}, false
+	}
+	owner := req.Owner
+	for _, i := range granted {
+		if votes[i].val.value.fence == fence {
+			owner = votes[i].val.value.owner // a re-grant keeps the stored owner
+			break
+		}
+	}
+	return Permit{Key: key, Token: req.Token, Owner: owner, Limit: req.Limit, Fence: fence,
+		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: isRenewed}, true
+}
+
+// semDiscard takes a failed round out of every node it may hold, as
+// discard does for a lease.
+func (r *Redlock) semDiscard(ctx context.Context, key string, a semArgs, votes []nodeResult[semResult]) {
+	detached := context.WithoutCancel(ctx)
+	del := func(n *redlockNode) {
+		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
+		defer cancel()
+		err := semDiscardScript.Run(nctx, n.client, []string{semPermitsKey(key), semExpiryKey(key)}, a.digest, a.attempt, semChannel(key)).Err()
+		r.observe(detached, n, redisErr(err))
+	}
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		switch v := votes[i]; {
+		case errors.Is(v.err, errNodeDown):
+		case v.err != nil:
+			r.background(func() { del(n) })
+		case v.val.code == semNew || v.val.code == semRenewed:
+			wg.Go(func() { del(n) })
+		}
+	}
+	wg.Wait()
+}
+
+// SemExtend implements Semaphores, with Extend's rules: only ever
+// lengthens on a node, and succeeds when a majority extended one slot.
+func (r *Redlock) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (Permit, error) {
+	if err := checkExtend(key, token, ttl); err != nil {
+		return Permit{}, err
+	}
+	digest := digestHex(token)
+	start := time.Now()
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (semValue, error) {
+		return nodeSemExtend(ctx, n.client, key, digest, ttl, true)
+	})
+	t := tallyOwned(votes)
+	if err := ctx.Err(); err != nil {
+		return Permit{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	// Only the slot most nodes extended counts (another is a leftover).
+	bySlot := make(map[int]int)
+	for _, v := range t.ok {
+		bySlot[v.slot]++
+	}
+	slot := mostVoted(bySlot)
+	var ok []semValue
+	for _, v := range t.ok {
+		if v.slot == slot {
+			ok = append(ok, v)
+		}
+	}
+	if ttl == 0 {
+		for _, v := range ok {
+			if ttl == 0 || v.length < ttl {
+				ttl = v.length
+			}
+		}
+	}
+	validity := ttl - time.Since(start) - drift(ttl)
+	switch {
+	case len(ok) >= r.quorum && validity > 0:
+		v := majoritySemValue(ok)
+		return Permit{Key: key, Token: token, Owner: v.owner, Limit: v.limit, Fence: v.fence,
+			Granted: ttl, ExpiresAt: start.Add(ttl - drift(ttl))}, nil
+	case len(ok) >= r.quorum:
+		return Permit{}, fmt.Errorf("%w: redlock extended the permit on a majority too slowly to vouch for it", ErrUnavailable)
+	case t.mismatch >= r.quorum:
+		return Permit{}, ErrTokenMismatch
+	case len(ok)+t.unknown < r.quorum:
+		return Permit{}, ErrNotHeld
+	}
+	return Permit{}, t.unavailable(r)
+}
+
+// majoritySemValue is the value most of vs carry, by fence (the highest on
+// a tie), as majorityValue.
+func majoritySemValue(vs []semValue) semValue {
+	count := make(map[int64]int, len(vs))
+	best := vs[0]
+	for _, v := range vs {
+		count[v.fence]++
+		if c, b := count[v.fence], count[best.fence]; c > b || (c == b && v.fence > best.fence) {
+			best = v
+		}
+	}
+	return best
+}
+
+// SemRelease implements Semaphores with Release's two steps: read every
+// node, and delete only when the token holds a majority by that read, on
+// each node only the value read (its attempt field unchanged).
+func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
+	if err := checkToken(key, token, MinTTL); err != nil {
+		return err
+	}
+	digest := digestHex(token)
+	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (semValue, error) {
+		return semRead(ctx, n, key, digest)
+	})
+	t := tallyOwned(reads)
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case t.mismatch >= r.quorum:
+		return ErrTokenMismatch
+	case len(t.ok)+t.unknown < r.quorum:
+		return ErrNotHeld
+	case len(t.ok) < r.quorum:
+		return t.unavailable(r)
+	}
+	held := make([]bool, len(reads))
+	for i, v := range reads {
+		held[i] = v.err == nil
+	}
+	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
+		field := reads[i].val.field
+		for range 3 {
+			err := nodeSemRelease(ctx, n.client, key, digest, publishAll, &field)
+			if !errors.Is(err, errMoved) {
+				return struct{}{}, err
+			}
+			v, err := semRead(ctx, n, key, digest)
+			if err != nil {
+				return struct{}{}, err
+			}
+			field = v.field
+		}
+		return struct{}{}, errMoved
+	})
+	deleted := 0
+	for _, v := range dels {
+		if v.err == nil && v.counted {
+			deleted++
+		}
+	}
+	if deleted >= r.quorum {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return fmt.Errorf("%w: redlock released the permit on %d of %d nodes; a majority of %d is needed", ErrUnavailable, deleted, len(r.nodes), r.quorum)
+}
+
+// semRead is digest's permit on one node: ErrNotHeld when the node holds
+// none at all, ErrTokenMismatch when it holds others only.
+func semRead(ctx context.Context, n *redlockNode, key, digest string) (semValue, error) {
+	_, vs, err := nodeSemInspect(ctx, n.client, key)
+	if err != nil {
+		return semValue{}, err
+	}
+	for _, v := range vs {
+		if v.digest == digest {
+			return v, nil
+		}
+	}
+	return semValue{}, ErrTokenMismatch
+}
+
+// SemInspect implements Semaphores: the permits held on a majority of the
+// counted nodes (the same slot and token), each with the smallest time
+// left among them less the drift allowance; ErrNotHeld when no permit can
+// have a majority even counting the nodes that did not answer.
+func (r *Redlock) SemInspect(ctx context.Context, key string) (SemaphoreState, error) {
+	type read struct {
+		limit int
+		vs    []semValue
+	}
+	start := time.Now()
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (read, error) {
+		limit, vs, err := nodeSemInspect(ctx, n.client, key)
+		return read{limit, vs}, err
+	})
+	if err := ctx.Err(); err != nil {
+		return SemaphoreState{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	type permitID struct {
+		slot   int
+		digest string
+	}
+	found := make(map[permitID][]semValue)
+	limits := make(map[int]int)
+	unknown, failed, quarantined := 0, 0, 0
+	for _, v := range votes {
+		switch {
+		case v.err != nil && !answered(v.err):
+			unknown++
+			failed++
+		case !v.counted:
+			unknown++
+			quarantined++
+		case v.err == nil:
+			limits[v.val.limit]++
+			for _, sv := range v.val.vs {
+				id := permitID{sv.slot, sv.digest}
+				found[id] = append(found[id], sv)
+			}
+		}
+	}
+	st := SemaphoreState{Key: key, Limit: mostVoted(limits)}
+	best := 0
+	for _, vs := range found {
+		best = max(best, len(vs))
+		if len(vs) < r.quorum {
+			continue
+		}
+		left := vs[0].left
+		for _, v := range vs {
+			left = min(left, v.left)
+		}
+		v := majoritySemValue(vs)
+		left = max(left-drift(left), 0)
+		st.Holders = append(st.Holders, Permit{Key: key, Owner: v.owner, Limit: st.Limit, Fence: v.fence,
+			Granted: v.length, Left: left, ExpiresAt: start.Add(left)})
+	}
+	if len(st.Holders) > 0 {
+		sortHolders(st.Holders)
+		return st, nil
+	}
+	if best+unknown < r.quorum {
+		return SemaphoreState{}, ErrNotHeld
+	}
+	return SemaphoreState{}, r.quorumError(failed, quarantined, 0)
+}

@@ -1,0 +1,135 @@
+package lockstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/lockstoretest"
+)
+
+// The semaphore suite on every backend. Where the backend is shared
+// (Redis, Redlock) each store the suite asks for is a client of its own:
+// another gateway.
+
+func TestMemorySemaphores(t *testing.T) {
+	s := lockstore.NewMemory()
+	lockstoretest.RunSemaphores(t, func(*testing.T) lockstore.Semaphores { return s }, true)
+}
+
+func TestRedisSemaphores(t *testing.T) {
+	srv := redistest.Start(t)
+	lockstoretest.RunSemaphores(t, func(t *testing.T) lockstore.Semaphores { return newRedisStore(t, srv) }, true)
+}
+
+func TestRedisClusterSemaphores(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	lockstoretest.RunSemaphores(t, func(t *testing.T) lockstore.Semaphores { return newClusterStore(t, c) }, true)
+}
+
+// Redlock waits without a queue: no FIFO.
+func TestRedlockSemaphores(t *testing.T) {
+	t.Parallel()
+	urls := urlsOf(startNodes(t, 5))
+	lockstoretest.RunSemaphores(t, func(t *testing.T) lockstore.Semaphores {
+		return openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: roomy})
+	}, false)
+}
+
+// TestMemoryPermitsCountAgainstMaxLocks: LOCKGW_MAX_LOCKS bounds the
+// memory of locks and permits together.
+func TestMemoryPermitsCountAgainstMaxLocks(t *testing.T) {
+	m := lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: 3})
+	ctx := testCtx(t)
+	for _, k := range []string{"a", "b"} {
+		_, err := m.Acquire(ctx, k, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		require.NoError(t, err)
+	}
+	p, err := m.SemAcquire(ctx, "s", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 5})
+	require.NoError(t, err)
+	_, err = m.SemAcquire(ctx, "s", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 5})
+	require.ErrorIs(t, err, lockstore.ErrFull, "a fourth entry")
+	_, err = m.Acquire(ctx, "c", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.ErrorIs(t, err, lockstore.ErrFull, "the permit takes a place from locks too")
+	require.NoError(t, m.SemRelease(ctx, "s", p.Token))
+	_, err = m.Acquire(ctx, "c", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+}
+
+// BenchmarkSemaphoreCycle is acquire+release of a permit, against a lock's
+// acquire+release on the same backend, one client at a time: what the
+// semaphore scripts (which read every held permit: O(holders)) cost over a
+// lock's. held is how many other permits are held meanwhile.
+func BenchmarkSemaphoreCycle(b *testing.B) {
+	srv := redistest.Start(b)
+	stores := map[string]interface {
+		lockstore.Store
+		lockstore.Semaphores
+	}{"memory": lockstore.NewMemory(), "redis": newRedisStore(b, srv)}
+	for _, name := range []string{"memory", "redis"} {
+		s := stores[name]
+		ctx := context.Background()
+		b.Run(name+"/lock", func(b *testing.B) {
+			for b.Loop() {
+				l, err := s.Acquire(ctx, "bench/lock", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Release(ctx, "bench/lock", l.Token); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		for _, held := range []int{0, 100} {
+			b.Run(fmt.Sprintf("%s/permit/held=%d", name, held), func(b *testing.B) {
+				key := fmt.Sprintf("bench/sem-%d", held)
+				req := func() lockstore.PermitRequest {
+					return lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 1000}
+				}
+				for range held {
+					if _, err := s.SemAcquire(ctx, key, req()); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for b.Loop() {
+					p, err := s.SemAcquire(ctx, key, req())
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := s.SemRelease(ctx, key, p.Token); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestRedisPermitWaiterRidesOutAnOutage: as TestRedisWaiterRidesOutAnOutage,
+// for a permit.
+func TestRedisPermitWaiterRidesOutAnOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv)
+	ctx := context.Background()
+	req := func(wait time.Duration) lockstore.PermitRequest {
+		return lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Second, Limit: 1, Wait: wait}
+	}
+	_, err := s.SemAcquire(ctx, "k", req(0))
+	require.NoError(t, err)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		srv.Kill() // the holder's permit ends while Redis is away
+		time.Sleep(1700 * time.Millisecond)
+		srv.Start()
+	}()
+	start := time.Now()
+	_, err = s.SemAcquire(ctx, "k", req(8*time.Second))
+	require.NoError(t, err, "the waiter gave up while Redis was away")
+	assert.Greater(t, time.Since(start), 2*time.Second, "granted only once Redis was back")
+}
