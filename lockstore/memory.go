@@ -28,6 +28,8 @@ type Memory struct {
 	fence    int64 // last fence handed out, shared by all keys
 	maxLocks int
 	users    map[string]*memUser // users with a counted lock
+	// signals: key → its watchers' wake-ups (Signal, watch.go).
+	signals map[string]map[chan struct{}]struct{}
 }
 
 type memLock struct {
@@ -145,6 +147,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 		}
 		m.move(l, now.Add(req.TTL))
 		l.length = req.TTL
+		m.changed(key)
 		lease := l.lease(req.Token)
 		lease.Renewed = true
 		return lease, head, nil
@@ -162,6 +165,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 	l := &memLock{key: key, digest: digest, owner: req.Owner, fence: m.fence, length: req.TTL, expires: m.expiry.Add(key, now.Add(req.TTL))}
 	m.locks[key] = l
 	m.count(l, req.Quota)
+	m.changed(key)
 	if head {
 		m.dequeue(key, w)
 	}
@@ -278,6 +282,7 @@ func (m *Memory) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	l.length = ttl
 	m.move(l, now.Add(ttl))
+	m.changed(key)
 	return l.lease(token), nil
 }
 
@@ -299,6 +304,7 @@ func (m *Memory) Release(ctx context.Context, key, token string) error {
 	m.expiry.Remove(l.expires)
 	m.forget(l)
 	m.wakeHead(key)
+	m.changed(key)
 	return nil
 }
 

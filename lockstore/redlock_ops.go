@@ -52,8 +52,13 @@ func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (
 // listen subscribes to key's releases on every node it can reach, at once;
 // a node that cannot be reached only means fewer wake-ups.
 func (r *Redlock) listen(ctx context.Context, key string) (<-chan struct{}, func()) {
-	id := NewToken()
 	wake := make(chan struct{}, 1)
+	return wake, r.listenAs(ctx, key, NewToken(), wake)
+}
+
+// listenAs is listen for the notifier registration id (a waiter's, or a
+// watcher's: watch.go), and returns its stop.
+func (r *Redlock) listenAs(ctx context.Context, key, id string, wake chan struct{}) func() {
 	ok := make([]bool, len(r.nodes))
 	var wg sync.WaitGroup
 	for i, n := range r.nodes {
@@ -64,7 +69,7 @@ func (r *Redlock) listen(ctx context.Context, key string) (<-chan struct{}, func
 		})
 	}
 	wg.Wait()
-	return wake, func() {
+	return func() {
 		for i, n := range r.nodes {
 			if ok[i] {
 				n.notifier.stop(channel(key), id)

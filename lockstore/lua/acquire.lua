@@ -335,4 +335,6 @@ if waiter ~= '' then
     redis.call(publish, ARGV[7], next)
   end
 end
+-- Tell watchers (watch.go) of the new holder; waiters ignore the message.
+redis.call(publish, ARGV[7], '!acquired')
 return {1, value}
