@@ -381,3 +381,91 @@ func TestWatchersShareOneReader(t *testing.T) {
 	assert.Less(t, total, int64(100))
 	assert.Zero(t, delta("subscribe"), "the key's one subscription was made before")
 }
+
+// TestWatchCluster: on a Redis Cluster (sharded pub/sub) a long-poll and a
+// stream on one gateway see changes made through another within a second,
+// an expiry included.
+func TestWatchCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	env := map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_MODE": "cluster", "LOCKGW_REDIS_URL": c.URL(), "LOCKGW_MAX_WAIT": "10s"}
+	a, b := apitest.Start(t, env), apitest.Start(t, env)
+	ca, cb := apitest.NewClient(a.URL), apitest.NewClient(b.URL)
+	for _, key := range []string{apitest.Key(t) + "/x", apitest.Key(t) + "/y"} { // two slots, likely two shards
+		path := lockPath(key)
+		events, resp := cb.Stream(t, path)
+		require.Nil(t, resp)
+		defer events.Close()
+		next := func(name string, since time.Time) apitest.Event {
+			t.Helper()
+			select {
+			case e := <-events.C:
+				require.Equal(t, name, e.Name, "%+v", e)
+				assert.Less(t, e.At.Sub(since), time.Second, "%s within a second", name)
+				return e
+			case <-time.After(8 * time.Second):
+				t.Fatalf("no %s", name)
+				return apitest.Event{}
+			}
+		}
+		next("released", time.Now())
+
+		polled := make(chan *apitest.Response, 1)
+		go func() {
+			r, _ := longPoll(t, cb, path, `W/"free"`, 8)
+			polled <- r
+		}()
+		time.Sleep(300 * time.Millisecond)
+		at := time.Now()
+		r := ca.Do(t, "PUT", path, []byte(`{"ttl_ms":1000}`), apitest.JSON...)
+		require.Equal(t, http.StatusCreated, r.Status)
+		token := r.JSON(t)["token"].(string)
+		fence := r.JSON(t)["fence"].(float64)
+		select {
+		case r := <-polled:
+			require.Equal(t, http.StatusOK, r.Status)
+			assert.Less(t, time.Since(at), time.Second)
+		case <-time.After(8 * time.Second):
+			t.Fatal("the long-poll did not wake")
+		}
+		assert.Equal(t, fence, next("acquired", at).Data["fence"])
+		at = time.Now()
+		r = ca.Do(t, "PATCH", path, []byte(`{"ttl_ms":1500}`), "Content-Type", "application/json", "Lock-Token", token)
+		require.Equal(t, http.StatusOK, r.Status)
+		expires, err := time.Parse(time.RFC3339Nano, r.JSON(t)["expires_at"].(string))
+		require.NoError(t, err)
+		next("extended", at)
+		assert.Equal(t, fence, next("expired", expires).Data["fence"])
+	}
+}
+
+// TestWatchEndsOnShutdown: open streams and long-polls end when the
+// gateway shuts down; they do not hold the drain.
+func TestWatchEndsOnShutdown(t *testing.T) {
+	g := apitest.Start(t, map[string]string{"LOCKGW_MAX_WAIT": "60s"})
+	c := apitest.NewClient(g.URL)
+	path := lockPath(apitest.Key(t))
+	events, resp := c.Stream(t, path)
+	require.Nil(t, resp)
+	defer events.Close()
+	<-events.C
+	polled := make(chan error, 1)
+	go func() {
+		_, err := c.Try(t, "GET", path, nil, "If-None-Match", `W/"free"`, "Prefer", "wait=60")
+		polled <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, g.Stop())
+	assert.Less(t, time.Since(start), 5*time.Second)
+	select {
+	case _, ok := <-events.C:
+		assert.False(t, ok, "the stream ended")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream outlived the gateway")
+	}
+	select {
+	case <-polled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the long-poll outlived the gateway")
+	}
+}
