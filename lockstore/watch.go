@@ -34,9 +34,9 @@ type Signaler interface {
 
 // watchPrefix marks a notifier registration that receives every message on
 // its channel (notifier.dispatch), where a waiter receives only its own.
-// Waiter ids are base64url and never contain ":". Payloads the scripts
-// publish for watchers start with "!", so they never name a waiter or equal
-// "*".
+// Waiter ids (tickets, "<gateway>.<id>" in base64url) never contain ":".
+// Payloads the scripts publish for watchers start with "!", so they never
+// name a waiter or equal "*".
 const watchPrefix = "watch:"
 
 // Kind tells a Hub how to watch one kind of key.
