@@ -133,6 +133,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	ln := newConnLimit(rawErrorListener{tcp, logger}, bounds.maxConns, m.ConnectionReplaced)
 	m.Bounds(ln.Open, waiting.Waiting)
+	m.Watching(d.watch.Watchers)
 
 	stopping := make(chan struct{})
 	d.stopping = stopping

@@ -454,6 +454,9 @@ func TestWatchEndsOnShutdown(t *testing.T) {
 		polled <- err
 	}()
 	time.Sleep(200 * time.Millisecond)
+	m := string(c.Do(t, "GET", "/metrics", nil).Body)
+	assert.Contains(t, m, "\nlockgw_watched_keys 1\n")
+	assert.Contains(t, m, "\nlockgw_watchers 2\n", "the stream and the long-poll")
 	start := time.Now()
 	require.NoError(t, g.Stop())
 	assert.Less(t, time.Since(start), 5*time.Second)
