@@ -201,6 +201,14 @@ func testLockHub(t *testing.T, store lockstore.Store) {
 	assert.Less(t, time.Since(at), time.Second)
 
 	at = time.Now()
+	_, err = store.Acquire(ctx, "k", lockstore.AcquireRequest{Token: token, TTL: 3 * time.Minute})
+	require.NoError(t, err)
+	u = watchLock(t, w)
+	require.True(t, u.State.Held)
+	assert.Greater(t, time.Until(u.State.Lease.ExpiresAt), 2*time.Minute, "a renewal by the holder's token")
+	assert.Less(t, time.Since(at), time.Second)
+
+	at = time.Now()
 	require.NoError(t, store.Release(ctx, "k", token))
 	u = watchLock(t, w)
 	require.False(t, u.State.Held)
