@@ -472,3 +472,89 @@ func TestWatchEndsOnShutdown(t *testing.T) {
 		t.Fatal("the long-poll outlived the gateway")
 	}
 }
+
+// TestWatchSentinelFailover: a stream on Sentinel keeps reporting changes
+// made through another gateway after the master failed over (its
+// subscription follows the new master; the safety poll covers what was
+// published meanwhile).
+func TestWatchSentinelFailover(t *testing.T) {
+	st := redistest.StartSentinel(t)
+	env := map[string]string{
+		"LOCKGW_BACKEND":         "redis",
+		"LOCKGW_REDIS_MODE":      "sentinel",
+		"LOCKGW_REDIS_URL":       st.URL(),
+		"LOCKGW_BACKEND_TIMEOUT": "500ms",
+	}
+	ca, cb := apitest.NewClient(apitest.Start(t, env).URL), apitest.NewClient(apitest.Start(t, env).URL)
+	path := lockPath(apitest.Key(t))
+	events, resp := cb.Stream(t, path)
+	require.Nil(t, resp)
+	defer events.Close()
+	next := func(name string, within time.Duration) apitest.Event {
+		t.Helper()
+		since := time.Now()
+		select {
+		case e := <-events.C:
+			require.Equal(t, name, e.Name, "%+v", e)
+			t.Logf("%s after %v", name, time.Since(since))
+			return e
+		case <-time.After(within):
+			t.Fatalf("no %s within %v", name, within)
+			return apitest.Event{}
+		}
+	}
+	next("released", 5*time.Second)
+	r := ca.Do(t, "PUT", path, []byte(`{"ttl_ms":60000}`), apitest.JSON...)
+	require.Equal(t, http.StatusCreated, r.Status)
+	token := r.JSON(t)["token"].(string)
+	next("acquired", time.Second)
+
+	_, took := st.Failover()
+	t.Logf("failover took %v", took)
+	// The gateway that changes the lock serves again once it finds the
+	// new master; the lease may or may not have reached the replica.
+	var granted *apitest.Response
+	require.Eventually(t, func() bool {
+		r, err := ca.Try(t, "PUT", path+"-after", []byte(`{"ttl_ms":60000}`), apitest.JSON...)
+		if err == nil && r.Status == http.StatusCreated {
+			granted = r
+			return true
+		}
+		return false
+	}, 20*time.Second, 50*time.Millisecond)
+	require.NotNil(t, granted)
+
+	// Watch a change made now: it arrives within the safety poll at worst.
+	path2 := path + "-after"
+	events2, resp := cb.Stream(t, path2)
+	require.Nil(t, resp)
+	defer events2.Close()
+	select {
+	case e := <-events2.C:
+		require.Equal(t, "acquired", e.Name)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no opening state after the failover")
+	}
+	require.Equal(t, http.StatusNoContent, ca.Do(t, "DELETE", path2, nil, "Lock-Token", granted.JSON(t)["token"].(string)).Status)
+	select {
+	case e := <-events2.C:
+		require.Equal(t, "released", e.Name)
+	case <-time.After(3 * time.Second):
+		t.Fatal("a release after the failover was not seen")
+	}
+
+	// And the stream opened before the failover follows the new master:
+	// the first lock's state there (held if the lease was replicated, else
+	// free) and then a release of it or a new grant.
+	r = ca.Do(t, "GET", path, nil)
+	if r.Status == http.StatusOK {
+		t.Log("the lease survived the failover")
+		require.Equal(t, http.StatusNoContent, ca.Do(t, "DELETE", path, nil, "Lock-Token", token).Status)
+	} else {
+		t.Log("the lease was lost in the failover")
+	}
+	next("released", 3*time.Second)
+	r = ca.Do(t, "PUT", path, []byte(`{"ttl_ms":60000}`), apitest.JSON...)
+	require.Equal(t, http.StatusCreated, r.Status)
+	next("acquired", 3*time.Second)
+}
