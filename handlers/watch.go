@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/problem"
 )
@@ -26,6 +28,10 @@ import (
 //
 // Both wait on the gateway's watch hub (lockstore.Hub), so any number of
 // watchers of a key cost the backend what one does.
+//
+// Another kind of key (semaphores) reuses awaitChange and serveEvents
+// with a hub over its own state (lockstore.Kind: its inspect function and
+// its channel), its tag, and its own diff from one state to the next.
 
 // LockHub is the hub locks are watched through.
 type LockHub = lockstore.Hub[lockstore.LockState]
@@ -148,7 +154,34 @@ func (h *Locks) conditional(w http.ResponseWriter, r *http.Request, key string, 
 		return
 	}
 
-	watch := h.hub.Watch(key)
+	awaitChange(w, r, h.watchDeps(), h.hub, key, wait, watchTag[lockstore.LockState]{
+		tag:   stateTag,
+		match: func(s lockstore.LockState) bool { return matches(tags, star, s) },
+		write: func(s lockstore.LockState) { h.writeState(w, r, key, s, time.Until(s.Lease.ExpiresAt)) },
+	})
+}
+
+// watchDeps is what the generic watch functions need of an endpoint.
+type watchDeps struct {
+	log      zerolog.Logger
+	stopping <-chan struct{}
+}
+
+func (h *Locks) watchDeps() watchDeps { return watchDeps{log: h.log, stopping: h.stopping} }
+
+// watchTag is what a long-poll needs of a kind of key's state S (locks
+// here; a semaphore's permits plug in the same way): its entity tag, whether
+// the client's If-None-Match matches it, and how a plain GET answers it.
+type watchTag[S any] struct {
+	tag   func(S) string
+	match func(S) bool
+	write func(S)
+}
+
+// awaitChange is the long-poll: it answers with the first state the
+// client's If-None-Match does not match, or 304 when wait runs out.
+func awaitChange[S any](w http.ResponseWriter, r *http.Request, d watchDeps, hub *lockstore.Hub[S], key string, wait time.Duration, k watchTag[S]) {
+	watch := hub.Watch(key)
 	defer watch.Close()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -161,19 +194,19 @@ func (h *Locks) conditional(w http.ResponseWriter, r *http.Request, key string, 
 				continue
 			}
 			if u.Err != nil {
-				WriteError(w, r, h.log, u.Err)
+				WriteError(w, r, d.log, u.Err)
 				return
 			}
-			if !matches(tags, star, u.State) {
-				h.writeState(w, r, key, u.State, time.Until(u.State.Lease.ExpiresAt))
+			if !k.match(u.State) {
+				k.write(u.State)
 				return
 			}
-			tag = stateTag(u.State)
+			tag = k.tag(u.State)
 		case <-timer.C:
 			notModified(w, tag)
 			return
-		case <-h.stopping:
-			WriteError(w, r, h.log, errShuttingDown)
+		case <-d.stopping:
+			WriteError(w, r, d.log, errShuttingDown)
 			return
 		case <-r.Context().Done():
 			return
@@ -305,32 +338,44 @@ func (v streamView) next(key string, u lockstore.Update[lockstore.LockState]) ([
 
 // stream serves GET with Accept: text/event-stream.
 func (h *Locks) stream(w http.ResponseWriter, r *http.Request, key string) {
-	watch := h.hub.Watch(key)
+	view := lastEventID(r, key)
+	serveEvents(w, r, h.watchDeps(), h.hub, key, stateTag, func(u lockstore.Update[lockstore.LockState]) []sseEvent {
+		var events []sseEvent
+		events, view = view.next(key, u)
+		return events
+	})
+}
+
+// serveEvents is the event stream of a key of any kind: next turns each
+// update into the events that take this client to it (none when the
+// client already knows it); tag names the first state in the ETag.
+func serveEvents[S any](w http.ResponseWriter, r *http.Request, d watchDeps, hub *lockstore.Hub[S], key string,
+	tag func(S) string, next func(lockstore.Update[S]) []sseEvent) {
+	watch := hub.Watch(key)
 	defer watch.Close()
 	rc := http.NewResponseController(w)
-	view := lastEventID(r, key)
 
 	// The first reading decides between a stream and a problem: a backend
 	// that does not answer is a 503, as for a plain GET.
-	var first lockstore.Update[lockstore.LockState]
+	var first lockstore.Update[S]
 	for got := false; !got; {
 		select {
 		case <-watch.Ready():
 			first, got = watch.Latest()
-		case <-h.stopping:
-			WriteError(w, r, h.log, errShuttingDown)
+		case <-d.stopping:
+			WriteError(w, r, d.log, errShuttingDown)
 			return
 		case <-r.Context().Done():
 			return
 		}
 	}
 	if first.Err != nil {
-		WriteError(w, r, h.log, first.Err)
+		WriteError(w, r, d.log, first.Err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: pass events on at once
-	w.Header().Set("ETag", stateTag(first.State))
+	w.Header().Set("ETag", tag(first.State))
 	w.WriteHeader(http.StatusOK)
 
 	// write sends p, pushing the write deadline (the server's is sized
@@ -342,11 +387,9 @@ func (h *Locks) stream(w http.ResponseWriter, r *http.Request, key string) {
 		}
 		return rc.Flush() == nil
 	}
-	send := func(u lockstore.Update[lockstore.LockState]) bool {
-		var events []sseEvent
-		events, view = view.next(key, u)
+	send := func(u lockstore.Update[S]) bool {
 		var b strings.Builder
-		for _, e := range events {
+		for _, e := range next(u) {
 			fmt.Fprintf(&b, "event: %s\n", e.name)
 			if !e.noID {
 				fmt.Fprintf(&b, "id: %d\n", e.id)
@@ -382,7 +425,7 @@ func (h *Locks) stream(w http.ResponseWriter, r *http.Request, key string) {
 			if !write([]byte(": heartbeat\n\n")) {
 				return
 			}
-		case <-h.stopping:
+		case <-d.stopping:
 			return
 		case <-r.Context().Done():
 			return
