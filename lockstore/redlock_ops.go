@@ -53,26 +53,26 @@ func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (
 // a node that cannot be reached only means fewer wake-ups.
 func (r *Redlock) listen(ctx context.Context, key string) (<-chan struct{}, func()) {
 	wake := make(chan struct{}, 1)
-	return wake, r.listenAs(ctx, key, NewToken(), wake)
+	return wake, r.listenAs(ctx, channel(key), NewToken(), wake)
 }
 
-// listenAs is listen for the notifier registration id (a waiter's, or a
-// watcher's: watch.go), and returns its stop.
-func (r *Redlock) listenAs(ctx context.Context, key, id string, wake chan struct{}) func() {
+// listenAs is listen on channel ch for the notifier registration id (a
+// waiter's, or a watcher's: watch.go), and returns its stop.
+func (r *Redlock) listenAs(ctx context.Context, ch, id string, wake chan struct{}) func() {
 	ok := make([]bool, len(r.nodes))
 	var wg sync.WaitGroup
 	for i, n := range r.nodes {
 		wg.Go(func() {
 			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
 			defer cancel()
-			ok[i] = n.notifier.listen(nctx, channel(key), id, wake) == nil
+			ok[i] = n.notifier.listen(nctx, ch, id, wake) == nil
 		})
 	}
 	wg.Wait()
 	return func() {
 		for i, n := range r.nodes {
 			if ok[i] {
-				n.notifier.stop(channel(key), id)
+				n.notifier.stop(ch, id)
 			}
 		}
 	}

@@ -409,5 +409,5 @@ func (s *Redis) Signal(ctx context.Context, key string, wake chan struct{}) (fun
 // change on any node is worth a majority read. A node that cannot be
 // reached only means fewer signals; the hub's poll covers them.
 func (r *Redlock) Signal(ctx context.Context, key string, wake chan struct{}) (func(), error) {
-	return r.listenAs(ctx, key, watchPrefix+NewToken(), wake), nil
+	return r.listenAs(ctx, channel(key), watchPrefix+NewToken(), wake), nil
 }
