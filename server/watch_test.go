@@ -252,9 +252,10 @@ func TestWatchStream(t *testing.T) {
 			last = id
 		}
 		events.Close()
-		// Reconnect having seen the grant: the current state comes as the
-		// event that takes the client there, here the expiry it missed.
-		re, resp := cb.Stream(t, path, "Last-Event-ID", acq2.ID)
+		// Reconnect, to the other gateway, having seen the grant: the
+		// current state comes as the event that takes the client there,
+		// here the expiry it missed.
+		re, resp := ca.Stream(t, path, "Last-Event-ID", acq2.ID)
 		require.Nil(t, resp)
 		defer re.Close()
 		select {
