@@ -346,6 +346,12 @@ func NewLockHub(store Store, timeout time.Duration) *Hub[LockState] {
 			if !s.Held {
 				return time.Time{}
 			}
+			if redlock {
+				// ExpiresAt is conservative by the drift allowance: the
+				// nodes let the lease go up to that much later, and a
+				// read in between would find it still held.
+				return s.Lease.ExpiresAt.Add(drift(s.Lease.Granted))
+			}
 			return s.Lease.ExpiresAt
 		},
 		Poll:    watchPollSignalled,
