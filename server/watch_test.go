@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -291,6 +292,10 @@ func TestWatchersShareOneReader(t *testing.T) {
 	ctx := context.Background()
 
 	const streams, polls = 1000, 200
+	var m0 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	g0 := runtime.NumGoroutine()
 	all := make([]*apitest.Events, streams)
 	var wg sync.WaitGroup
 	for i := range streams {
@@ -312,6 +317,12 @@ func TestWatchersShareOneReader(t *testing.T) {
 			}
 		}
 	}()
+	var m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	t.Logf("%d streams open: %d goroutines and %d KiB of heap more, client and gateway sides together (this test runs both): %.1f goroutines and %.1f KiB a stream",
+		streams, runtime.NumGoroutine()-g0, (int64(m1.HeapInuse)-int64(m0.HeapInuse))>>10,
+		float64(runtime.NumGoroutine()-g0)/streams, float64(int64(m1.HeapInuse)-int64(m0.HeapInuse))/1024/streams)
 	pollDone := make(chan *apitest.Response, polls)
 	for range polls {
 		go func() {

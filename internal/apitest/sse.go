@@ -61,7 +61,7 @@ func (c *Client) Stream(t testing.TB, path string, headers ...string) (*Events, 
 	require.Equal(t, "text/event-stream", hresp.Header.Get("Content-Type"))
 
 	doc, _ := Spec(t)
-	ch := make(chan Event, 1024)
+	ch := make(chan Event, 16)
 	go func() {
 		defer close(ch)
 		defer hresp.Body.Close()
