@@ -570,3 +570,25 @@ func TestWatchSentinelFailover(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status)
 	next("acquired", 3*time.Second)
 }
+
+// TestWatchBackendDown: with Redis gone, a long-poll and a stream answer
+// 503 backend-unavailable (after the backend timeout), as a plain GET
+// does, rather than waiting or streaming nothing.
+func TestWatchBackendDown(t *testing.T) {
+	srv := redistest.Start(t)
+	g := apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL(), "LOCKGW_BACKEND_TIMEOUT": "300ms"})
+	c := apitest.NewClient(g.URL)
+	path := lockPath(apitest.Key(t))
+	srv.Kill()
+
+	start := time.Now()
+	r, _ := longPoll(t, c, path, `W/"free"`, 10)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	assert.Equal(t, "backend-unavailable", r.ProblemType(t))
+	assert.Less(t, time.Since(start), 3*time.Second)
+
+	events, resp := c.Stream(t, path)
+	require.Nil(t, events)
+	require.Equal(t, http.StatusServiceUnavailable, resp.Status)
+	assert.Equal(t, "backend-unavailable", resp.ProblemType(t))
+}
