@@ -51,7 +51,8 @@ type Kind[S any] struct {
 	Ends func(s S) time.Time
 	// Signal, when not nil, is the backend's change signal (Signaler).
 	Signal func(ctx context.Context, key string, wake chan struct{}) (stop func(), err error)
-	// Poll is how often the key is read without a signal.
+	// Poll is how often the key is read whatever the signal says: the
+	// only source without one, a safety net for a lost one with one.
 	Poll time.Duration
 	// Timeout bounds one Inspect.
 	Timeout time.Duration
