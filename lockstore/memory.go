@@ -29,7 +29,7 @@ type Memory struct {
 	maxLocks int
 	users    map[string]*memUser // users with a counted lock
 	// signals: key → its watchers' wake-ups (Signal, watch.go).
-	signals map[string]map[chan struct{}]struct{}
+	signals memSignals
 }
 
 type memLock struct {

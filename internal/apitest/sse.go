@@ -33,8 +33,9 @@ func (e *Events) Close() { e.cancel() }
 // Stream sends GET path with Accept: text/event-stream. A 200 is checked
 // against openapi.yaml (status and headers; the body is a stream) and its
 // events are delivered on Events.C, each event's data checked against the
-// schema its name has (LockInfo, LockEnded). Any other status is returned
-// as a Response, checked like Do's, with nil Events.
+// schema its name has (LockInfo, LockEnded; SemaphoreEvent on /semaphores).
+// Any other status is returned as a Response, checked like Do's, with nil
+// Events.
 func (c *Client) Stream(t testing.TB, path string, headers ...string) (*Events, *Response) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -80,7 +81,10 @@ func (c *Client) Stream(t testing.TB, path string, headers ...string) (*Events, 
 					t.Errorf("event %s: data %q is not JSON: %v", ev.Name, data, err)
 				}
 				schema := "LockInfo"
-				if ev.Name == "released" || ev.Name == "expired" {
+				switch {
+				case strings.HasPrefix(path, "/semaphores/"):
+					schema = "SemaphoreEvent"
+				case ev.Name == "released" || ev.Name == "expired":
 					schema = "LockEnded"
 				}
 				var v any
