@@ -513,6 +513,10 @@ type Extended = APILease
 // more members may be added.
 type Forbidden = Problem
 
+// InspectNotFound An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
+// more members may be added.
+type InspectNotFound = Problem
+
 // Inspected What `GET` shows of a held lock. Never the token.
 //
 // Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"jobs/nightly","owner":"worker-7","ttl_ms":21377}
@@ -621,6 +625,21 @@ type ReleaseLockParams struct {
 
 // InspectLockParams defines parameters for InspectLock.
 type InspectLockParams struct {
+	// IfNoneMatch The `ETag` of a previous `GET` (or `*`, held); see above.
+	IfNoneMatch *string `json:"If-None-Match,omitempty"`
+
+	// Prefer RFC 7240 preferences. `wait=<seconds>` waits for a held lock, like `wait_ms`
+	// (which wins when both are sent), capped by the server's maximum wait; the
+	// response then says what was applied in `Preference-Applied`. Other preferences
+	// are ignored.
+	Prefer *Prefer `json:"Prefer,omitempty"`
+
+	// Accept `text/event-stream` for a stream of events; see above.
+	Accept *string `json:"Accept,omitempty"`
+
+	// LastEventID The `id` of the last event received, when a stream reconnects.
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+
 	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
 	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
 	// server makes its own.
@@ -857,10 +876,29 @@ type ClientInterface interface {
 	// Corresponds with DELETE /locks/{key} (the `ReleaseLock` operationId).
 	ReleaseLock(ctx context.Context, key Key, params *ReleaseLockParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// InspectLock Inspect a lock
+	// InspectLock Inspect or watch a lock
 	//
-	// Who holds the key, with which fence, and for how much longer. Never the token
-	// (and so no `ETag`).
+	// Who holds the key, with which fence, and for how much longer. Never the token.
+	// The `ETag` names the state, not the lease: `W/"fence-<fence>"` while a holder
+	// has it (the same for every read of one grant, extends included), `W/"free"`
+	// when nobody does (also on the `404`).
+	//
+	// **Long-poll.** With `If-None-Match: <etag>` the `GET` is conditional: `304` if
+	// the state still has that tag. Add `Prefer: wait=<seconds>` and it waits, up to
+	// that long (capped at `LOCKGW_MAX_WAIT`; `Preference-Applied` says what was
+	// applied), until the state differs, then answers as a plain `GET` would (`200`
+	// with the new `ETag`, or `404` when freed or expired), or `304` when the wait
+	// runs out. `If-None-Match: *` waits while the lock is held.
+	//
+	// **Stream.** With `Accept: text/event-stream` the response is a stream of
+	// Server-Sent Events: `acquired`, `extended` (data: this operation's `200` body),
+	// `released` and `expired` (data: `key`, `owner` and `fence` of the grant that
+	// ended), and a comment every 15 s. It opens with the current state. Ids increase:
+	// `<fence>·1000` for `acquired`, `+1…+998` for its extends, `+999` for its end,
+	// `0` for "free, holder unknown"; send the last as `Last-Event-ID` when
+	// reconnecting and the stream skips what the id says you have seen (no history is
+	// replayed: you get the current state). Changes made through any gateway arrive
+	// within a second, expiries too.
 	//
 	// Corresponds with GET /locks/{key} (the `InspectLock` operationId).
 	InspectLock(ctx context.Context, key Key, params *InspectLockParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1167,10 +1205,29 @@ func (c *APIClient) ReleaseLock(ctx context.Context, key Key, params *ReleaseLoc
 	return c.Client.Do(req)
 }
 
-// InspectLock Inspect a lock
+// InspectLock Inspect or watch a lock
 //
-// Who holds the key, with which fence, and for how much longer. Never the token
-// (and so no `ETag`).
+// Who holds the key, with which fence, and for how much longer. Never the token.
+// The `ETag` names the state, not the lease: `W/"fence-<fence>"` while a holder
+// has it (the same for every read of one grant, extends included), `W/"free"`
+// when nobody does (also on the `404`).
+//
+// **Long-poll.** With `If-None-Match: <etag>` the `GET` is conditional: `304` if
+// the state still has that tag. Add `Prefer: wait=<seconds>` and it waits, up to
+// that long (capped at `LOCKGW_MAX_WAIT`; `Preference-Applied` says what was
+// applied), until the state differs, then answers as a plain `GET` would (`200`
+// with the new `ETag`, or `404` when freed or expired), or `304` when the wait
+// runs out. `If-None-Match: *` waits while the lock is held.
+//
+// **Stream.** With `Accept: text/event-stream` the response is a stream of
+// Server-Sent Events: `acquired`, `extended` (data: this operation's `200` body),
+// `released` and `expired` (data: `key`, `owner` and `fence` of the grant that
+// ended), and a comment every 15 s. It opens with the current state. Ids increase:
+// `<fence>·1000` for `acquired`, `+1…+998` for its extends, `+999` for its end,
+// `0` for "free, holder unknown"; send the last as `Last-Event-ID` when
+// reconnecting and the stream skips what the id says you have seen (no history is
+// replayed: you get the current state). Changes made through any gateway arrive
+// within a second, expiries too.
 //
 // Corresponds with GET /locks/{key} (the `InspectLock` operationId).
 func (c *APIClient) InspectLock(ctx context.Context, key Key, params *InspectLockParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1737,15 +1794,59 @@ func NewInspectLockRequest(server string, key Key, params *InspectLockParams) (*
 
 	if params != nil {
 
-		if params.XRequestId != nil {
+		if params.IfNoneMatch != nil {
 			var headerParam0 string
 
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("X-Request-Id", headerParam0)
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+		if params.Prefer != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Prefer", *params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Prefer", headerParam1)
+		}
+
+		if params.Accept != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "Accept", *params.Accept, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Accept", headerParam2)
+		}
+
+		if params.LastEventID != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam3)
+		}
+
+		if params.XRequestId != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam4)
 		}
 
 	}
@@ -2452,10 +2553,29 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /locks/{key} (the `ReleaseLock` operationId).
 	ReleaseLockWithResponse(ctx context.Context, key Key, params *ReleaseLockParams, reqEditors ...RequestEditorFn) (*ReleaseLockResponse, error)
 
-	// InspectLockWithResponse Inspect a lock
+	// InspectLockWithResponse Inspect or watch a lock
 	//
-	// Who holds the key, with which fence, and for how much longer. Never the token
-	// (and so no `ETag`).
+	// Who holds the key, with which fence, and for how much longer. Never the token.
+	// The `ETag` names the state, not the lease: `W/"fence-<fence>"` while a holder
+	// has it (the same for every read of one grant, extends included), `W/"free"`
+	// when nobody does (also on the `404`).
+	//
+	// **Long-poll.** With `If-None-Match: <etag>` the `GET` is conditional: `304` if
+	// the state still has that tag. Add `Prefer: wait=<seconds>` and it waits, up to
+	// that long (capped at `LOCKGW_MAX_WAIT`; `Preference-Applied` says what was
+	// applied), until the state differs, then answers as a plain `GET` would (`200`
+	// with the new `ETag`, or `404` when freed or expired), or `304` when the wait
+	// runs out. `If-None-Match: *` waits while the lock is held.
+	//
+	// **Stream.** With `Accept: text/event-stream` the response is a stream of
+	// Server-Sent Events: `acquired`, `extended` (data: this operation's `200` body),
+	// `released` and `expired` (data: `key`, `owner` and `fence` of the grant that
+	// ended), and a comment every 15 s. It opens with the current state. Ids increase:
+	// `<fence>·1000` for `acquired`, `+1…+998` for its extends, `+999` for its end,
+	// `0` for "free, holder unknown"; send the last as `Last-Event-ID` when
+	// reconnecting and the stream skips what the id says you have seen (no history is
+	// replayed: you get the current state). Changes made through any gateway arrive
+	// within a second, expiries too.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3007,10 +3127,20 @@ func (r ReleaseLockResponse) ContentType() string {
 
 // InspectLockResponse200Headers the declared response headers of an HTTP 200 response for InspectLock
 type InspectLockResponse200Headers struct {
-	CacheControl    string
-	RateLimit       *string
-	RateLimitPolicy *string
-	XRequestId      string
+	CacheControl      string
+	ETag              *string
+	PreferenceApplied *string
+	RateLimit         *string
+	RateLimitPolicy   *string
+	XRequestId        string
+}
+
+// InspectLockResponse304Headers the declared response headers of an HTTP 304 response for InspectLock
+type InspectLockResponse304Headers struct {
+	CacheControl      string
+	ETag              *string
+	PreferenceApplied *string
+	XRequestId        string
 }
 
 // InspectLockResponse400Headers the declared response headers of an HTTP 400 response for InspectLock
@@ -3034,8 +3164,10 @@ type InspectLockResponse403Headers struct {
 
 // InspectLockResponse404Headers the declared response headers of an HTTP 404 response for InspectLock
 type InspectLockResponse404Headers struct {
-	CacheControl string
-	XRequestId   string
+	CacheControl      string
+	ETag              *string
+	PreferenceApplied *string
+	XRequestId        string
 }
 
 // InspectLockResponse429Headers the declared response headers of an HTTP 429 response for InspectLock
@@ -3079,7 +3211,7 @@ type InspectLockResponse struct {
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *LockNotFound
+	ApplicationproblemJSON404 *InspectNotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *RateLimited
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3090,6 +3222,8 @@ type InspectLockResponse struct {
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *InspectLockResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *InspectLockResponse304Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *InspectLockResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -3129,7 +3263,7 @@ func (r InspectLockResponse) GetApplicationproblemJSON403() *Forbidden {
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r InspectLockResponse) GetApplicationproblemJSON404() *LockNotFound {
+func (r InspectLockResponse) GetApplicationproblemJSON404() *InspectNotFound {
 	return r.ApplicationproblemJSON404
 }
 
@@ -4939,10 +5073,29 @@ func (c *ClientWithResponses) ReleaseLockWithResponse(ctx context.Context, key K
 	return ParseReleaseLockResponse(rsp)
 }
 
-// InspectLockWithResponse Inspect a lock
+// InspectLockWithResponse Inspect or watch a lock
 //
-// Who holds the key, with which fence, and for how much longer. Never the token
-// (and so no `ETag`).
+// Who holds the key, with which fence, and for how much longer. Never the token.
+// The `ETag` names the state, not the lease: `W/"fence-<fence>"` while a holder
+// has it (the same for every read of one grant, extends included), `W/"free"`
+// when nobody does (also on the `404`).
+//
+// **Long-poll.** With `If-None-Match: <etag>` the `GET` is conditional: `304` if
+// the state still has that tag. Add `Prefer: wait=<seconds>` and it waits, up to
+// that long (capped at `LOCKGW_MAX_WAIT`; `Preference-Applied` says what was
+// applied), until the state differs, then answers as a plain `GET` would (`200`
+// with the new `ETag`, or `404` when freed or expired), or `304` when the wait
+// runs out. `If-None-Match: *` waits while the lock is held.
+//
+// **Stream.** With `Accept: text/event-stream` the response is a stream of
+// Server-Sent Events: `acquired`, `extended` (data: this operation's `200` body),
+// `released` and `expired` (data: `key`, `owner` and `fence` of the grant that
+// ended), and a comment every 15 s. It opens with the current state. Ids increase:
+// `<fence>·1000` for `acquired`, `+1…+998` for its extends, `+999` for its end,
+// `0` for "free, holder unknown"; send the last as `Last-Event-ID` when
+// reconnecting and the stream skips what the id says you have seen (no history is
+// replayed: you get the current state). Changes made through any gateway arrive
+// within a second, expiries too.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5746,6 +5899,9 @@ func ParseInspectLockResponse(rsp *http.Response) (*InspectLockResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case rsp.StatusCode == 304:
+		break // No content-type
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest MalformedRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5768,7 +5924,7 @@ func ParseInspectLockResponse(rsp *http.Response) (*InspectLockResponse, error) 
 		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest LockNotFound
+		var dest InspectNotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -5802,6 +5958,9 @@ func ParseInspectLockResponse(rsp *http.Response) (*InspectLockResponse, error) 
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	case rsp.StatusCode == 200:
+		// Content-type (text/event-stream) unsupported
+
 	}
 
 	switch {
@@ -5813,6 +5972,20 @@ func ParseInspectLockResponse(rsp *http.Response) (*InspectLockResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Preference-Applied"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Preference-Applied", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PreferenceApplied = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
@@ -5836,6 +6009,37 @@ func ParseInspectLockResponse(rsp *http.Response) (*InspectLockResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers InspectLockResponse304Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Preference-Applied"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Preference-Applied", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PreferenceApplied = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers304 = &headers
 	case rsp.StatusCode == 400:
 		var headers InspectLockResponse400Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -5902,6 +6106,20 @@ func ParseInspectLockResponse(rsp *http.Response) (*InspectLockResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Preference-Applied"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Preference-Applied", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PreferenceApplied = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string

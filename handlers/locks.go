@@ -50,6 +50,7 @@ type Locks struct {
 	// since 10 000 waiters would otherwise be 10 000 more stacks.
 	shutdown context.Context
 	obs      Observer
+	hub      *LockHub // watchers' (watch.go)
 }
 
 // Observer hears what the lock endpoints do, for metrics. Its methods must
@@ -98,7 +99,8 @@ func NewLocks(store lockstore.Store, limits Limits, log zerolog.Logger, stopping
 		}()
 		shutdown = ctx
 	}
-	return &Locks{store: store, limits: limits, log: log, validate: newValidator(limits), stopping: stopping, shutdown: shutdown, obs: obs}
+	return &Locks{store: store, limits: limits, log: log, validate: newValidator(limits), stopping: stopping, shutdown: shutdown, obs: obs,
+		hub: lockstore.NewLockHub(store, limits.BackendTimeout)}
 }
 
 // leaseBody is the body of a grant or an extension.
@@ -455,31 +457,37 @@ func (h *Locks) Release() http.Handler {
 	})
 }
 
-// Inspect serves GET /locks/{key}: who holds a lock, never with its token.
+// Inspect serves GET /locks/{key}: who holds a lock, never with its
+// token, with an ETag naming the state; with If-None-Match a conditional
+// GET or a long-poll, with Accept: text/event-stream a stream (watch.go).
 func (h *Locks) Inspect() http.Handler {
-	type response struct {
-		Key       string `json:"key"`
-		Owner     string `json:"owner,omitempty"`
-		Fence     int64  `json:"fence"`
-		TTLms     int64  `json:"ttl_ms"`
-		ExpiresAt string `json:"expires_at"`
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := KeyFromPath(r)
 		if err != nil {
 			WriteError(w, r, h.log, err)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
-		defer cancel()
-		l, err := h.store.Inspect(ctx, key)
+		if wantsStream(r) {
+			h.stream(w, r, key)
+			return
+		}
+		tags, star, conditional, err := ifNoneMatch(r)
 		if err != nil {
 			WriteError(w, r, h.log, err)
 			return
 		}
-		encode(w, http.StatusOK, "application/json", response{
-			Key: l.Key, Owner: l.Owner, Fence: l.Fence, TTLms: l.Left.Milliseconds(), ExpiresAt: timestamp(l.ExpiresAt),
-		})
+		if conditional {
+			h.conditional(w, r, key, tags, star)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
+		defer cancel()
+		l, err := h.store.Inspect(ctx, key)
+		if err != nil && !errors.Is(err, lockstore.ErrNotHeld) {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		h.writeState(w, r, key, lockstore.LockState{Held: err == nil, Lease: l}, l.Left)
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -178,7 +179,11 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *Error) {
 	case e.Kind.Status == http.StatusConflict, e.Kind.Status == http.StatusServiceUnavailable, e.Kind.Status == http.StatusTooManyRequests:
 		h.Set("Retry-After", "1")
 	}
-	h.Del("ETag")
+	// A lease's ETag (its token) never goes with a problem; a state's,
+	// weak (GET's 404 of a free lock, watch.go), does.
+	if !strings.HasPrefix(h.Get("ETag"), "W/") {
+		h.Del("ETag")
+	}
 	h.Del("Location")
 	encode(w, e.Kind.Status, "application/problem+json", Problem{
 		Type:      e.Kind.Type(),

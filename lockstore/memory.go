@@ -29,6 +29,8 @@ type Memory struct {
 	maxLocks int
 	users    map[string]*memUser // users with a counted lock
 	sems     memSems             // semaphores (memory_sem.go)
+	// signals: key → its watchers' wake-ups (Signal, watch.go).
+	signals memSignals
 }
 
 type memLock struct {
@@ -146,6 +148,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 		}
 		m.move(l, now.Add(req.TTL))
 		l.length = req.TTL
+		m.changed(key)
 		lease := l.lease(req.Token)
 		lease.Renewed = true
 		return lease, head, nil
@@ -163,6 +166,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 	l := &memLock{key: key, digest: digest, owner: req.Owner, fence: m.fence, length: req.TTL, expires: m.expiry.Add(key, now.Add(req.TTL))}
 	m.locks[key] = l
 	m.count(l, req.Quota)
+	m.changed(key)
 	if head {
 		m.dequeue(key, w)
 	}
@@ -279,6 +283,7 @@ func (m *Memory) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	l.length = ttl
 	m.move(l, now.Add(ttl))
+	m.changed(key)
 	return l.lease(token), nil
 }
 
@@ -300,6 +305,7 @@ func (m *Memory) Release(ctx context.Context, key, token string) error {
 	m.expiry.Remove(l.expires)
 	m.forget(l)
 	m.wakeHead(key)
+	m.changed(key)
 	return nil
 }
 

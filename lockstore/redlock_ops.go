@@ -53,8 +53,13 @@ func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (
 // it can reach, at once; a node that cannot be reached only means fewer
 // wake-ups.
 func (r *Redlock) listen(ctx context.Context, ch string) (<-chan struct{}, func()) {
-	id := NewToken()
 	wake := make(chan struct{}, 1)
+	return wake, r.listenAs(ctx, ch, NewToken(), wake)
+}
+
+// listenAs is listen on channel ch for the notifier registration id (a
+// waiter's, or a watcher's: watch.go), and returns its stop.
+func (r *Redlock) listenAs(ctx context.Context, ch, id string, wake chan struct{}) func() {
 	ok := make([]bool, len(r.nodes))
 	var wg sync.WaitGroup
 	for i, n := range r.nodes {
@@ -65,7 +70,7 @@ func (r *Redlock) listen(ctx context.Context, ch string) (<-chan struct{}, func(
 		})
 	}
 	wg.Wait()
-	return wake, func() {
+	return func() {
 		for i, n := range r.nodes {
 			if ok[i] {
 				n.notifier.stop(ch, id)

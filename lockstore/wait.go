@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -333,7 +334,8 @@ func (n *notifier) dispatch(c *subConn) {
 		case *redis.Message:
 			n.mu.Lock()
 			for id, wake := range n.waiters[msg.Channel] {
-				if msg.Payload == "*" || msg.Payload == id {
+				// A watcher (watch.go) hears every message.
+				if msg.Payload == "*" || msg.Payload == id || strings.HasPrefix(id, watchPrefix) {
 					select {
 					case wake <- struct{}{}:
 					default: // already woken

@@ -193,6 +193,22 @@ func (m *Metrics) Bounds(conns, waiting func() int) {
 	)
 }
 
+// Watching exports the watch hub's size (docs/api.md, "Watching"): keys
+// watched through this gateway, and the long-polls and streams watching
+// them, read when /metrics is scraped.
+func (m *Metrics) Watching(watched func() (keys, watchers int)) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "lockgw_watched_keys",
+			Help: "Keys watched through this gateway: one backend subscription and reader each.",
+		}, func() float64 { k, _ := watched(); return float64(k) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "lockgw_watchers",
+			Help: "Long-polls and event streams watching a key.",
+		}, func() float64 { _, w := watched(); return float64(w) }),
+	)
+}
+
 // ConnectionReplaced counts an idle connection closed to make room.
 func (m *Metrics) ConnectionReplaced() { m.replaced.Inc() }
 

@@ -14,6 +14,9 @@ import (
 // the same routes.
 func addRoutes(r chi.Router, d deps) {
 	locks := handlers.NewLocks(d.store, d.limits, d.log, d.stopping, d.metrics)
+	if d.watch != nil {
+		locks.Watching(d.watch)
+	}
 
 	r.Get("/healthz", handlers.Healthz().ServeHTTP)
 	if !d.metricsApart {

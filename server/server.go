@@ -50,6 +50,9 @@ type deps struct {
 	// so the API's does not serve it.
 	metricsApart bool
 	pprof        bool
+	// watch is the gateway's one hub for lock watchers, over the store
+	// itself (its change signal), not the wait limit around it.
+	watch *handlers.LockHub
 }
 
 // newHandler returns the gateway's HTTP handler: the middleware every
@@ -113,6 +116,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		metrics:      m,
 		metricsApart: cfg.MetricsAddr != "",
 		pprof:        cfg.PProf,
+		watch:        lockstore.NewLockHub(store, cfg.BackendTimeout),
 	}
 	if r, ok := store.(*lockstore.Redis); ok {
 		d.topology = r.Topology
@@ -133,6 +137,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	ln := newConnLimit(rawErrorListener{tcp, logger}, bounds.maxConns, m.ConnectionReplaced)
 	m.Bounds(ln.Open, waiting.Waiting)
+	m.Watching(d.watch.Watchers)
 
 	stopping := make(chan struct{})
 	d.stopping = stopping

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -103,7 +104,9 @@ func TestWalkthrough(t *testing.T) {
 		assert.Equal(t, fence, info["fence"])
 		assert.Equal(t, "worker-7", info["owner"])
 		assert.NotContains(t, string(r.Body), token)
-		assert.Empty(t, r.Header.Get("ETag"))
+		// Its ETag names the state (the grant's fence), never the token.
+		assert.Equal(t, fmt.Sprintf(`W/"fence-%.0f"`, fence), r.Header.Get("ETag"))
+		assert.NotContains(t, r.Header.Get("ETag"), token)
 
 		// Extend, with Lock-Token and with If-Match.
 		r = c.Do(t, "PATCH", path, []byte(`{"ttl_ms":60000}`), "Content-Type", "application/json", "Lock-Token", token)

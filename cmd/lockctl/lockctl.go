@@ -47,6 +47,10 @@ Commands:
         release a lease you hold (token: --token or $LOCK_TOKEN)
   status KEY
         who holds the lock (never its token); exit status 1 when it is free
+  watch KEY
+        print each change of the lock as a line (acquired, extended,
+        released, expired; the first line is the current state), as JSON
+        with --json, until interrupted (exit status 0)
   run [--ttl D] [--wait D] [--owner S] [--grace D] [-n N] KEY -- COMMAND [ARG...]
         take the lock (waiting up to --wait), run COMMAND with LOCK_KEY,
         LOCK_TOKEN and LOCK_FENCE in its environment, keep the lock alive
@@ -125,6 +129,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return g.release(ctx, args, sigs)
 	case "status":
 		return g.status(ctx, args, sigs)
+	case "watch":
+		return g.watch(ctx, args, sigs)
 	case "run":
 		return g.runCommand(ctx, args, stdin, sigs)
 	case "help", "-h", "--help":

@@ -200,6 +200,7 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
     if user and not apart then
       count(KEYS[6], clock_ms())
     end
+    redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)
     return {2, value}
   end
   -- Redlock: join the rounds that hold the lease, keeping fence and owner.
@@ -223,6 +224,7 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
   else
     redis.call('SET', KEYS[1], value, 'KEEPTTL')
   end
+  redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)
   return {2, value}
 end
 
@@ -335,4 +337,6 @@ if waiter ~= '' then
     redis.call(publish, ARGV[7], next)
   end
 end
+-- Tell watchers (watch.go) of the new holder; waiters ignore the message.
+redis.call(publish, ARGV[7], '!acquired')
 return {1, value}

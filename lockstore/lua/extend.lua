@@ -107,4 +107,13 @@ if user then
     redis.call('PEXPIRE', KEYS[2], ttl)
   end
 end
+-- Tell watchers (watch.go) the lease moved, on the key's channel
+-- (KEYS[1] with "released" for "lock"; same hash tag, so a Cluster script
+-- may SPUBLISH to it); waiters ignore the message.
+local channel = string.sub(KEYS[1], 1, -5) .. 'released'
+if ARGV[4] == '1' then
+  redis.call('SPUBLISH', channel, '!extended')
+else
+  redis.call('PUBLISH', channel, '!extended')
+end
 return {1, value}

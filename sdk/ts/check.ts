@@ -56,7 +56,9 @@ async function exercise(key: string): Promise<void> {
   const inspected = await api.GET("/locks/{key}", { params: { path } });
   check(inspected.response.status === 200, `inspect: status ${inspected.response.status}`);
   const info = inspected.data;
-  check(info !== undefined, "inspect: no body");
+  // The GET's 200 is JSON, or an event stream (text) when asked for one
+  // with Accept: text/event-stream; typeof tells the types apart.
+  check(info !== undefined && typeof info !== "string", "inspect: no body");
   check(info.fence === lease.fence && info.owner === "sdk-check", `inspect: ${JSON.stringify(info)}`);
   check(info.ttl_ms > 0 && info.ttl_ms <= 5000, `inspect: ttl_ms ${info.ttl_ms}`);
   check(!("token" in info), "inspect: the token leaked");
@@ -93,6 +95,14 @@ async function exercise(key: string): Promise<void> {
   check(again.error?.type === problem("lock-not-found"), `second release: type ${again.error?.type}`);
   const gone = await api.GET("/locks/{key}", { params: { path } });
   check(gone.response.status === 404, `inspect after release: status ${gone.response.status}`);
+  check(gone.response.headers.get("ETag") === 'W/"free"', `inspect after release: ETag ${gone.response.headers.get("ETag")}`);
+
+  // A long-poll that sees no change within its wait: 304, same ETag.
+  const unchanged = await api.GET("/locks/{key}", {
+    params: { path, header: { "If-None-Match": 'W/"free"', Prefer: "wait=1" } },
+  });
+  check(unchanged.response.status === 304, `long-poll: status ${unchanged.response.status}`);
+  check(unchanged.response.headers.get("Preference-Applied") === "wait=1", "long-poll: Preference-Applied");
 }
 
 const run = Date.now().toString(36);

@@ -1,0 +1,110 @@
+package apitest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Event is one Server-Sent Event of a stream.
+type Event struct {
+	Name string
+	ID   string // "" when the event carried none
+	Data map[string]any
+	At   time.Time // when it arrived
+}
+
+// Events is an open stream (Client.Stream).
+type Events struct {
+	C      <-chan Event // closed when the stream ends
+	cancel context.CancelFunc
+}
+
+// Close ends the stream.
+func (e *Events) Close() { e.cancel() }
+
+// Stream sends GET path with Accept: text/event-stream. A 200 is checked
+// against openapi.yaml (status and headers; the body is a stream) and its
+// events are delivered on Events.C, each event's data checked against the
+// schema its name has (LockInfo, LockEnded; SemaphoreEvent on /semaphores).
+// Any other status is returned as a Response, checked like Do's, with nil
+// Events.
+func (c *Client) Stream(t testing.TB, path string, headers ...string) (*Events, *Response) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+path, nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/event-stream")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	client := *c.HTTP
+	client.Timeout = 0 // a stream lasts
+	hresp, err := client.Do(req)
+	require.NoError(t, err)
+	if hresp.StatusCode != http.StatusOK {
+		defer cancel()
+		defer hresp.Body.Close()
+		b, err := io.ReadAll(hresp.Body)
+		require.NoError(t, err)
+		resp := &Response{Status: hresp.StatusCode, Header: hresp.Header, Body: b}
+		CheckResponse(t, req, resp)
+		return nil, resp
+	}
+	CheckResponse(t, req, &Response{Status: hresp.StatusCode, Header: hresp.Header})
+	require.Equal(t, "text/event-stream", hresp.Header.Get("Content-Type"))
+
+	doc, _ := Spec(t)
+	ch := make(chan Event, 16)
+	go func() {
+		defer close(ch)
+		defer hresp.Body.Close()
+		sc := bufio.NewScanner(hresp.Body)
+		var ev Event
+		var data string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev.Name == "" {
+					continue // a comment's blank line
+				}
+				ev.At = time.Now()
+				if err := json.Unmarshal([]byte(data), &ev.Data); err != nil {
+					t.Errorf("event %s: data %q is not JSON: %v", ev.Name, data, err)
+				}
+				schema := "LockInfo"
+				switch {
+				case strings.HasPrefix(path, "/semaphores/"):
+					schema = "SemaphoreEvent"
+				case ev.Name == "released" || ev.Name == "expired":
+					schema = "LockEnded"
+				}
+				var v any
+				_ = json.Unmarshal([]byte(data), &v)
+				if err := doc.Components.Schemas[schema].Value.VisitJSON(v); err != nil {
+					t.Errorf("event %s: data %s does not match %s: %v", ev.Name, data, schema, err)
+				}
+				ch <- ev
+				ev, data = Event{}, ""
+			case strings.HasPrefix(line, ":"):
+			case strings.HasPrefix(line, "event: "):
+				ev.Name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "id: "):
+				ev.ID = strings.TrimPrefix(line, "id: ")
+			case strings.HasPrefix(line, "data: "):
+				data = strings.TrimPrefix(line, "data: ")
+			default:
+				t.Errorf("stream: unexpected line %q", line)
+			}
+		}
+	}()
+	return &Events{C: ch, cancel: cancel}, nil
+}
