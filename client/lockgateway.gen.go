@@ -579,6 +579,10 @@ type SemaphoreConflict = Problem
 // Example: {"held":2,"holders":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"owner":"export-3","ttl_ms":21377},{"expires_at":"2026-11-20T22:30:36.856Z","fence":1795213800223456,"owner":"export-9","ttl_ms":28110}],"key":"reports/export","limit":5}
 type SemaphoreInspected = APISemaphoreInfo
 
+// SemaphoreNotFound An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
+// more members may be added.
+type SemaphoreNotFound = Problem
+
 // TokenMismatch An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
 type TokenMismatch = Problem
@@ -733,6 +737,21 @@ type ReleasePermitParams struct {
 
 // InspectSemaphoreParams defines parameters for InspectSemaphore.
 type InspectSemaphoreParams struct {
+	// IfNoneMatch The `ETag` of a previous `GET` (or `*`, any permit held).
+	IfNoneMatch *string `json:"If-None-Match,omitempty"`
+
+	// Prefer RFC 7240 preferences. `wait=<seconds>` waits for a held lock, like `wait_ms`
+	// (which wins when both are sent), capped by the server's maximum wait; the
+	// response then says what was applied in `Preference-Applied`. Other preferences
+	// are ignored.
+	Prefer *Prefer `json:"Prefer,omitempty"`
+
+	// Accept `text/event-stream` for a stream of events.
+	Accept *string `json:"Accept,omitempty"`
+
+	// LastEventID The `id` of the last event received; later ids are higher.
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+
 	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
 	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
 	// server makes its own.
@@ -1083,10 +1102,20 @@ type ClientInterface interface {
 	// Corresponds with DELETE /semaphores/{key} (the `ReleasePermit` operationId).
 	ReleasePermit(ctx context.Context, key Key, params *ReleasePermitParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// InspectSemaphore Inspect a semaphore
+	// InspectSemaphore Inspect or watch a semaphore
 	//
 	// The limit and every held permit (owner, fence, time left), ordered by fence.
 	// Never a token. `404` when no permit is held.
+	//
+	// Watching, as for a lock (see `GET /locks/{key}`): the `ETag` names the set of
+	// permits (`W/"permits-<digest of their fences>"`, `W/"free"` when none is held;
+	// extends do not change it); `If-None-Match` with `Prefer: wait=<seconds>` is a
+	// long-poll, `Accept: text/event-stream` a stream. The stream's events are per
+	// permit, `acquired`, `extended`, `released`, `expired`, each with
+	// `SemaphoreEvent` data: the semaphore after the change and the permit concerned.
+	// It opens with an `acquired` per held permit (or one `released` with no
+	// `permit` when none is); ids increase, and a reconnect gets the current permits
+	// again whatever its `Last-Event-ID`.
 	//
 	// Corresponds with GET /semaphores/{key} (the `InspectSemaphore` operationId).
 	InspectSemaphore(ctx context.Context, key Key, params *InspectSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1512,10 +1541,20 @@ func (c *APIClient) ReleasePermit(ctx context.Context, key Key, params *ReleaseP
 	return c.Client.Do(req)
 }
 
-// InspectSemaphore Inspect a semaphore
+// InspectSemaphore Inspect or watch a semaphore
 //
 // The limit and every held permit (owner, fence, time left), ordered by fence.
 // Never a token. `404` when no permit is held.
+//
+// Watching, as for a lock (see `GET /locks/{key}`): the `ETag` names the set of
+// permits (`W/"permits-<digest of their fences>"`, `W/"free"` when none is held;
+// extends do not change it); `If-None-Match` with `Prefer: wait=<seconds>` is a
+// long-poll, `Accept: text/event-stream` a stream. The stream's events are per
+// permit, `acquired`, `extended`, `released`, `expired`, each with
+// `SemaphoreEvent` data: the semaphore after the change and the permit concerned.
+// It opens with an `acquired` per held permit (or one `released` with no
+// `permit` when none is); ids increase, and a reconnect gets the current permits
+// again whatever its `Last-Event-ID`.
 //
 // Corresponds with GET /semaphores/{key} (the `InspectSemaphore` operationId).
 func (c *APIClient) InspectSemaphore(ctx context.Context, key Key, params *InspectSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2306,15 +2345,59 @@ func NewInspectSemaphoreRequest(server string, key Key, params *InspectSemaphore
 
 	if params != nil {
 
-		if params.XRequestId != nil {
+		if params.IfNoneMatch != nil {
 			var headerParam0 string
 
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("X-Request-Id", headerParam0)
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+		if params.Prefer != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Prefer", *params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Prefer", headerParam1)
+		}
+
+		if params.Accept != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "Accept", *params.Accept, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Accept", headerParam2)
+		}
+
+		if params.LastEventID != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam3)
+		}
+
+		if params.XRequestId != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam4)
 		}
 
 	}
@@ -2772,10 +2855,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /semaphores/{key} (the `ReleasePermit` operationId).
 	ReleasePermitWithResponse(ctx context.Context, key Key, params *ReleasePermitParams, reqEditors ...RequestEditorFn) (*ReleasePermitResponse, error)
 
-	// InspectSemaphoreWithResponse Inspect a semaphore
+	// InspectSemaphoreWithResponse Inspect or watch a semaphore
 	//
 	// The limit and every held permit (owner, fence, time left), ordered by fence.
 	// Never a token. `404` when no permit is held.
+	//
+	// Watching, as for a lock (see `GET /locks/{key}`): the `ETag` names the set of
+	// permits (`W/"permits-<digest of their fences>"`, `W/"free"` when none is held;
+	// extends do not change it); `If-None-Match` with `Prefer: wait=<seconds>` is a
+	// long-poll, `Accept: text/event-stream` a stream. The stream's events are per
+	// permit, `acquired`, `extended`, `released`, `expired`, each with
+	// `SemaphoreEvent` data: the semaphore after the change and the permit concerned.
+	// It opens with an `acquired` per held permit (or one `released` with no
+	// `permit` when none is); ids increase, and a reconnect gets the current permits
+	// again whatever its `Last-Event-ID`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4367,10 +4460,20 @@ func (r ReleasePermitResponse) ContentType() string {
 
 // InspectSemaphoreResponse200Headers the declared response headers of an HTTP 200 response for InspectSemaphore
 type InspectSemaphoreResponse200Headers struct {
-	CacheControl    string
-	RateLimit       *string
-	RateLimitPolicy *string
-	XRequestId      string
+	CacheControl      string
+	ETag              *string
+	PreferenceApplied *string
+	RateLimit         *string
+	RateLimitPolicy   *string
+	XRequestId        string
+}
+
+// InspectSemaphoreResponse304Headers the declared response headers of an HTTP 304 response for InspectSemaphore
+type InspectSemaphoreResponse304Headers struct {
+	CacheControl      string
+	ETag              *string
+	PreferenceApplied *string
+	XRequestId        string
 }
 
 // InspectSemaphoreResponse400Headers the declared response headers of an HTTP 400 response for InspectSemaphore
@@ -4394,8 +4497,10 @@ type InspectSemaphoreResponse403Headers struct {
 
 // InspectSemaphoreResponse404Headers the declared response headers of an HTTP 404 response for InspectSemaphore
 type InspectSemaphoreResponse404Headers struct {
-	CacheControl string
-	XRequestId   string
+	CacheControl      string
+	ETag              *string
+	PreferenceApplied *string
+	XRequestId        string
 }
 
 // InspectSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for InspectSemaphore
@@ -4439,7 +4544,7 @@ type InspectSemaphoreResponse struct {
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *LockNotFound
+	ApplicationproblemJSON404 *SemaphoreNotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *RateLimited
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4450,6 +4555,8 @@ type InspectSemaphoreResponse struct {
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *InspectSemaphoreResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *InspectSemaphoreResponse304Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *InspectSemaphoreResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -4489,7 +4596,7 @@ func (r InspectSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r InspectSemaphoreResponse) GetApplicationproblemJSON404() *LockNotFound {
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON404() *SemaphoreNotFound {
 	return r.ApplicationproblemJSON404
 }
 
@@ -5352,10 +5459,20 @@ func (c *ClientWithResponses) ReleasePermitWithResponse(ctx context.Context, key
 	return ParseReleasePermitResponse(rsp)
 }
 
-// InspectSemaphoreWithResponse Inspect a semaphore
+// InspectSemaphoreWithResponse Inspect or watch a semaphore
 //
 // The limit and every held permit (owner, fence, time left), ordered by fence.
 // Never a token. `404` when no permit is held.
+//
+// Watching, as for a lock (see `GET /locks/{key}`): the `ETag` names the set of
+// permits (`W/"permits-<digest of their fences>"`, `W/"free"` when none is held;
+// extends do not change it); `If-None-Match` with `Prefer: wait=<seconds>` is a
+// long-poll, `Accept: text/event-stream` a stream. The stream's events are per
+// permit, `acquired`, `extended`, `released`, `expired`, each with
+// `SemaphoreEvent` data: the semaphore after the change and the permit concerned.
+// It opens with an `acquired` per held permit (or one `released` with no
+// `permit` when none is); ids increase, and a reconnect gets the current permits
+// again whatever its `Last-Event-ID`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7964,6 +8081,9 @@ func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreRespons
 		}
 		response.JSON200 = &dest
 
+	case rsp.StatusCode == 304:
+		break // No content-type
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest MalformedRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7986,7 +8106,7 @@ func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreRespons
 		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest LockNotFound
+		var dest SemaphoreNotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -8020,6 +8140,9 @@ func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreRespons
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	case rsp.StatusCode == 200:
+		// Content-type (text/event-stream) unsupported
+
 	}
 
 	switch {
@@ -8031,6 +8154,20 @@ func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreRespons
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Preference-Applied"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Preference-Applied", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PreferenceApplied = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
@@ -8054,6 +8191,37 @@ func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers InspectSemaphoreResponse304Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Preference-Applied"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Preference-Applied", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PreferenceApplied = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers304 = &headers
 	case rsp.StatusCode == 400:
 		var headers InspectSemaphoreResponse400Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -8120,6 +8288,20 @@ func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreRespons
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Preference-Applied"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Preference-Applied", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PreferenceApplied = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string

@@ -18,13 +18,14 @@ const SemaphoresPrefix = "/semaphores/"
 // decoding, validation, waiting and token rules of the lock endpoints.
 type Semaphores struct {
 	*Locks
-	sems lockstore.Semaphores
+	sems   lockstore.Semaphores
+	semHub *SemHub // watchers' (watch_sem.go)
 }
 
 // NewSemaphores returns the semaphore endpoints over sems, sharing locks'
 // limits, logger and shutdown signal.
 func NewSemaphores(sems lockstore.Semaphores, locks *Locks) *Semaphores {
-	return &Semaphores{Locks: locks, sems: sems}
+	return &Semaphores{Locks: locks, sems: sems, semHub: lockstore.NewSemHub(sems, locks.limits.BackendTimeout)}
 }
 
 // permitBody is the body of a grant or an extension.
@@ -185,37 +186,34 @@ func (h *Semaphores) Release() http.Handler {
 }
 
 // Inspect serves GET /semaphores/{key}: the limit and the holders, never
-// a token.
+// a token, with an ETag naming the set of permits; with If-None-Match a
+// conditional GET or a long-poll, with Accept: text/event-stream a stream
+// (watch_sem.go).
 func (h *Semaphores) Inspect() http.Handler {
-	type holder struct {
-		Owner     string `json:"owner,omitempty"`
-		Fence     int64  `json:"fence"`
-		TTLms     int64  `json:"ttl_ms"`
-		ExpiresAt string `json:"expires_at"`
-	}
-	type response struct {
-		Key     string   `json:"key"`
-		Limit   int      `json:"limit"`
-		Held    int      `json:"held"`
-		Holders []holder `json:"holders"`
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := KeyFromPath(r)
 		if err != nil {
 			WriteError(w, r, h.log, err)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
-		defer cancel()
-		st, err := h.sems.SemInspect(ctx, key)
+		if wantsStream(r) {
+			h.streamSem(w, r, key)
+			return
+		}
+		tags, star, conditional, err := ifNoneMatch(r)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		if conditional {
+			h.conditionalSem(w, r, key, tags, star)
+			return
+		}
+		s, err := h.inspect(r.Context(), key)
 		if err != nil {
 			WriteError(w, r, h.log, semError(err))
 			return
 		}
-		out := response{Key: st.Key, Limit: st.Limit, Held: len(st.Holders), Holders: make([]holder, 0, len(st.Holders))}
-		for _, p := range st.Holders {
-			out.Holders = append(out.Holders, holder{Owner: p.Owner, Fence: p.Fence, TTLms: p.Left.Milliseconds(), ExpiresAt: timestamp(p.ExpiresAt)})
-		}
-		encode(w, http.StatusOK, "application/json", out)
+		h.writeSem(w, r, s)
 	})
 }

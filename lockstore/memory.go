@@ -28,9 +28,9 @@ type Memory struct {
 	fence    int64 // last fence handed out, shared by all keys
 	maxLocks int
 	users    map[string]*memUser // users with a counted lock
-	sems     memSems             // semaphores (memory_sem.go)
 	// signals: key → its watchers' wake-ups (Signal, watch.go).
 	signals memSignals
+	sems    memSems // semaphores (memory_sem.go)
 }
 
 type memLock struct {

@@ -22,6 +22,8 @@ type memSems struct {
 	// live is expiry.Len(), for the lock side's MaxLocks check, which
 	// reads it without mu: permits count against MaxLocks like locks.
 	live atomic.Int64
+	// signals: key → its watchers' wake-ups (SemSignal, watch_sem.go).
+	signals memSignals
 }
 
 type semRef struct {
@@ -130,6 +132,7 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 	if p, ok := s.permits[digest]; ok {
 		ss.expiry.Move(p.expires, now.Add(req.TTL))
 		p.length = req.TTL
+		ss.signals.notify(key)
 		out := p.permit(key, req.Token, s.limit)
 		out.Renewed = true
 		return out, head, nil
@@ -151,6 +154,7 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 		expires: ss.expiry.Add(semRef{key, digest}, now.Add(req.TTL))}
 	s.limit = req.Limit
 	s.permits[digest] = p
+	ss.signals.notify(key)
 	if w != nil {
 		ss.dequeue(s, w)
 	}
@@ -280,6 +284,7 @@ func (m *Memory) SemExtend(ctx context.Context, key, token string, ttl time.Dura
 	}
 	p.length = ttl
 	ss.expiry.Move(p.expires, now.Add(ttl))
+	ss.signals.notify(key)
 	return p.permit(key, token, s.limit), nil
 }
 
@@ -303,6 +308,7 @@ func (m *Memory) SemRelease(ctx context.Context, key, token string) error {
 	ss.live.Add(-1)
 	delete(s.permits, tokenDigest(token))
 	s.wakeHead()
+	ss.signals.notify(key)
 	ss.tidy(key, s)
 	return nil
 }

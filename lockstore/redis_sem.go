@@ -193,7 +193,7 @@ func (s *Redis) SemExtend(ctx context.Context, key, token string, ttl time.Durat
 		defer conn.Close()
 		c = conn
 	}
-	v, err := nodeSemExtend(ctx, c, key, digestHex(token), ttl, false)
+	v, err := nodeSemExtend(ctx, c, key, digestHex(token), ttl, false, s.publish)
 	if err == nil && conn != nil {
 		err = s.acks.await(ctx, conn)
 	}
@@ -338,11 +338,12 @@ func nodeSemAcquire(ctx context.Context, c redis.Scripter, key string, a semArgs
 
 // nodeSemExtend resets the TTL of digest's permit; with longer (Redlock)
 // it only ever lengthens it.
-func nodeSemExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool) (semValue, error) {
-	keys, args := []string{semPermitsKey(key), semExpiryKey(key)}, []any{digest, ttl.Milliseconds()}
+func nodeSemExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool, publish string) (semValue, error) {
+	keys, args := []string{semPermitsKey(key), semExpiryKey(key)}, []any{digest, ttl.Milliseconds(), ""}
 	if longer {
-		keys, args = append(keys, horizonKey), append(args, "1")
+		keys, args[2] = append(keys, horizonKey), "1"
 	}
+	args = append(args, cmp.Or(publish, publishAll))
 	reply, err := semExtendScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return semValue{}, redisErr(err)

@@ -294,7 +294,7 @@ func (r *Redlock) SemExtend(ctx context.Context, key, token string, ttl time.Dur
 	digest := digestHex(token)
 	start := time.Now()
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (semValue, error) {
-		return nodeSemExtend(ctx, n.client, key, digest, ttl, true)
+		return nodeSemExtend(ctx, n.client, key, digest, ttl, true, publishAll)
 	})
 	t := tallyOwned(votes)
 	if err := ctx.Err(); err != nil {

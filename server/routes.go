@@ -61,6 +61,9 @@ func addRoutes(r chi.Router, d deps) {
 	lock.Get("/locks/*", locks.Inspect().ServeHTTP)
 	if d.sems != nil {
 		sems := handlers.NewSemaphores(d.sems, locks)
+		if d.semWatch != nil {
+			sems.Watching(d.semWatch)
+		}
 		lock.Put("/semaphores/*", sems.Acquire().ServeHTTP)
 		lock.Patch("/semaphores/*", sems.Extend().ServeHTTP)
 		lock.Delete("/semaphores/*", sems.Release().ServeHTTP)

@@ -53,6 +53,8 @@ type deps struct {
 	// watch is the gateway's one hub for lock watchers, over the store
 	// itself (its change signal), not the wait limit around it.
 	watch *handlers.LockHub
+	// semWatch is the same for semaphores (nil without them).
+	semWatch *handlers.SemHub
 }
 
 // newHandler returns the gateway's HTTP handler: the middleware every
@@ -123,6 +125,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if waiting.sems != nil {
 		d.sems = waiting
+		d.semWatch = lockstore.NewSemHub(waiting.sems, cfg.BackendTimeout)
 	}
 	if len(cfg.TrustedProxies) > 0 {
 		d.clientIP = chimw.ClientIPFromXFF(prefixStrings(cfg.TrustedProxies)...)
@@ -137,7 +140,14 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	ln := newConnLimit(rawErrorListener{tcp, logger}, bounds.maxConns, m.ConnectionReplaced)
 	m.Bounds(ln.Open, waiting.Waiting)
-	m.Watching(d.watch.Watchers)
+	m.Watching(func() (keys, watchers int) {
+		keys, watchers = d.watch.Watchers()
+		if d.semWatch != nil {
+			k, w := d.semWatch.Watchers()
+			keys, watchers = keys+k, watchers+w
+		}
+		return keys, watchers
+	})
 
 	stopping := make(chan struct{})
 	d.stopping = stopping

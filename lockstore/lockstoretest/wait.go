@@ -47,13 +47,17 @@ func waitFor(t *testing.T, s lockstore.Store, key string, wait time.Duration) (l
 func testWaitRelease(t *testing.T, s lockstore.Store, key string) {
 	holder := acquire(t, s, key, 10*time.Second)
 	var released time.Time
+	done := make(chan error, 1)
 	go func() {
 		time.Sleep(200 * time.Millisecond)
 		released = time.Now()
-		assert.NoError(t, s.Release(ctx(t), key, holder.Token))
+		done <- s.Release(ctx(t), key, holder.Token)
 	}()
 	l, err := waitFor(t, s, key, 5*time.Second)
 	granted := time.Now()
+	// The waiter may be granted before the release's own answer is back:
+	// wait for it, so the release is judged before the test ends.
+	require.NoError(t, <-done)
 	require.NoError(t, err)
 	assert.Greater(t, l.Fence, holder.Fence)
 	t.Logf("handoff: granted %v after the release", granted.Sub(released))

@@ -93,6 +93,7 @@ if slot then
   p.length = ARGV[2]
   local value = put(KEYS[1], KEYS[2], slot, p, now)
   unqueue()
+  redis.call(ARGV[12], ARGV[11], '!extended') -- for watchers (watch_sem.go)
   return {2, value, tonumber(slot)}
 end
 
@@ -179,4 +180,5 @@ redis.call('HSET', KEYS[1], 'limit', ARGV[4])
 local value = put(KEYS[1], KEYS[2], tostring(want), {exp = now + ttl, digest = digest,
   field = field, fence = fence, length = ARGV[2], owner = ARGV[3]}, now)
 unqueue()
+redis.call(ARGV[12], ARGV[11], '!acquired') -- for watchers (watch_sem.go)
 return {1, value, want}

@@ -6,6 +6,9 @@
 -- ARGV[1]  SHA-256 of the token
 -- ARGV[2]  new TTL in ms from now; "0" for the permit's own length
 -- ARGV[3]  Redlock only: "1" to only ever lengthen (see extend.lua)
+-- ARGV[4]  how to tell watchers (watch_sem.go): PUBLISH or SPUBLISH, on
+--          the semaphore's channel (KEYS[1] with "released" for
+--          "permits": the same hash tag)
 --
 -- Returns {1, value, slot, limit} extended; {0} no permit held at all;
 -- {-1} permits held, none the caller's. An expired permit stays expired.
@@ -35,4 +38,5 @@ else
   p.exp = now + ttl
 end
 local value = put(KEYS[1], KEYS[2], slot, p, now)
+redis.call(ARGV[4], string.sub(KEYS[1], 1, -8) .. 'released', '!extended')
 return {1, value, tonumber(slot), tonumber(redis.call('HGET', KEYS[1], 'limit')) or 0}

@@ -1,0 +1,134 @@
+package lockstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"time"
+)
+
+// Watching semaphores (watch.go): the state is the set of permits.
+
+// SemState is a semaphore as a watcher sees it.
+type SemState struct {
+	Sem SemaphoreState // no Holders: free
+	// Slack is how far a permit's ExpiresAt may lie before its true
+	// expiry (the read's round trip, and Redlock's drift allowance).
+	Slack time.Duration
+}
+
+// Held reports whether any permit is held.
+func (s SemState) Held() bool { return len(s.Sem.Holders) > 0 }
+
+// Tag names the set of permits for an HTTP entity tag: "free", or
+// "permits-" and a digest of their fences (each names one grant; a
+// semaphore may have 10 000). Extends do not change it.
+func (s SemState) Tag() string {
+	if !s.Held() {
+		return "free"
+	}
+	h := sha256.New()
+	var b [8]byte
+	for _, p := range s.Sem.Holders {
+		binary.BigEndian.PutUint64(b[:], uint64(p.Fence))
+		h.Write(b[:])
+	}
+	return "permits-" + hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// SameSem: the same permits (fences), each with the same expiry within
+// what the two reads could not tell apart. Holders are ordered by fence.
+func SameSem(a, b SemState) bool {
+	if len(a.Sem.Holders) != len(b.Sem.Holders) || a.Sem.Limit != b.Sem.Limit {
+		return false
+	}
+	for i, p := range a.Sem.Holders {
+		q := b.Sem.Holders[i]
+		if p.Fence != q.Fence {
+			return false
+		}
+		d := q.ExpiresAt.Sub(p.ExpiresAt)
+		if d > a.Slack+2*time.Millisecond || -d > b.Slack+2*time.Millisecond {
+			return false
+		}
+	}
+	return true
+}
+
+// SemSignaler is a Semaphores store that can tell when a semaphore may
+// have changed (as Signaler for locks).
+type SemSignaler interface {
+	SemSignal(ctx context.Context, key string, wake chan struct{}) (stop func(), err error)
+}
+
+// NewSemHub returns a Hub watching the semaphores of store.
+func NewSemHub(store Semaphores, timeout time.Duration) *Hub[SemState] {
+	_, redlock := store.(*Redlock)
+	k := Kind[SemState]{
+		Inspect: func(ctx context.Context, key string) (SemState, error) {
+			start := time.Now()
+			st, err := store.SemInspect(ctx, key)
+			if errors.Is(err, ErrNotHeld) {
+				return SemState{Sem: SemaphoreState{Key: key}}, nil
+			}
+			if err != nil {
+				return SemState{}, err
+			}
+			slack := time.Since(start)
+			if redlock {
+				var longest time.Duration
+				for _, p := range st.Holders {
+					longest = max(longest, p.Granted)
+				}
+				slack += drift(longest)
+			}
+			return SemState{Sem: st, Slack: slack}, nil
+		},
+		Same: SameSem,
+		Ends: func(s SemState) time.Time {
+			var first time.Time
+			for _, p := range s.Sem.Holders {
+				end := p.ExpiresAt
+				if redlock {
+					end = end.Add(drift(p.Granted))
+				}
+				if first.IsZero() || end.Before(first) {
+					first = end
+				}
+			}
+			return first
+		},
+		Poll:    watchPollSignalled,
+		Timeout: timeout,
+	}
+	if s, ok := store.(SemSignaler); ok {
+		k.Signal = s.SemSignal
+	}
+	if redlock {
+		k.Poll = watchPollRedlock
+	}
+	return NewHub(k)
+}
+
+// SemSignal implements SemSignaler: in process, for every grant,
+// renewal, extend and release of a permit on key.
+func (m *Memory) SemSignal(_ context.Context, key string, wake chan struct{}) (func(), error) {
+	return m.sems.signals.add(&m.sems.mu, key, wake), nil
+}
+
+// SemSignal implements SemSignaler with the semaphore's channel.
+func (s *Redis) SemSignal(ctx context.Context, key string, wake chan struct{}) (func(), error) {
+	id := watchPrefix + NewToken()
+	if err := s.notifier.listen(ctx, semChannel(key), id, wake); err != nil {
+		return nil, err
+	}
+	return func() { s.notifier.stop(semChannel(key), id) }, nil
+}
+
+// SemSignal implements SemSignaler with the semaphore's channel on every
+// node.
+func (r *Redlock) SemSignal(ctx context.Context, key string, wake chan struct{}) (func(), error) {
+	return r.listenAs(ctx, semChannel(key), watchPrefix+NewToken(), wake), nil
+}
