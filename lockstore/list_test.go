@@ -96,4 +96,3 @@ func TestRedlockListMinorityKeysBeforeMajorityKeys(t *testing.T) {
 	assert.Equal(t, []string{"mix/z"}, got)
 	assert.Greater(t, pages, 1, "the minority keys took pages of their own")
 }
-
