@@ -57,6 +57,14 @@ func addRoutes(r chi.Router, d deps) {
 	lock.Delete("/locks/*", locks.Release().ServeHTTP)
 	lock.Get("/locks/*", locks.Inspect().ServeHTTP)
 
+	if d.lister != nil {
+		list := r.With(middleware.NoStore)
+		if d.listAuth != nil {
+			list = list.With(d.listAuth)
+		}
+		list.Get("/locks", handlers.List(d.lister, d.limits.BackendTimeout, d.log).ServeHTTP)
+	}
+
 	if d.check != nil { // rate limiting is on
 		// Any method, and any path below: Envoy's ext_authz forwards the
 		// client's method and appends the client's path.

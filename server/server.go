@@ -39,6 +39,10 @@ type deps struct {
 	stopping <-chan struct{}
 	clientIP func(http.Handler) http.Handler
 	auth     func(http.Handler) http.Handler // nil without API keys
+	// listAuth is auth for listings, whose prefix must lie inside the
+	// user's prefixes; nil without API keys.
+	listAuth func(http.Handler) http.Handler
+	lister   lockstore.Lister
 	// pprofAuth guards the profiler: nil without API keys, when the
 	// configuration allows pprof on a loopback address only.
 	pprofAuth func(http.Handler) http.Handler
@@ -115,6 +119,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if r, ok := store.(*lockstore.Redis); ok {
 		d.topology = r.Topology
+	}
+	if l, ok := store.(lockstore.Lister); ok { // every backend lists
+		d.lister = l
 	}
 	if len(cfg.TrustedProxies) > 0 {
 		d.clientIP = chimw.ClientIPFromXFF(prefixStrings(cfg.TrustedProxies)...)
