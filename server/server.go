@@ -53,6 +53,7 @@ type deps struct {
 	// so the API's does not serve it.
 	metricsApart bool
 	pprof        bool
+	ui           bool
 }
 
 // newHandler returns the gateway's HTTP handler: the middleware every
@@ -116,6 +117,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		metrics:      m,
 		metricsApart: cfg.MetricsAddr != "",
 		pprof:        cfg.PProf,
+		ui:           cfg.UI,
 	}
 	if r, ok := store.(*lockstore.Redis); ok {
 		d.topology = r.Topology
