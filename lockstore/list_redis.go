@@ -79,9 +79,39 @@ func (s *Redis) scan(ctx context.Context, q ListQuery) ([]string, error) {
 	return all.keys, nil
 }
 
-// scanNode offers top every listable key of one Redis node.
+// keyspace is how one kind of object is named in Redis: "lockgw:{" +
+// tag + key + "}" + suffix, one Redis key per object. Locks are
+// locksKeyspace; a listing of semaphores would scan theirs
+// ("lockgw:{sem:<key>}:permits") the same way.
+type keyspace struct{ tag, suffix string }
+
+var locksKeyspace = keyspace{tag: "", suffix: ":lock"}
+
+// match is the SCAN pattern of the keys under prefix.
+func (ks keyspace) match(prefix string) string {
+	return "lockgw:{" + globEscape(ks.tag+prefix) + "*}" + ks.suffix
+}
+
+// key is the object key a Redis key names.
+func (ks keyspace) key(redisKey string) (string, bool) {
+	rest, ok := strings.CutPrefix(redisKey, "lockgw:{"+ks.tag)
+	if !ok {
+		return "", false
+	}
+	key, ok := strings.CutSuffix(rest, "}"+ks.suffix)
+	if !ok || key == "" || strings.ContainsAny(key, "{}") {
+		return "", false
+	}
+	return key, true
+}
+
+// scanNode offers top every listable lock key of one Redis node.
 func scanNode(ctx context.Context, c redis.Cmdable, q ListQuery, top *smallest) error {
-	match := "lockgw:{" + globEscape(q.Prefix) + "*}:lock"
+	return scanKeyspace(ctx, c, locksKeyspace, q, top)
+}
+
+func scanKeyspace(ctx context.Context, c redis.Cmdable, ks keyspace, q ListQuery, top *smallest) error {
+	match := ks.match(q.Prefix)
 	var cursor uint64
 	for {
 		keys, next, err := c.Scan(ctx, cursor, match, listScanCount).Result()
@@ -89,7 +119,7 @@ func scanNode(ctx context.Context, c redis.Cmdable, q ListQuery, top *smallest) 
 			return redisErr(err)
 		}
 		for _, k := range keys {
-			if key, ok := keyOfLock(k); ok && q.listable(key) {
+			if key, ok := ks.key(k); ok && q.listable(key) {
 				top.offer(key)
 			}
 		}
@@ -98,16 +128,6 @@ func scanNode(ctx context.Context, c redis.Cmdable, q ListQuery, top *smallest) 
 		}
 		cursor = next
 	}
-}
-
-// keyOfLock is the lock key a Redis key "lockgw:{<key>}:lock" names.
-func keyOfLock(redisKey string) (string, bool) {
-	rest, ok := strings.CutPrefix(redisKey, "lockgw:{")
-	if !ok {
-		return "", false
-	}
-	key, ok := strings.CutSuffix(rest, "}:lock")
-	return key, ok && key != "" && !strings.ContainsAny(key, "{}")
 }
 
 // globEscape makes s match itself in a SCAN MATCH pattern. Lock keys hold
@@ -181,7 +201,7 @@ func readListed(ctx context.Context, c redis.UniversalClient, keys []string) ([]
 		}
 		pttl, _ := reply[1].(int64)
 		waiters, _ := reply[2].(int64)
-		if pttl <= 0 { // ended between the script's reads: cannot happen in one script, but never list a lock with no time left
+		if pttl <= 0 { // no time left: not a lock to list
 			continue
 		}
 		out[i] = nodeListed{key: keys[i], held: true, value: v, remaining: pttlDuration(pttl), waiters: int(waiters), start: start}
