@@ -250,7 +250,7 @@ func TestDashboardWithAPIKey(t *testing.T) {
 	users, err := json.Marshal(map[string]any{"users": []map[string]any{{"user": "ops", "key_sha256": sha256Hex(key), "prefixes": []string{"*"}}}})
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(file, users, 0o600))
-	g := apitest.Start(t, map[string]string{"LOCKGW_API_KEYS_FILE": file, "LOCKGW_UI": "true"})
+	g := apitest.Start(t, map[string]string{"LOCKGW_API_KEYS_FILE": file, "LOCKGW_UI": "true", "LOCKGW_RATE_LIMIT_WINDOW": "1s"})
 	c := apitest.NewClient(g.URL)
 	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/locks/ops/backup", []byte(`{"owner":"backup"}`),
 		"Content-Type", "application/json", "Authorization", "Bearer "+key).Status)
@@ -263,6 +263,13 @@ func TestDashboardWithAPIKey(t *testing.T) {
 	assert.True(t, eval[bool](t, b, `document.getElementById('message').hidden`))
 	seen := eval[string](t, b, `document.documentElement.outerHTML + document.getElementById('apikey').value + location.href + JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie`)
 	assert.NotContains(t, seen, key)
+
+	// The rate limiter's refusals show (one request a second per user).
+	time.Sleep(time.Second) // past the first PUT's window
+	auth := []string{"Authorization", "Bearer " + key}
+	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/locks/ops/one", nil, auth...).Status)
+	require.Equal(t, http.StatusTooManyRequests, c.Do(t, "PUT", "/locks/ops/two", nil, auth...).Status)
+	within(t, b, 5*time.Second, `document.getElementById('ratelimit').textContent.includes('refused 1')`, "the rate limiter's refusal")
 
 	// The 401s before the key came are the browser's network log; nothing
 	// else may be an error.

@@ -20,6 +20,8 @@
   const MIN_LIST_EVERY = 500;
   const MAX_LIST_EVERY = 5000;
   const READY_EVERY = 1000;
+  const METRICS_EVERY = 2000;
+  const RATE_WINDOW_MS = 60000;
   const MAX_EVENTS = 50;
   const LOW_TTL_MS = 5000;
 
@@ -32,6 +34,7 @@
   let lastRead = 0;
   let nodesSeen = new Map(); // addr → state
   let backendName = '';
+  let rateSamples = []; // {at, counts: {decision: total}} from /metrics
 
   const $ = (id) => document.getElementById(id);
 
@@ -229,6 +232,54 @@
     table.tBodies[0].replaceChildren(...rows);
   }
 
+  // --- the rate limiter's decisions: /metrics ---
+
+  // The decisions of the last minute, from the gateway's counters
+  // (lockgw_ratelimit_decisions_total, by decision). /metrics may live on
+  // another address (LOCKGW_METRICS_ADDR): then the page asks once.
+  async function pollMetrics() {
+    let r;
+    try {
+      r = await fetch('/metrics', { cache: 'no-store', credentials: 'omit' });
+    } catch (_) {
+      setTimeout(pollMetrics, METRICS_EVERY);
+      return;
+    }
+    if (r.status === 404) {
+      $('ratelimit').textContent = 'Its counters are not served here (LOCKGW_METRICS_ADDR).';
+      return;
+    }
+    if (r.ok) applyMetrics(await r.text());
+    setTimeout(pollMetrics, METRICS_EVERY);
+  }
+
+  function applyMetrics(text) {
+    const counts = {};
+    for (const line of text.split('\n')) {
+      const m = /^lockgw_ratelimit_decisions_total\{decision="([a-z_]+)"\} (\S+)$/.exec(line);
+      // A refusal answered from the gateway's cache of full windows
+      // (refused_cached) is a refusal all the same.
+      if (m) {
+        const d = m[1] === 'refused_cached' ? 'refused' : m[1];
+        counts[d] = (counts[d] || 0) + Number(m[2]);
+      }
+    }
+    const now = performance.now();
+    rateSamples.push({ at: now, counts });
+    while (rateSamples.length > 2 && now - rateSamples[1].at >= RATE_WINDOW_MS) rateSamples.shift();
+    const decisions = Object.keys(counts).sort();
+    const out = $('ratelimit');
+    if (decisions.length === 0) {
+      out.textContent = 'No decisions: rate limiting is off, or nothing was limited yet.';
+      return;
+    }
+    const base = rateSamples[0];
+    const span = Math.round((now - base.at) / 1000);
+    const parts = decisions.map((d) => `${d.replace('_', ' ')} ${counts[d] - (base.counts[d] || 0)}`);
+    out.textContent = (span > 0 ? `Last ${span} s: ` : 'Since this page opened: ') + parts.join(' · ') +
+      ` (in all: ${decisions.map((d) => `${d.replace('_', ' ')} ${counts[d]}`).join(' · ')})`;
+  }
+
   // Events here are the changes this page saw between two listings. The
   // watch stream (issue 18: GET /locks/{key} with Accept:
   // text/event-stream) follows one key, not a prefix; when the gateway
@@ -251,6 +302,7 @@
     setInterval(tick, 100);
     pollReady();
     pollLocks();
+    pollMetrics();
   }
 
   start();
