@@ -49,7 +49,7 @@ func List(lister lockstore.Lister, backendTimeout time.Duration, log zerolog.Log
 	}
 	turns := make(chan struct{}, listsAtOnce)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q, err := ListQuery(r.URL.RawQuery)
+		q, err := ParseListQuery(r.URL.RawQuery)
 		if err != nil {
 			WriteError(w, r, log, err)
 			return
@@ -95,12 +95,12 @@ func listUnavailable(err error) error {
 	return e
 }
 
-// ListQuery reads a listing's query string strictly: prefix (the key
+// ParseListQuery reads a listing's query string strictly: prefix (the key
 // rules, and it may end in "/"; empty lists every key), limit (1 to
 // MaxListLimit, DefaultListLimit when absent) and cursor (a next from an
 // earlier page of the same prefix). Any other parameter, or one given
 // twice, is a 400: a misspelt prefix must not list everything.
-func ListQuery(rawQuery string) (lockstore.ListQuery, error) {
+func ParseListQuery(rawQuery string) (lockstore.ListQuery, error) {
 	values, err := url.ParseQuery(rawQuery)
 	if err != nil {
 		return lockstore.ListQuery{}, newError(problem.Malformed, "the query string is malformed; percent-encode the prefix")

@@ -165,12 +165,22 @@ func (n nodeListed) listed() Listed {
 
 // readListed runs list.lua for each key in one pipeline (split by slot on
 // a Cluster), the script loaded first: a pipelined EVALSHA cannot fall
-// back to EVAL by itself.
+// back to EVAL by itself. On a Cluster it is loaded on the masters only
+// (go-redis's ScriptLoad asks every replica too, and one down would fail
+// the listing).
 func readListed(ctx context.Context, c redis.UniversalClient, keys []string) ([]nodeListed, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	if err := listScript.Load(ctx, c).Err(); err != nil {
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return listScript.Load(ctx, m).Err()
+		})
+	} else {
+		err = listScript.Load(ctx, c).Err()
+	}
+	if err != nil {
 		return nil, redisErr(err)
 	}
 	start := time.Now()

@@ -35,7 +35,7 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 		// quietly filtered to its keys.
 		d.listAuth, err = middleware.APIKeys(keys, middleware.APIKeysConfig{
 			LockKey: func(r *http.Request) (string, error) {
-				q, err := handlers.ListQuery(r.URL.RawQuery)
+				q, err := handlers.ParseListQuery(r.URL.RawQuery)
 				return q.Prefix, err
 			},
 			Unauthorized: handlers.Refuse(problem.Unauthorized, `send a valid API key as "Authorization: Bearer <key>"`),
