@@ -88,6 +88,11 @@
 
   async function pollLocks() {
     const gen = generation;
+    if (document.hidden) {
+      // Nobody looks: spare the backend its listing until somebody does.
+      listTimer = setTimeout(pollLocks, MIN_LIST_EVERY);
+      return;
+    }
     const started = performance.now();
     try {
       const q = new URLSearchParams({ limit: String(LIST_LIMIT) });
