@@ -20,65 +20,17 @@ func (r *Redlock) List(ctx context.Context, q ListQuery) (ListPage, error) {
 	if err := checkList(q); err != nil {
 		return ListPage{}, err
 	}
-	nodes, failed, quarantined := r.counting()
-	if len(nodes) < r.quorum {
-		return ListPage{}, r.quorumError(failed, quarantined, 0)
-	}
-	windows := make([]*smallest, len(nodes))
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() {
-			windows[i] = newSmallest(q.Limit + 1)
-			errs[i] = scanNode(ctx, n.client, q, windows[i])
-		})
-	}
-	wg.Wait()
-	var answered []*redlockNode
-	var kept []*smallest
-	for i, err := range errs {
-		if err != nil {
-			failed++
-			continue
-		}
-		answered = append(answered, nodes[i])
-		kept = append(kept, windows[i])
-	}
-	if len(answered) < r.quorum {
-		return ListPage{}, r.quorumError(failed, quarantined, 0)
-	}
-
-	// bound: every key at or below it is known on every answering node.
-	bound, bounded := "", false
-	for _, w := range kept {
-		if w.full() && (!bounded || w.keys[len(w.keys)-1] < bound) {
-			bound, bounded = w.keys[len(w.keys)-1], true
-		}
-	}
-	count := map[string]int{}
-	for _, w := range kept {
-		for _, k := range w.keys {
-			if !bounded || k <= bound {
-				count[k]++
-			}
-		}
-	}
-	var candidates []string
-	for _, k := range sortedKeys(count) {
-		if count[k] >= r.quorum {
-			candidates = append(candidates, k)
-		}
-	}
-	keys, next := page(candidates, q.Limit)
-	if next == "" && bounded {
-		next = bound
+	keys, next, answered, failed, quarantined, err := r.majorityKeys(ctx, locksKeyspace, q)
+	if err != nil {
+		return ListPage{}, err
 	}
 
 	// Read before the reads start, so start+ttl is never later than a
 	// node lets the lease go.
 	start := time.Now()
 	reads := make([][]nodeListed, len(answered))
-	errs = make([]error, len(answered))
+	errs := make([]error, len(answered))
+	var wg sync.WaitGroup
 	for i, n := range answered {
 		wg.Go(func() { reads[i], errs[i] = readListed(ctx, n.client, keys) })
 	}
@@ -121,6 +73,66 @@ func (r *Redlock) List(ctx context.Context, q ListQuery) (ListPage, error) {
 		}
 	}
 	return ListPage{Items: items, Next: next}, nil
+}
+
+// majorityKeys finds a page's candidate keys of keyspace ks: the keys a
+// quorum of the counting nodes has, up to q.Limit of them, with the page's
+// Next, and the nodes that answered (failed and quarantined count those
+// that did not, for a quorum error later).
+func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (keys []string, next string, answered []*redlockNode, failed, quarantined int, err error) {
+	nodes, failed, quarantined := r.counting()
+	if len(nodes) < r.quorum {
+		return nil, "", nil, failed, quarantined, r.quorumError(failed, quarantined, 0)
+	}
+	windows := make([]*smallest, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			windows[i] = newSmallest(q.Limit + 1)
+			errs[i] = scanKeyspace(ctx, n.client, ks, q, windows[i])
+		})
+	}
+	wg.Wait()
+	var kept []*smallest
+	for i, err := range errs {
+		if err != nil {
+			failed++
+			continue
+		}
+		answered = append(answered, nodes[i])
+		kept = append(kept, windows[i])
+	}
+	if len(answered) < r.quorum {
+		return nil, "", nil, failed, quarantined, r.quorumError(failed, quarantined, 0)
+	}
+
+	// bound: every key at or below it is known on every answering node.
+	bound, bounded := "", false
+	for _, w := range kept {
+		if w.full() && (!bounded || w.keys[len(w.keys)-1] < bound) {
+			bound, bounded = w.keys[len(w.keys)-1], true
+		}
+	}
+	count := map[string]int{}
+	for _, w := range kept {
+		for _, k := range w.keys {
+			if !bounded || k <= bound {
+				count[k]++
+			}
+		}
+	}
+	var candidates []string
+	for _, k := range sortedKeys(count) {
+		if count[k] >= r.quorum {
+			candidates = append(candidates, k)
+		}
+	}
+	keys, next = page(candidates, q.Limit)
+	if next == "" && bounded {
+		next = bound
+	}
+	return keys, next, answered, failed, quarantined, nil
 }
 
 // counting returns the nodes whose answers count now, and how many do
