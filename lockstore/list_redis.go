@@ -57,7 +57,10 @@ func (s *Redis) scan(ctx context.Context, q ListQuery) ([]string, error) {
 	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok {
 		top := newSmallest(q.Limit + 1)
-		return top.keys, scanNode(ctx, s.client, q, top)
+		// Two statements: Go leaves the order of top.keys and a call in
+		// one return list unspecified.
+		err := scanNode(ctx, s.client, q, top)
+		return top.keys, err
 	}
 	var mu sync.Mutex
 	all := newSmallest(q.Limit + 1)
