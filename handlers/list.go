@@ -32,9 +32,47 @@ const (
 	listTimeouts = 10
 )
 
-// List serves GET /locks?prefix=&limit=&cursor=: held locks whose keys
+// Listings serves the listings: GET /locks (and, on stores with
+// semaphores, GET /semaphores). They share one bound on the listings a
+// gateway runs at once. Build it with NewListings.
+type Listings struct {
+	locks   lockstore.Lister
+	timeout time.Duration
+	log     zerolog.Logger
+	turns   chan struct{}
+}
+
+// NewListings returns the listings over locks, each within listTimeouts
+// backend timeouts.
+func NewListings(locks lockstore.Lister, backendTimeout time.Duration, log zerolog.Logger) *Listings {
+	return &Listings{locks: locks, timeout: listTimeouts * backendTimeout, log: log, turns: make(chan struct{}, listsAtOnce)}
+}
+
+// run parses the query, waits for a turn and calls list within the
+// listing's deadline; list writes the page, run any error.
+func (l *Listings) run(w http.ResponseWriter, r *http.Request, list func(ctx context.Context, q lockstore.ListQuery) error) {
+	q, err := ParseListQuery(r.URL.RawQuery)
+	if err != nil {
+		WriteError(w, r, l.log, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), l.timeout)
+	defer cancel()
+	select {
+	case l.turns <- struct{}{}:
+		defer func() { <-l.turns }()
+	case <-ctx.Done():
+		WriteError(w, r, l.log, listUnavailable(ctx.Err()))
+		return
+	}
+	if err := list(ctx, q); err != nil {
+		WriteError(w, r, l.log, listUnavailable(err))
+	}
+}
+
+// Locks serves GET /locks?prefix=&limit=&cursor=: held locks whose keys
 // start with prefix, in key order, a page at a time; never a token.
-func List(lister lockstore.Lister, backendTimeout time.Duration, log zerolog.Logger) http.Handler {
+func (l *Listings) Locks() http.Handler {
 	type item struct {
 		Key       string `json:"key"`
 		Owner     string `json:"owner,omitempty"`
@@ -47,39 +85,31 @@ func List(lister lockstore.Lister, backendTimeout time.Duration, log zerolog.Log
 		Items []item `json:"items"`
 		Next  string `json:"next,omitempty"`
 	}
-	turns := make(chan struct{}, listsAtOnce)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q, err := ParseListQuery(r.URL.RawQuery)
-		if err != nil {
-			WriteError(w, r, log, err)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), listTimeouts*backendTimeout)
-		defer cancel()
-		select {
-		case turns <- struct{}{}:
-			defer func() { <-turns }()
-		case <-ctx.Done():
-			WriteError(w, r, log, listUnavailable(ctx.Err()))
-			return
-		}
-		p, err := lister.List(ctx, q)
-		if err != nil {
-			WriteError(w, r, log, listUnavailable(err))
-			return
-		}
-		body := response{Items: make([]item, len(p.Items))}
-		for i, l := range p.Items {
-			body.Items[i] = item{
-				Key: l.Key, Owner: l.Owner, Fence: l.Fence, TTLms: l.Left.Milliseconds(),
-				ExpiresAt: timestamp(l.ExpiresAt), Waiters: l.Waiters,
+		l.run(w, r, func(ctx context.Context, q lockstore.ListQuery) error {
+			p, err := l.locks.List(ctx, q)
+			if err != nil {
+				return err
 			}
-		}
-		if p.Next != "" {
-			body.Next = encodeCursor(p.Next)
-		}
-		encode(w, http.StatusOK, "application/json", body)
+			body := response{Items: make([]item, len(p.Items)), Next: nextCursor(p.Next)}
+			for i, it := range p.Items {
+				body.Items[i] = item{
+					Key: it.Key, Owner: it.Owner, Fence: it.Fence, TTLms: it.Left.Milliseconds(),
+					ExpiresAt: timestamp(it.ExpiresAt), Waiters: it.Waiters,
+				}
+			}
+			encode(w, http.StatusOK, "application/json", body)
+			return nil
+		})
 	})
+}
+
+// nextCursor is a page's next as the client sees it: "" on the last page.
+func nextCursor(after string) string {
+	if after == "" {
+		return ""
+	}
+	return encodeCursor(after)
 }
 
 // listUnavailable words a listing's failure for a listing: the domain

@@ -63,7 +63,7 @@ func addRoutes(r chi.Router, d deps) {
 		if d.listAuth != nil {
 			list = list.With(d.listAuth)
 		}
-		list.Get("/locks", handlers.List(d.lister, d.limits.BackendTimeout, d.log).ServeHTTP)
+		list.Get("/locks", handlers.NewListings(d.lister, d.limits.BackendTimeout, d.log).Locks().ServeHTTP)
 	}
 
 	if d.ui {
