@@ -51,22 +51,28 @@ func (s *Redis) List(ctx context.Context, q ListQuery) (ListPage, error) {
 	return ListPage{Items: out, Next: next}, nil
 }
 
-// scan returns the Limit+1 smallest listable keys, sorted: on a Cluster
-// the smallest of each master's, merged (a key lives on one master).
+// scan returns the Limit+1 smallest listable lock keys, sorted.
 func (s *Redis) scan(ctx context.Context, q ListQuery) ([]string, error) {
+	return s.scanKeys(ctx, locksKeyspace, q)
+}
+
+// scanKeys returns the Limit+1 smallest listable keys of ks, sorted: on a
+// Cluster the smallest of each master's, merged (a key lives on one
+// master).
+func (s *Redis) scanKeys(ctx context.Context, ks keyspace, q ListQuery) ([]string, error) {
 	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok {
 		top := newSmallest(q.Limit + 1)
 		// Two statements: Go leaves the order of top.keys and a call in
 		// one return list unspecified.
-		err := scanNode(ctx, s.client, q, top)
+		err := scanKeyspace(ctx, s.client, ks, q, top)
 		return top.keys, err
 	}
 	var mu sync.Mutex
 	all := newSmallest(q.Limit + 1)
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		top := newSmallest(q.Limit + 1)
-		if err := scanNode(ctx, c, q, top); err != nil {
+		if err := scanKeyspace(ctx, c, ks, q, top); err != nil {
 			return err
 		}
 		mu.Lock()
@@ -108,11 +114,7 @@ func (ks keyspace) key(redisKey string) (string, bool) {
 	return key, true
 }
 
-// scanNode offers top every listable lock key of one Redis node.
-func scanNode(ctx context.Context, c redis.Cmdable, q ListQuery, top *smallest) error {
-	return scanKeyspace(ctx, c, locksKeyspace, q, top)
-}
-
+// scanKeyspace offers top every listable key of ks on one Redis node.
 func scanKeyspace(ctx context.Context, c redis.Cmdable, ks keyspace, q ListQuery, top *smallest) error {
 	match := ks.match(q.Prefix)
 	var cursor uint64
