@@ -156,3 +156,30 @@ func BenchmarkList(b *testing.B) {
 		}
 	})
 }
+
+// Rate-limit windows kept among a store's leases (Memory; Redlock through
+// LockWindows) are not locks anybody took: a listing of every key leaves
+// them out.
+func TestListLeavesOutRateLimitWindows(t *testing.T) {
+	for name, s := range map[string]lockstore.Store{
+		"memory":  lockstore.NewMemory(),
+		"redlock": openRedlock(t, urlsOf(startNodes(t, 3)), lockstore.RedlockOptions{NodeTimeout: roomy}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t)
+			windows, ok := s.(lockstore.Windows)
+			if !ok {
+				windows = lockstore.LockWindows(s)
+			}
+			left, err := windows.TakeWindow(ctx, "user-1", lockstore.NewToken(), time.Minute)
+			require.NoError(t, err)
+			require.Zero(t, left)
+			_, err = s.Acquire(ctx, "a/lock", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+			require.NoError(t, err)
+			p, err := s.(lockstore.Lister).List(ctx, lockstore.ListQuery{Limit: 10})
+			require.NoError(t, err)
+			require.Len(t, p.Items, 1)
+			assert.Equal(t, "a/lock", p.Items[0].Key)
+		})
+	}
+}
