@@ -53,6 +53,8 @@ test: deps
 #  - nginx (with auth_request, as Debian's has): examples/nginx runs a real
 #    one. Debian puts it in /usr/sbin, which a user's PATH may lack.
 #    NGINX=/path/to/nginx skips the install.
+#  - chromium (Debian's, headless): ui/ drives the dashboard in a real
+#    browser. LOCKGW_CHROMIUM=/path/to/chromium (or Chrome) skips the install.
 # --no-install-recommends keeps docker-compose from pulling in the whole
 # Docker engine; only the compose file parser is needed here.
 deps:
@@ -61,12 +63,13 @@ deps:
 	if ! command -v "$$($(GO) env CC)" >/dev/null; then missing+=(gcc libc6-dev); fi; \
 	if [[ "$(COMPOSE)" == docker-compose ]] && ! command -v docker-compose >/dev/null; then missing+=(docker-compose); fi; \
 	if [[ -z "$${NGINX:-}" ]] && ! command -v nginx >/dev/null && ! test -x /usr/sbin/nginx; then missing+=(nginx); fi; \
+	if [[ -z "$${LOCKGW_CHROMIUM:-}" ]] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && ! command -v google-chrome >/dev/null; then missing+=(chromium); fi; \
 	if (( $${#missing[@]} == 0 )); then exit 0; fi; \
 	if [[ "$$(id -u)" != 0 ]]; then \
 		echo "make test needs: $${missing[*]}" >&2; \
 		echo "Install them (Debian/Ubuntu): sudo apt-get install -y $${missing[*]}" >&2; \
 		echo "or run make test as root, which installs them itself." >&2; \
-		echo "(Or point REDIS_SERVER at a redis-server binary, NGINX at an nginx binary, or set COMPOSE to another compose command.)" >&2; \
+		echo "(Or point REDIS_SERVER at a redis-server binary, NGINX at an nginx binary, LOCKGW_CHROMIUM at a Chromium, or set COMPOSE to another compose command.)" >&2; \
 		exit 1; \
 	fi; \
 	echo "installing $${missing[*]}"; \

@@ -215,6 +215,29 @@ type APILease struct {
 	TtlMs int64 `json:"ttl_ms"`
 }
 
+// ListedLock A held lock in a listing, as `GET /locks/{key}` shows it, with its waiters.
+type ListedLock struct {
+	ExpiresAt time.Time `json:"expires_at"`
+	Fence     int64     `json:"fence"`
+
+	// Key Segments of `A–Z a–z 0–9 . _ - : @` joined by `/`; no segment is empty, `.` or `..`.
+	//
+	// Example: jobs/nightly
+	Key LockKey `json:"key"`
+
+	// Owner Free-form label of the holder, shown by `GET`; at most 128 printable characters.
+	//
+	// Example: worker-7
+	Owner *Owner `json:"owner,omitempty"`
+
+	// TtlMs Time left, in milliseconds.
+	TtlMs int64 `json:"ttl_ms"`
+
+	// Waiters Callers waiting for the key in its queue (`memory`, `redis`); `redlock`
+	// waits without a queue, so `0`.
+	Waiters int `json:"waiters"`
+}
+
 // APILockInfo What `GET` shows of a held lock. Never the token.
 //
 // Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"jobs/nightly","owner":"worker-7","ttl_ms":21377}
@@ -245,6 +268,18 @@ type APILockInfo struct {
 //
 // Example: jobs/nightly
 type LockKey = string
+
+// LockPage One page of a listing. Never a token.
+//
+// Example: {"items":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"jobs/nightly","owner":"worker-7","ttl_ms":21377,"waiters":2}],"next":"am9icy9uaWdodGx5"}
+type LockPage struct {
+	Items []ListedLock `json:"items"`
+
+	// Next Opaque; pass it as `cursor` for the next page. Absent on the last page.
+	//
+	// Example: am9icy9uaWdodGx5
+	Next *string `json:"next,omitempty"`
+}
 
 // Owner Free-form label of the holder, shown by `GET`; at most 128 printable characters.
 //
@@ -526,6 +561,11 @@ type Inspected = APILockInfo
 // more members may be added.
 type InternalError = Problem
 
+// Listed One page of a listing. Never a token.
+//
+// Example: {"items":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"jobs/nightly","owner":"worker-7","ttl_ms":21377,"waiters":2}],"next":"am9icy9uaWdodGx5"}
+type Listed = LockPage
+
 // LockHeld An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
 type LockHeld = Problem
@@ -605,6 +645,24 @@ type ValidationFailed = Problem
 
 // GetHealthParams defines parameters for GetHealth.
 type GetHealthParams struct {
+	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
+	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
+	// server makes its own.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
+// ListLocksParams defines parameters for ListLocks.
+type ListLocksParams struct {
+	// Prefix Only keys starting with this; the key rules apply, and it may end in `/`
+	// (`jobs/` lists `jobs/a` and `jobs/a/b`, not `jobsx`). Empty or absent: every key.
+	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
+
+	// Limit The most items in the page.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next` of the previous page, unchanged, with the same `prefix`.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
 	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
 	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
 	// server makes its own.
@@ -886,6 +944,30 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, params *GetHealthParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListLocks List held locks by prefix
+	//
+	// The locks held now whose keys start with `prefix`, in key order (bytewise), at
+	// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters`.
+	// Never a token. Pass `next` back as `cursor` for the following page; `next` is
+	// absent on the last page. A page may hold fewer than `limit` items and still
+	// have a `next` (locks that ended while it was read; with `redlock`, keys held
+	// by a minority of the nodes): only a missing `next` ends a listing.
+	//
+	// `redlock` lists what a majority of the nodes holds for one token, as
+	// `GET /locks/{key}` would report it. A page is a snapshot of each lock as it was
+	// read, not of the whole store at one instant.
+	//
+	// Cost: each page reads every key the backend holds (Redis `SCAN` in calls of
+	// 1 000 keys on every master; never `KEYS`), so its time grows with the keys
+	// held; a gateway runs two listings at a time and makes the others wait their
+	// turn. See docs/api.md, "Listing locks".
+	//
+	// With API keys, a user may list only a `prefix` that starts with one of its
+	// prefixes (`403` otherwise, the empty prefix included).
+	//
+	// Corresponds with GET /locks (the `ListLocks` operationId).
+	ListLocks(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReleaseLock Release a lock you hold
 	//
@@ -1206,6 +1288,40 @@ type ClientInterface interface {
 // Corresponds with GET /healthz (the `GetHealth` operationId).
 func (c *APIClient) GetHealth(ctx context.Context, params *GetHealthParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetHealthRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListLocks List held locks by prefix
+//
+// The locks held now whose keys start with `prefix`, in key order (bytewise), at
+// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters`.
+// Never a token. Pass `next` back as `cursor` for the following page; `next` is
+// absent on the last page. A page may hold fewer than `limit` items and still
+// have a `next` (locks that ended while it was read; with `redlock`, keys held
+// by a minority of the nodes): only a missing `next` ends a listing.
+//
+// `redlock` lists what a majority of the nodes holds for one token, as
+// `GET /locks/{key}` would report it. A page is a snapshot of each lock as it was
+// read, not of the whole store at one instant.
+//
+// Cost: each page reads every key the backend holds (Redis `SCAN` in calls of
+// 1 000 keys on every master; never `KEYS`), so its time grows with the keys
+// held; a gateway runs two listings at a time and makes the others wait their
+// turn. See docs/api.md, "Listing locks".
+//
+// With API keys, a user may list only a `prefix` that starts with one of its
+// prefixes (`403` otherwise, the empty prefix included).
+//
+// Corresponds with GET /locks (the `ListLocks` operationId).
+func (c *APIClient) ListLocks(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListLocksRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1704,6 +1820,99 @@ func NewGetHealthRequest(server string, params *GetHealthParams) (*http.Request,
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestId != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewListLocksRequest constructs an http.Request for the ListLocks method
+func NewListLocksRequest(server string, params *ListLocksParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/locks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Prefix != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -2626,6 +2835,32 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealthWithResponse(ctx context.Context, params *GetHealthParams, reqEditors ...RequestEditorFn) (*GetHealthResponse, error)
 
+	// ListLocksWithResponse List held locks by prefix
+	//
+	// The locks held now whose keys start with `prefix`, in key order (bytewise), at
+	// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters`.
+	// Never a token. Pass `next` back as `cursor` for the following page; `next` is
+	// absent on the last page. A page may hold fewer than `limit` items and still
+	// have a `next` (locks that ended while it was read; with `redlock`, keys held
+	// by a minority of the nodes): only a missing `next` ends a listing.
+	//
+	// `redlock` lists what a majority of the nodes holds for one token, as
+	// `GET /locks/{key}` would report it. A page is a snapshot of each lock as it was
+	// read, not of the whole store at one instant.
+	//
+	// Cost: each page reads every key the backend holds (Redis `SCAN` in calls of
+	// 1 000 keys on every master; never `KEYS`), so its time grows with the keys
+	// held; a gateway runs two listings at a time and makes the others wait their
+	// turn. See docs/api.md, "Listing locks".
+	//
+	// With API keys, a user may list only a `prefix` that starts with one of its
+	// prefixes (`403` otherwise, the empty prefix included).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /locks (the `ListLocks` operationId).
+	ListLocksWithResponse(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*ListLocksResponse, error)
+
 	// ReleaseLockWithResponse Release a lock you hold
 	//
 	// Frees the key at once. Same token rules as `PATCH`. With a token that does not
@@ -3012,6 +3247,163 @@ func (r GetHealthResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetHealthResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListLocksResponse200Headers the declared response headers of an HTTP 200 response for ListLocks
+type ListLocksResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ListLocksResponse400Headers the declared response headers of an HTTP 400 response for ListLocks
+type ListLocksResponse400Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ListLocksResponse401Headers the declared response headers of an HTTP 401 response for ListLocks
+type ListLocksResponse401Headers struct {
+	CacheControl    string
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// ListLocksResponse403Headers the declared response headers of an HTTP 403 response for ListLocks
+type ListLocksResponse403Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ListLocksResponse422Headers the declared response headers of an HTTP 422 response for ListLocks
+type ListLocksResponse422Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ListLocksResponse500Headers the declared response headers of an HTTP 500 response for ListLocks
+type ListLocksResponse500Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ListLocksResponse503Headers the declared response headers of an HTTP 503 response for ListLocks
+type ListLocksResponse503Headers struct {
+	CacheControl string
+	RetryAfter   int
+	XRequestId   string
+}
+
+// ListLocksResponseDefaultHeaders the declared response headers of an HTTP default response for ListLocks
+type ListLocksResponseDefaultHeaders struct {
+	Allow      *string
+	RetryAfter *int
+	XRequestId string
+}
+
+type ListLocksResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Listed
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *MalformedRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ValidationFailed
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListLocksResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListLocksResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListLocksResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListLocksResponse403Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ListLocksResponse422Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListLocksResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListLocksResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListLocksResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListLocksResponse) GetJSON200() *Listed {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON400() *MalformedRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON422() *ValidationFailed {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListLocksResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListLocksResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListLocksResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListLocksResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5164,6 +5556,38 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, params 
 	return ParseGetHealthResponse(rsp)
 }
 
+// ListLocksWithResponse List held locks by prefix
+//
+// The locks held now whose keys start with `prefix`, in key order (bytewise), at
+// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters`.
+// Never a token. Pass `next` back as `cursor` for the following page; `next` is
+// absent on the last page. A page may hold fewer than `limit` items and still
+// have a `next` (locks that ended while it was read; with `redlock`, keys held
+// by a minority of the nodes): only a missing `next` ends a listing.
+//
+// `redlock` lists what a majority of the nodes holds for one token, as
+// `GET /locks/{key}` would report it. A page is a snapshot of each lock as it was
+// read, not of the whole store at one instant.
+//
+// Cost: each page reads every key the backend holds (Redis `SCAN` in calls of
+// 1 000 keys on every master; never `KEYS`), so its time grows with the keys
+// held; a gateway runs two listings at a time and makes the others wait their
+// turn. See docs/api.md, "Listing locks".
+//
+// With API keys, a user may list only a `prefix` that starts with one of its
+// prefixes (`403` otherwise, the empty prefix included).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /locks (the `ListLocks` operationId).
+func (c *ClientWithResponses) ListLocksWithResponse(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*ListLocksResponse, error) {
+	rsp, err := c.ListLocks(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListLocksResponse(rsp)
+}
+
 // ReleaseLockWithResponse Release a lock you hold
 //
 // Frees the key at once. Same token rules as `PATCH`. With a token that does not
@@ -5630,6 +6054,241 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 		response.Headers200 = &headers
 	case true:
 		var headers GetHealthResponseDefaultHeaders
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListLocksResponse parses an HTTP response from a ListLocksWithResponse call
+func ParseListLocksResponse(rsp *http.Response) (*ListLocksResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListLocksResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Listed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest MalformedRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ValidationFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListLocksResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListLocksResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListLocksResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListLocksResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 422:
+		var headers ListLocksResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListLocksResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListLocksResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ListLocksResponseDefaultHeaders
 		if values := rsp.Header.Values("Allow"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

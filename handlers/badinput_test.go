@@ -95,7 +95,7 @@ func TestBadInput(t *testing.T) {
 		{"wrong token on release", "DELETE", held, "", []string{"Lock-Token", token}, 412, "token-mismatch"},
 		// Routing.
 		{"unknown path", "GET", "/lock/k", "", nil, 404, "not-found"},
-		{"locks without key", "GET", "/locks", "", nil, 404, "not-found"},
+		{"PUT on the listing", "PUT", "/locks", "", nil, 405, "method-not-allowed"}, // GET /locks lists
 		{"POST a lock", "POST", "/locks/k", "", nil, 405, "method-not-allowed"},
 		{"DELETE healthz", "DELETE", "/healthz", "", nil, 405, "method-not-allowed"},
 	}

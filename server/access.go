@@ -29,6 +29,21 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 		if err != nil {
 			return fmt.Errorf("--api-keys-file: %s: %w", cfg.APIKeysFile, err)
 		}
+		// A listing names no lock but a prefix: a user may list a prefix
+		// inside its own (every key listed starts with it), and gets a 403
+		// for any other, the empty prefix included, rather than a page
+		// quietly filtered to its keys.
+		d.listAuth, err = middleware.APIKeys(keys, middleware.APIKeysConfig{
+			LockKey: func(r *http.Request) (string, error) {
+				q, err := handlers.ParseListQuery(r.URL.RawQuery)
+				return q.Prefix, err
+			},
+			Unauthorized: handlers.Refuse(problem.Unauthorized, `send a valid API key as "Authorization: Bearer <key>"`),
+			Forbidden:    handlers.Refuse(problem.Forbidden, "your API key may list only inside its prefixes: pass prefix= one of them, or a longer prefix that starts with one"),
+		})
+		if err != nil {
+			return err
+		}
 		if cfg.PProf {
 			// No LockKey: the profiler shows the whole process, every
 			// user's work, so only a user allowed every key may use it.

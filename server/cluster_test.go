@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -57,6 +58,7 @@ func TestCluster(t *testing.T) {
 	t.Run("WaitHandoffAcrossGateways", func(t *testing.T) {
 		testClusterHandoff(t, g1, g2)
 	})
+	t.Run("ListAcrossGateways", func(t *testing.T) { testClusterList(t, g1, g2) })
 	t.Run("RateLimitBurstAcrossGateways", func(t *testing.T) {
 		r := env("LOCKGW_RATE_LIMIT_WINDOW", "2s")
 		testClusterRateLimit(t, apitest.Start(t, r), apitest.Start(t, r))
@@ -102,6 +104,36 @@ func testClusterShardDown(t *testing.T, c *redistest.Cluster, g *apitest.Gateway
 	assert.Positive(t, statuses[http.StatusCreated], "the live shards serve their locks")
 	assert.Positive(t, statuses[http.StatusServiceUnavailable], "the dead shard's locks are 503")
 	assert.Equal(t, 30, statuses[http.StatusCreated]+statuses[http.StatusServiceUnavailable])
+
+	// A listing without the dead shard's locks would call them free.
+	r = cl.Do(t, "GET", "/locks?limit=10", nil)
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "a listing with a master down: %s", r.Body)
+}
+
+// Locks taken through one gateway, on every master, are listed in key
+// order through the other.
+func testClusterList(t *testing.T, g1, g2 *apitest.Gateway) {
+	base := apitest.Key(t)
+	var want []string
+	for i := range 30 {
+		key := fmt.Sprintf("%s/%02d", base, i)
+		require.Equal(t, http.StatusCreated, apitest.NewClient(g1.URL).Do(t, "PUT", "/locks/"+key, nil).Status)
+		want = append(want, key)
+	}
+	var got []string
+	cursor := ""
+	for range 10 {
+		r, p := listPage(t, apitest.NewClient(g2.URL), "limit=7&prefix="+url.QueryEscape(base+"/")+cursor)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		for _, it := range p.Items {
+			got = append(got, it.Key)
+		}
+		if p.Next == nil {
+			break
+		}
+		cursor = "&cursor=" + url.QueryEscape(*p.Next)
+	}
+	assert.Equal(t, want, got)
 }
 
 // A client waiting on one gateway gets the lock when its holder releases

@@ -39,6 +39,7 @@ type Config struct {
 	TrustedProxies   []netip.Prefix
 	APIKeysFile      string
 	PProf            bool
+	UI               bool // serve the dashboard at /ui/
 	LogLevel         zerolog.Level
 	LogFormat        string
 	DefaultTTL       time.Duration
@@ -177,6 +178,16 @@ var settings = []setting{
 	}},
 	{"api-keys-file", "", "JSON file of users and key digests; set, every /locks request needs a key", text(func(c *Config) *string { return &c.APIKeysFile })},
 	{"pprof", "false", "serve Go's profiler at /debug/pprof/, without cmdline; needs API keys or a loopback --addr", boolean(func(c *Config) *bool { return &c.PProf })},
+	{"ui", "auto", "serve the live dashboard at /ui/: true, false, or auto (on when --addr is a loopback address)", func(c *Config, v string) error {
+		if v == "auto" {
+			// The page shows what the listing shows, every held key and
+			// its owner, to whoever can reach it; on a loopback address
+			// that is this machine only. Elsewhere, turn it on knowingly.
+			c.UI = loopback(c.Addr)
+			return nil
+		}
+		return boolean(func(c *Config) *bool { return &c.UI })(c, v)
+	}},
 	{"log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {
 		level, err := zerolog.ParseLevel(v)
 		if err != nil || v == "" {

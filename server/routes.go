@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/middleware"
+	"github.com/lockgateway/lockgateway/ui"
 )
 
 // addRoutes is the whole HTTP surface, in one place; openapi.yaml describes
@@ -68,6 +69,21 @@ func addRoutes(r chi.Router, d deps) {
 		lock.Patch("/semaphores/*", sems.Extend().ServeHTTP)
 		lock.Delete("/semaphores/*", sems.Release().ServeHTTP)
 		lock.Get("/semaphores/*", sems.Inspect().ServeHTTP)
+	}
+
+	if d.lister != nil {
+		list := r.With(middleware.NoStore)
+		if d.listAuth != nil {
+			list = list.With(d.listAuth)
+		}
+		list.Get("/locks", handlers.NewListings(d.lister, d.limits.BackendTimeout, d.log).Locks().ServeHTTP)
+	}
+
+	if d.ui {
+		// The page is public; the data it shows comes from GET /locks,
+		// which asks for an API key when the gateway has them.
+		r.Get("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently).ServeHTTP)
+		r.Get("/ui/*", ui.Handler(handlers.NotFound()).ServeHTTP)
 	}
 
 	if d.check != nil { // rate limiting is on

@@ -40,6 +40,10 @@ type deps struct {
 	stopping <-chan struct{}
 	clientIP func(http.Handler) http.Handler
 	auth     func(http.Handler) http.Handler // nil without API keys
+	// listAuth is auth for listings, whose prefix must lie inside the
+	// user's prefixes; nil without API keys.
+	listAuth func(http.Handler) http.Handler
+	lister   lockstore.Lister
 	// pprofAuth guards the profiler: nil without API keys, when the
 	// configuration allows pprof on a loopback address only.
 	pprofAuth func(http.Handler) http.Handler
@@ -55,6 +59,7 @@ type deps struct {
 	watch *handlers.LockHub
 	// semWatch is the same for semaphores (nil without them).
 	semWatch *handlers.SemHub
+	ui       bool
 }
 
 // newHandler returns the gateway's HTTP handler: the middleware every
@@ -119,6 +124,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		metricsApart: cfg.MetricsAddr != "",
 		pprof:        cfg.PProf,
 		watch:        lockstore.NewLockHub(store, cfg.BackendTimeout),
+		ui:           cfg.UI,
 	}
 	if r, ok := store.(*lockstore.Redis); ok {
 		d.topology = r.Topology
@@ -126,6 +132,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if waiting.sems != nil {
 		d.sems = waiting
 		d.semWatch = lockstore.NewSemHub(waiting.sems, cfg.BackendTimeout)
+	}
+	if l, ok := store.(lockstore.Lister); ok { // every backend lists
+		d.lister = l
 	}
 	if len(cfg.TrustedProxies) > 0 {
 		d.clientIP = chimw.ClientIPFromXFF(prefixStrings(cfg.TrustedProxies)...)

@@ -41,6 +41,11 @@ func Spec(t testing.TB) (*openapi3.T, routers.Router) {
 	specOnce.Do(func() {
 		// A stream's body is text; Stream checks its events itself.
 		openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
+		// The dashboard's files are text the validator only needs to
+		// read as a string.
+		for _, ct := range []string{"text/html", "text/css", "text/javascript"} {
+			openapi3filter.RegisterBodyDecoder(ct, openapi3filter.FileBodyDecoder)
+		}
 		doc, err := openapi3.NewLoader().LoadFromData(lockgateway.OpenAPI)
 		if err != nil {
 			specErr = fmt.Errorf("load openapi.yaml: %w", err)

@@ -1,0 +1,289 @@
+package ui_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/apitest"
+	"github.com/lockgateway/lockgateway/internal/redistest"
+)
+
+// These tests drive the dashboard in a real browser: Debian's headless
+// Chromium, through the DevTools protocol (chromedp). A machine without
+// one fails them, saying how to get it: the Makefile's deps target
+// installs it where missing, as it installs redis-server.
+
+// findChromium returns a Chromium or Chrome binary: LOCKGW_CHROMIUM when
+// set, else the first found on PATH or where Debian puts it.
+func findChromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("LOCKGW_CHROMIUM"); p != "" {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Fatalf("LOCKGW_CHROMIUM=%s: %v; install chromium: apt-get install chromium, or point LOCKGW_CHROMIUM at a Chromium or Chrome binary", p, err)
+		}
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	for _, p := range []string{"/usr/bin/chromium", "/usr/lib/chromium/chromium"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no headless browser for the dashboard tests: install chromium: apt-get install chromium " +
+		"(make deps does it as root), or set LOCKGW_CHROMIUM to a Chromium or Chrome binary")
+	return ""
+}
+
+// browser is one headless Chromium tab and what its console said.
+type browser struct {
+	ctx context.Context
+
+	mu       sync.Mutex
+	messages []chromedp.ConsoleMessage // errors and uncaught exceptions
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(findChromium(t)),
+		chromedp.Headless,
+		chromedp.NoSandbox, // root in a container has no user namespace to sandbox in
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 860),
+	}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	// Open the tab first, so the console is heard from the page's start.
+	require.NoError(t, chromedp.Do(ctx), "start Chromium")
+	b := &browser{ctx: ctx}
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				b.mu.Lock()
+				b.messages = append(b.messages, m)
+				b.mu.Unlock()
+			}
+		}
+	}()
+	return b
+}
+
+func (b *browser) errors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, m := range b.messages {
+		out = append(out, m.String()+" ("+m.URL+")")
+	}
+	return out
+}
+
+func (b *browser) do(t *testing.T, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, actions...))
+}
+
+// eval runs a JavaScript expression in the page and returns its value.
+func eval[T any](t *testing.T, b *browser, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	require.NoError(t, err, expr)
+	return v
+}
+
+// within polls expr in the page until it is true, and returns how long
+// that took; it fails the test after limit.
+func within(t *testing.T, b *browser, limit time.Duration, expr, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		if eval[bool](t, b, expr) {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			t.Fatalf("the dashboard did not show %s within %v", what, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func row(key string) string { return fmt.Sprintf(`document.querySelector('tr[data-key=%q]')`, key) }
+
+// TestDashboard drives /ui/ over a Redlock gateway of three nodes: the
+// page loads with no console error, shows a lock taken through the API
+// within a second, with its owner, fence and a TTL counting down and never
+// its token, removes it within a second of its release, and marks a node
+// down once it is killed.
+func TestDashboard(t *testing.T) {
+	srvs := []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
+	var urls []string
+	for _, s := range srvs {
+		urls = append(urls, s.URL())
+	}
+	g := apitest.Start(t, map[string]string{
+		"LOCKGW_BACKEND":              "redlock",
+		"LOCKGW_REDLOCK_URLS":         strings.Join(urls, ","),
+		"LOCKGW_REDLOCK_NODE_TIMEOUT": "500ms", // a loaded test machine is not a slow node
+		"LOCKGW_UI":                   "true",
+	})
+	c := apitest.NewClient(g.URL)
+	b := newBrowser(t)
+
+	b.do(t, chromedp.Navigate(g.URL+"/ui/"))
+	within(t, b, 5*time.Second, `document.querySelectorAll('#nodes tr[data-state="up"]').length === 3`, "three nodes up")
+	assert.Equal(t, "ready", eval[string](t, b, `document.getElementById('ready').textContent`))
+	assert.Equal(t, "(0)", eval[string](t, b, `document.getElementById('count').textContent`))
+
+	// A lock taken through the API shows within a second.
+	key := "dash/nightly-report"
+	r := c.Do(t, "PUT", "/locks/"+key, []byte(`{"ttl_ms":60000,"owner":"worker-7"}`), "Content-Type", "application/json")
+	require.Equal(t, http.StatusCreated, r.Status)
+	lease := r.JSON(t)
+	took := within(t, b, time.Second, row(key)+` !== null`, "the lock just taken")
+	t.Logf("the lock showed %v after its grant", took)
+	cells := eval[[]string](t, b, `Array.from(`+row(key)+`.cells, (td) => td.textContent)`)
+	require.Len(t, cells, 5)
+	assert.Equal(t, key, cells[0])
+	assert.Equal(t, "worker-7", cells[1])
+	assert.Equal(t, fmt.Sprint(int64(lease["fence"].(float64))), cells[2])
+	assert.Equal(t, "0", cells[4], "waiters")
+	// The TTL counts down between reads.
+	ttl := func() float64 {
+		var s float64
+		_, err := fmt.Sscanf(eval[string](t, b, row(key)+`.cells[3].textContent`), "%f s", &s)
+		require.NoError(t, err)
+		return s
+	}
+	first := ttl()
+	assert.InDelta(t, 60, first, 2)
+	time.Sleep(300 * time.Millisecond)
+	assert.Less(t, ttl(), first, "the TTL counts down")
+	// Never the token: not in the page, not in anything it stored.
+	token := lease["token"].(string)
+	seen := eval[string](t, b, `document.documentElement.outerHTML + JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie`)
+	assert.NotContains(t, seen, token)
+
+	// Released, it goes within a second, and the events say so.
+	require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", "/locks/"+key, nil, "Lock-Token", token).Status)
+	took = within(t, b, time.Second, row(key)+` === null`, "the lock gone after its release")
+	t.Logf("the lock went %v after its release", took)
+	events := eval[string](t, b, `document.getElementById('events').textContent`)
+	assert.Contains(t, events, "acquired "+key)
+	assert.Contains(t, events, "released "+key)
+
+	// A node killed is marked down.
+	srvs[2].Kill()
+	took = within(t, b, 5*time.Second, fmt.Sprintf(`document.querySelector('#nodes tr[data-addr=%q]')?.dataset.state === 'down'`, srvs[2].Addr()), "the killed node down")
+	t.Logf("the node showed down %v after the kill", took)
+	assert.Equal(t, 2, int(eval[float64](t, b, `document.querySelectorAll('#nodes tr[data-state="up"]').length`)))
+	assert.Equal(t, "ready", eval[string](t, b, `document.getElementById('ready').textContent`), "two of three still make a quorum")
+
+	if path := os.Getenv("DASHBOARD_SCREENSHOT"); path != "" {
+		screenshot(t, b, c, path)
+	}
+	assert.Empty(t, b.errors(), "console errors")
+}
+
+// screenshot populates the dashboard and saves it as a PNG at path
+// (DASHBOARD_SCREENSHOT=../docs/dashboard.png go test -run TestDashboard ./ui/).
+func screenshot(t *testing.T, b *browser, c *apitest.Client, path string) {
+	for i, l := range []struct{ key, owner string }{
+		{"billing/invoice-run", "cron@host-3"},
+		{"jobs/nightly-report", "worker-7"},
+		{"jobs/reindex", "worker-2"},
+		{"sku/4711", "checkout-api"},
+		{"sku/4712", "checkout-api"},
+	} {
+		body := fmt.Sprintf(`{"ttl_ms":%d,"owner":%q}`, 20000+i*35000, l.owner)
+		require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/locks/"+l.key, []byte(body), "Content-Type", "application/json").Status)
+	}
+	within(t, b, 2*time.Second, `document.querySelectorAll('#locks tbody tr').length === 5`, "five locks")
+	time.Sleep(1500 * time.Millisecond) // past the new rows' highlight
+	png, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Clean(path), png, 0o644))
+	t.Logf("wrote %s (%d bytes)", path, len(png))
+}
+
+// TestDashboardWithAPIKey: under API keys the page asks for a key, lists
+// once one is entered, and keeps it nowhere but in its memory: not in the
+// page, its address, cookies or storage.
+func TestDashboardWithAPIKey(t *testing.T) {
+	const key = "ops-key-3c1d9e0b7a5f"
+	file := filepath.Join(t.TempDir(), "keys.json")
+	users, err := json.Marshal(map[string]any{"users": []map[string]any{{"user": "ops", "key_sha256": sha256Hex(key), "prefixes": []string{"*"}}}})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(file, users, 0o600))
+	g := apitest.Start(t, map[string]string{"LOCKGW_API_KEYS_FILE": file, "LOCKGW_UI": "true", "LOCKGW_RATE_LIMIT_WINDOW": "1s"})
+	c := apitest.NewClient(g.URL)
+	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/locks/ops/backup", []byte(`{"owner":"backup"}`),
+		"Content-Type", "application/json", "Authorization", "Bearer "+key).Status)
+	b := newBrowser(t)
+
+	b.do(t, chromedp.Navigate(g.URL+"/ui/"))
+	within(t, b, 3*time.Second, `document.getElementById('message').textContent.includes('needs an API key')`, "that it needs a key")
+	b.do(t, chromedp.SendKeys("#apikey", key), chromedp.Click(`#key-form button`))
+	within(t, b, 2*time.Second, row("ops/backup")+` !== null`, "the lock, once the key is entered")
+	assert.True(t, eval[bool](t, b, `document.getElementById('message').hidden`))
+	seen := eval[string](t, b, `document.documentElement.outerHTML + document.getElementById('apikey').value + location.href + JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie`)
+	assert.NotContains(t, seen, key)
+
+	// The rate limiter's refusals show (one request a second per user).
+	time.Sleep(time.Second) // past the first PUT's window
+	auth := []string{"Authorization", "Bearer " + key}
+	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/locks/ops/one", nil, auth...).Status)
+	require.Equal(t, http.StatusTooManyRequests, c.Do(t, "PUT", "/locks/ops/two", nil, auth...).Status)
+	within(t, b, 5*time.Second, `document.getElementById('ratelimit').textContent.includes('refused 1')`, "the rate limiter's refusal")
+
+	// The 401s before the key came are the browser's network log; nothing
+	// else may be an error.
+	for _, e := range b.errors() {
+		assert.Contains(t, e, "401", "console error")
+	}
+
+	// The console check itself hears an error.
+	eval[any](t, b, `console.error('probe from the test'), 0`)
+	require.Eventually(t, func() bool { return strings.Contains(strings.Join(b.errors(), "\n"), "probe from the test") },
+		2*time.Second, 20*time.Millisecond, "the test hears the page's console errors")
+}
+
+func sha256Hex(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(d[:])
+}
