@@ -238,6 +238,22 @@ type ListedLock struct {
 	Waiters int `json:"waiters"`
 }
 
+// ListedSemaphore A semaphore in a listing, as `GET /semaphores/{key}` shows it, with its waiters.
+type ListedSemaphore struct {
+	Held    int64             `json:"held"`
+	Holders []SemaphoreHolder `json:"holders"`
+
+	// Key Segments of `A–Z a–z 0–9 . _ - : @` joined by `/`; no segment is empty, `.` or `..`.
+	//
+	// Example: jobs/nightly
+	Key   LockKey `json:"key"`
+	Limit int64   `json:"limit"`
+
+	// Waiters Callers waiting for a permit in the key's queue (`memory`, `redis`);
+	// `redlock` waits without a queue, so `0`.
+	Waiters int `json:"waiters"`
+}
+
 // APILockInfo What `GET` shows of a held lock. Never the token.
 //
 // Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"jobs/nightly","owner":"worker-7","ttl_ms":21377}
@@ -448,6 +464,20 @@ type ReadyNode struct {
 	Up bool `json:"up"`
 }
 
+// SemaphoreHolder One held permit, as `GET /semaphores/{key}` shows it. Never its token.
+type SemaphoreHolder struct {
+	ExpiresAt time.Time `json:"expires_at"`
+	Fence     int64     `json:"fence"`
+
+	// Owner Free-form label of the holder, shown by `GET`; at most 128 printable characters.
+	//
+	// Example: worker-7
+	Owner *Owner `json:"owner,omitempty"`
+
+	// TtlMs Time left, in milliseconds.
+	TtlMs int64 `json:"ttl_ms"`
+}
+
 // APISemaphoreInfo What `GET` shows of a semaphore. Never a token.
 //
 // Example: {"held":2,"holders":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"owner":"export-3","ttl_ms":21377},{"expires_at":"2026-11-20T22:30:36.856Z","fence":1795213800223456,"owner":"export-9","ttl_ms":28110}],"key":"reports/export","limit":5}
@@ -456,18 +486,7 @@ type APISemaphoreInfo struct {
 	Held int64 `json:"held"`
 
 	// Holders The held permits, by fence.
-	Holders []struct {
-		ExpiresAt time.Time `json:"expires_at"`
-		Fence     int64     `json:"fence"`
-
-		// Owner Free-form label of the holder, shown by `GET`; at most 128 printable characters.
-		//
-		// Example: worker-7
-		Owner *Owner `json:"owner,omitempty"`
-
-		// TtlMs Time left, in milliseconds.
-		TtlMs int64 `json:"ttl_ms"`
-	} `json:"holders"`
+	Holders []SemaphoreHolder `json:"holders"`
 
 	// Key Segments of `A–Z a–z 0–9 . _ - : @` joined by `/`; no segment is empty, `.` or `..`.
 	//
@@ -476,6 +495,14 @@ type APISemaphoreInfo struct {
 
 	// Limit The limit the holders were granted under.
 	Limit int64 `json:"limit"`
+}
+
+// SemaphorePage One page of a listing of semaphores. Never a token.
+type SemaphorePage struct {
+	Items []ListedSemaphore `json:"items"`
+
+	// Next Opaque; pass it as `cursor` for the next page. Absent on the last page.
+	Next *string `json:"next,omitempty"`
 }
 
 // Token A lease's secret. Server-made tokens are 22 characters of base64url (128 random bits).
@@ -622,6 +649,9 @@ type SemaphoreInspected = APISemaphoreInfo
 // SemaphoreNotFound An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
 type SemaphoreNotFound = Problem
+
+// SemaphoresListed One page of a listing of semaphores. Never a token.
+type SemaphoresListed = SemaphorePage
 
 // TokenMismatch An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
@@ -771,6 +801,24 @@ type CheckRateLimitParamsRefuseStatus int
 
 // GetReadinessParams defines parameters for GetReadiness.
 type GetReadinessParams struct {
+	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
+	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
+	// server makes its own.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
+// ListSemaphoresParams defines parameters for ListSemaphores.
+type ListSemaphoresParams struct {
+	// Prefix Only keys starting with this; the key rules apply, and it may end in `/`
+	// (`jobs/` lists `jobs/a` and `jobs/a/b`, not `jobsx`). Empty or absent: every key.
+	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
+
+	// Limit The most items in the page.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next` of the previous page, unchanged, with the same `prefix`.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
 	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
 	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
 	// server makes its own.
@@ -1176,6 +1224,16 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSemaphores List semaphores by prefix
+	//
+	// The semaphores with permits held now whose keys start with `prefix`, in key
+	// order, each as `GET /semaphores/{key}` shows it plus its `waiters`; never a
+	// token. The parameters, paging, costs and API-key rules are those of
+	// `GET /locks` (listing locks).
+	//
+	// Corresponds with GET /semaphores (the `ListSemaphores` operationId).
+	ListSemaphores(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReleasePermit Release a permit you hold
 	//
@@ -1630,6 +1688,26 @@ func (c *APIClient) CheckRateLimit(ctx context.Context, params *CheckRateLimitPa
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *APIClient) GetReadiness(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadinessRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSemaphores List semaphores by prefix
+//
+// The semaphores with permits held now whose keys start with `prefix`, in key
+// order, each as `GET /semaphores/{key}` shows it plus its `waiters`; never a
+// token. The parameters, paging, costs and API-key rules are those of
+// `GET /locks` (listing locks).
+//
+// Corresponds with GET /semaphores (the `ListSemaphores` operationId).
+func (c *APIClient) ListSemaphores(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSemaphoresRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2450,6 +2528,99 @@ func NewGetReadinessRequest(server string, params *GetReadinessParams) (*http.Re
 	return req, nil
 }
 
+// NewListSemaphoresRequest constructs an http.Request for the ListSemaphores method
+func NewListSemaphoresRequest(server string, params *ListSemaphoresParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/semaphores")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Prefix != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestId != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewReleasePermitRequest constructs an http.Request for the ReleasePermit method
 func NewReleasePermitRequest(server string, key Key, params *ReleasePermitParams) (*http.Request, error) {
 	var err error
@@ -3080,6 +3251,18 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
+
+	// ListSemaphoresWithResponse List semaphores by prefix
+	//
+	// The semaphores with permits held now whose keys start with `prefix`, in key
+	// order, each as `GET /semaphores/{key}` shows it plus its `waiters`; never a
+	// token. The parameters, paging, costs and API-key rules are those of
+	// `GET /locks` (listing locks).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /semaphores (the `ListSemaphores` operationId).
+	ListSemaphoresWithResponse(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*ListSemaphoresResponse, error)
 
 	// ReleasePermitWithResponse Release a permit you hold
 	//
@@ -4650,6 +4833,163 @@ func (r GetReadinessResponse) ContentType() string {
 	return ""
 }
 
+// ListSemaphoresResponse200Headers the declared response headers of an HTTP 200 response for ListSemaphores
+type ListSemaphoresResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ListSemaphoresResponse400Headers the declared response headers of an HTTP 400 response for ListSemaphores
+type ListSemaphoresResponse400Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ListSemaphoresResponse401Headers the declared response headers of an HTTP 401 response for ListSemaphores
+type ListSemaphoresResponse401Headers struct {
+	CacheControl    string
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// ListSemaphoresResponse403Headers the declared response headers of an HTTP 403 response for ListSemaphores
+type ListSemaphoresResponse403Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ListSemaphoresResponse422Headers the declared response headers of an HTTP 422 response for ListSemaphores
+type ListSemaphoresResponse422Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ListSemaphoresResponse500Headers the declared response headers of an HTTP 500 response for ListSemaphores
+type ListSemaphoresResponse500Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ListSemaphoresResponse503Headers the declared response headers of an HTTP 503 response for ListSemaphores
+type ListSemaphoresResponse503Headers struct {
+	CacheControl string
+	RetryAfter   int
+	XRequestId   string
+}
+
+// ListSemaphoresResponseDefaultHeaders the declared response headers of an HTTP default response for ListSemaphores
+type ListSemaphoresResponseDefaultHeaders struct {
+	Allow      *string
+	RetryAfter *int
+	XRequestId string
+}
+
+type ListSemaphoresResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SemaphoresListed
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *MalformedRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ValidationFailed
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListSemaphoresResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListSemaphoresResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListSemaphoresResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListSemaphoresResponse403Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ListSemaphoresResponse422Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListSemaphoresResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListSemaphoresResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListSemaphoresResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSemaphoresResponse) GetJSON200() *SemaphoresListed {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON400() *MalformedRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON422() *ValidationFailed {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSemaphoresResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSemaphoresResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSemaphoresResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSemaphoresResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ReleasePermitResponse204Headers the declared response headers of an HTTP 204 response for ReleasePermit
 type ReleasePermitResponse204Headers struct {
 	CacheControl    string
@@ -5866,6 +6206,24 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, para
 		return nil, err
 	}
 	return ParseGetReadinessResponse(rsp)
+}
+
+// ListSemaphoresWithResponse List semaphores by prefix
+//
+// The semaphores with permits held now whose keys start with `prefix`, in key
+// order, each as `GET /semaphores/{key}` shows it plus its `waiters`; never a
+// token. The parameters, paging, costs and API-key rules are those of
+// `GET /locks` (listing locks).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /semaphores (the `ListSemaphores` operationId).
+func (c *ClientWithResponses) ListSemaphoresWithResponse(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*ListSemaphoresResponse, error) {
+	rsp, err := c.ListSemaphores(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSemaphoresResponse(rsp)
 }
 
 // ReleasePermitWithResponse Release a permit you hold
@@ -8354,6 +8712,241 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 		response.Headers503 = &headers
 	case true:
 		var headers GetReadinessResponseDefaultHeaders
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListSemaphoresResponse parses an HTTP response from a ListSemaphoresWithResponse call
+func ParseListSemaphoresResponse(rsp *http.Response) (*ListSemaphoresResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSemaphoresResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SemaphoresListed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest MalformedRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ValidationFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListSemaphoresResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListSemaphoresResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListSemaphoresResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListSemaphoresResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 422:
+		var headers ListSemaphoresResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListSemaphoresResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListSemaphoresResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ListSemaphoresResponseDefaultHeaders
 		if values := rsp.Header.Values("Allow"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

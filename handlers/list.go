@@ -104,6 +104,47 @@ func (l *Listings) Locks() http.Handler {
 	})
 }
 
+// Semaphores serves GET /semaphores?prefix=&limit=&cursor=: semaphores
+// with permits held whose keys start with prefix, in key order, each as
+// GET /semaphores/{key} shows it plus its waiters; never a token.
+func (l *Listings) Semaphores(sems lockstore.SemLister) http.Handler {
+	type holder struct {
+		Owner     string `json:"owner,omitempty"`
+		Fence     int64  `json:"fence"`
+		TTLms     int64  `json:"ttl_ms"`
+		ExpiresAt string `json:"expires_at"`
+	}
+	type item struct {
+		Key     string   `json:"key"`
+		Limit   int      `json:"limit"`
+		Held    int      `json:"held"`
+		Holders []holder `json:"holders"`
+		Waiters int      `json:"waiters"`
+	}
+	type response struct {
+		Items []item `json:"items"`
+		Next  string `json:"next,omitempty"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.run(w, r, func(ctx context.Context, q lockstore.ListQuery) error {
+			p, err := sems.ListSemaphores(ctx, q)
+			if err != nil {
+				return err
+			}
+			body := response{Items: make([]item, len(p.Items)), Next: nextCursor(p.Next)}
+			for i, it := range p.Items {
+				hs := make([]holder, len(it.Holders))
+				for j, h := range it.Holders {
+					hs[j] = holder{Owner: h.Owner, Fence: h.Fence, TTLms: h.Left.Milliseconds(), ExpiresAt: timestamp(h.ExpiresAt)}
+				}
+				body.Items[i] = item{Key: it.Key, Limit: it.Limit, Held: len(hs), Holders: hs, Waiters: it.Waiters}
+			}
+			encode(w, http.StatusOK, "application/json", body)
+			return nil
+		})
+	})
+}
+
 // nextCursor is a page's next as the client sees it: "" on the last page.
 func nextCursor(after string) string {
 	if after == "" {

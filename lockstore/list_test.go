@@ -183,3 +183,22 @@ func TestListLeavesOutRateLimitWindows(t *testing.T) {
 		})
 	}
 }
+
+func TestMemorySemList(t *testing.T) {
+	lockstoretest.RunSemList(t, func(t *testing.T) lockstore.Semaphores { return lockstore.NewMemory() }, true)
+}
+
+func TestRedisSemList(t *testing.T) {
+	s := newRedisStore(t, redistest.Start(t))
+	lockstoretest.RunSemList(t, func(t *testing.T) lockstore.Semaphores { return s }, true)
+}
+
+func TestRedisClusterSemList(t *testing.T) {
+	s := newClusterStore(t, redistest.StartCluster(t, 3))
+	lockstoretest.RunSemList(t, func(t *testing.T) lockstore.Semaphores { return s }, true)
+}
+
+func TestRedlockSemList(t *testing.T) {
+	s := openRedlock(t, urlsOf(startNodes(t, 3)), lockstore.RedlockOptions{NodeTimeout: roomy})
+	lockstoretest.RunSemList(t, func(t *testing.T) lockstore.Semaphores { return s }, false)
+}

@@ -326,6 +326,11 @@ func (m *Memory) SemInspect(ctx context.Context, key string) (SemaphoreState, er
 	if s == nil || len(s.permits) == 0 {
 		return SemaphoreState{}, ErrNotHeld
 	}
+	return s.state(key, now), nil
+}
+
+// state is s as SemInspect reports it, at now. ss.mu must be held.
+func (s *memSem) state(key string, now time.Time) SemaphoreState {
 	st := SemaphoreState{Key: key, Limit: s.limit}
 	for _, p := range s.permits {
 		h := p.permit(key, "", s.limit)
@@ -333,7 +338,7 @@ func (m *Memory) SemInspect(ctx context.Context, key string) (SemaphoreState, er
 		st.Holders = append(st.Holders, h)
 	}
 	sortHolders(st.Holders)
-	return st, nil
+	return st
 }
 
 func sortHolders(hs []Permit) {

@@ -163,3 +163,56 @@ func TestListLocksUnderAPIKeys(t *testing.T) {
 		assert.Equal(t, tc.keys, keys, "%s listing %q", tc.key, tc.prefix)
 	}
 }
+
+// TestListSemaphores: GET /semaphores lists the semaphores with permits
+// held under a prefix, each with its limit and holders (never a token) and
+// its waiters, under the same rules as GET /locks.
+func TestListSemaphores(t *testing.T) {
+	g := apitest.Start(t, map[string]string{"LOCKGW_API_KEYS_FILE": keysFile(t, `["teamA/"]`)})
+	c := apitest.NewClient(g.URL)
+	auth := []string{"Authorization", "Bearer a-key", "Content-Type", "application/json"}
+	var tokens []string
+	for _, p := range []struct {
+		key   string
+		limit int
+	}{{"teamA/export", 2}, {"teamA/export", 2}, {"teamA/import", 1}} {
+		r := c.Do(t, "PUT", "/semaphores/"+p.key, []byte(fmt.Sprintf(`{"limit":%d,"owner":"w"}`, p.limit)), auth...)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		tokens = append(tokens, r.JSON(t)["token"].(string))
+	}
+	r := c.Do(t, "GET", "/semaphores?prefix=teamA/&limit=1", nil, auth...)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	for _, tok := range tokens {
+		assert.NotContains(t, string(r.Body), tok, "never a token")
+	}
+	var p struct {
+		Items []struct {
+			Key     string `json:"key"`
+			Limit   int    `json:"limit"`
+			Held    int    `json:"held"`
+			Holders []struct {
+				Owner string `json:"owner"`
+				Fence int64  `json:"fence"`
+			} `json:"holders"`
+			Waiters int `json:"waiters"`
+		} `json:"items"`
+		Next string `json:"next"`
+	}
+	require.NoError(t, json.Unmarshal(r.Body, &p))
+	require.Len(t, p.Items, 1)
+	assert.Equal(t, "teamA/export", p.Items[0].Key)
+	assert.Equal(t, 2, p.Items[0].Limit)
+	assert.Equal(t, 2, p.Items[0].Held)
+	assert.Len(t, p.Items[0].Holders, 2)
+	require.NotEmpty(t, p.Next)
+	r = c.Do(t, "GET", "/semaphores?prefix=teamA/&limit=1&cursor="+url.QueryEscape(p.Next), nil, auth...)
+	require.Equal(t, http.StatusOK, r.Status)
+	p.Next = ""
+	require.NoError(t, json.Unmarshal(r.Body, &p))
+	require.Len(t, p.Items, 1)
+	assert.Equal(t, "teamA/import", p.Items[0].Key)
+	assert.Empty(t, p.Next)
+
+	assert.Equal(t, http.StatusForbidden, c.Do(t, "GET", "/semaphores?prefix=teamB/", nil, auth...).Status)
+	assert.Equal(t, http.StatusBadRequest, c.Do(t, "GET", "/semaphores?prefix=teamA/&cursor=x", nil, auth...).Status)
+}

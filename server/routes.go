@@ -7,6 +7,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/lockgateway/lockgateway/handlers"
+	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/middleware"
 	"github.com/lockgateway/lockgateway/ui"
 )
@@ -76,7 +77,11 @@ func addRoutes(r chi.Router, d deps) {
 		if d.listAuth != nil {
 			list = list.With(d.listAuth)
 		}
-		list.Get("/locks", handlers.NewListings(d.lister, d.limits.BackendTimeout, d.log).Locks().ServeHTTP)
+		listings := handlers.NewListings(d.lister, d.limits.BackendTimeout, d.log)
+		list.Get("/locks", listings.Locks().ServeHTTP)
+		if sl, ok := d.lister.(lockstore.SemLister); ok && d.sems != nil {
+			list.Get("/semaphores", listings.Semaphores(sl).ServeHTTP)
+		}
 	}
 
 	if d.ui {

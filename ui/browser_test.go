@@ -207,6 +207,16 @@ func TestDashboard(t *testing.T) {
 	assert.Contains(t, events, "acquired "+key)
 	assert.Contains(t, events, "released "+key)
 
+	// A semaphore's permits show, held of limit, with their owners.
+	r = c.Do(t, "PUT", "/semaphores/dash/exports", []byte(`{"limit":3,"ttl_ms":60000,"owner":"export-1"}`), "Content-Type", "application/json")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	sem := fmt.Sprintf(`document.querySelector('#semaphores tr[data-key=%q]')`, "dash/exports")
+	within(t, b, time.Second, sem+` !== null`, "the semaphore just taken")
+	assert.Equal(t, "1 of 3", eval[string](t, b, sem+`.cells[1].textContent`))
+	assert.Contains(t, eval[string](t, b, sem+`.cells[2].textContent`), "export-1")
+	require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", "/semaphores/dash/exports", nil, "Lock-Token", r.JSON(t)["token"].(string)).Status)
+	within(t, b, time.Second, sem+` === null`, "the semaphore gone after its release")
+
 	// A node killed is marked down.
 	srvs[2].Kill()
 	took = within(t, b, 5*time.Second, fmt.Sprintf(`document.querySelector('#nodes tr[data-addr=%q]')?.dataset.state === 'down'`, srvs[2].Addr()), "the killed node down")
@@ -233,7 +243,11 @@ func screenshot(t *testing.T, b *browser, c *apitest.Client, path string) {
 		body := fmt.Sprintf(`{"ttl_ms":%d,"owner":%q}`, 20000+i*35000, l.owner)
 		require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/locks/"+l.key, []byte(body), "Content-Type", "application/json").Status)
 	}
-	within(t, b, 2*time.Second, `document.querySelectorAll('#locks tbody tr').length === 5`, "five locks")
+	for i := range 2 {
+		body := fmt.Sprintf(`{"limit":3,"ttl_ms":45000,"owner":"export-%d"}`, i+1)
+		require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/semaphores/reports/export", []byte(body), "Content-Type", "application/json").Status)
+	}
+	within(t, b, 2*time.Second, `document.querySelectorAll('#locks tbody tr').length === 5 && document.querySelectorAll('#semaphores tbody tr').length === 1`, "five locks and a semaphore")
 	time.Sleep(1500 * time.Millisecond) // past the new rows' highlight
 	png, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
 	require.NoError(t, err)

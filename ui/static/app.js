@@ -30,6 +30,8 @@
   let generation = 0; // bumped when the prefix or key changes: late answers are dropped
   let listTimer = 0;
   let locks = new Map(); // key → {item, readAt}
+  let sems = new Map(); // key → {item, readAt}
+  let semsServed = true; // false once GET /semaphores answers 404 (no semaphores here)
   let listed = false; // a first listing of this prefix arrived: changes after it are events
   let lastRead = 0;
   let nodesSeen = new Map(); // addr → state
@@ -97,8 +99,12 @@
     try {
       const q = new URLSearchParams({ limit: String(LIST_LIMIT) });
       if (prefix) q.set('prefix', prefix);
-      const { status, body } = await getJSON('/locks?' + q.toString(), true);
+      const [res, semRes] = await Promise.all([
+        getJSON('/locks?' + q.toString(), true),
+        semsServed ? getJSON('/semaphores?' + q.toString(), true) : null,
+      ]);
       if (gen !== generation) return; // a newer poll was started for the new prefix or key
+      const { status, body } = res;
       if (status === 200 && body && Array.isArray(body.items)) {
         applyLocks(body, started);
         showMessage('');
@@ -109,6 +115,12 @@
       } else {
         showMessage((body && body.detail) || `The listing answered ${status}.`);
       }
+      if (semRes && semRes.status === 404) {
+        semsServed = false;
+      } else if (semRes && semRes.status === 200 && semRes.body && Array.isArray(semRes.body.items)) {
+        applySems(semRes.body, started);
+      }
+      $('semaphores-section').hidden = !semsServed;
     } catch (_) {
       if (gen !== generation) return;
       showMessage('The gateway does not answer.');
@@ -122,6 +134,8 @@
     generation++;
     clearTimeout(listTimer);
     locks = new Map();
+    sems = new Map();
+    renderSems();
     listed = false;
     render();
     pollLocks();
@@ -179,10 +193,62 @@
     tick();
   }
 
+  // --- semaphores: GET /semaphores, read with the locks ---
+
+  function applySems(body, readAt) {
+    const next = new Map();
+    for (const item of body.items) {
+      const prev = sems.get(item.key);
+      const fences = new Set(item.holders.map((h) => h.fence));
+      if (listed) {
+        const before = prev ? new Set(prev.item.holders.map((h) => h.fence)) : new Set();
+        for (const h of item.holders) {
+          if (!before.has(h.fence)) event('permit', 'acquired', `${item.key} fence ${h.fence}${h.owner ? ' by ' + h.owner : ''} (${item.held} of ${item.limit})`);
+        }
+        for (const f of before) {
+          if (!fences.has(f)) event('permit gone', 'released', `${item.key} fence ${f}`);
+        }
+      }
+      next.set(item.key, { item, readAt, fresh: listed && !prev });
+    }
+    if (listed) {
+      for (const [key, prev] of sems) {
+        if (!next.has(key)) {
+          for (const h of prev.item.holders) event('permit gone', 'released', `${key} fence ${h.fence}`);
+        }
+      }
+    }
+    sems = next;
+    renderSems();
+    const more = $('sem-more');
+    more.hidden = !body.next;
+    more.textContent = body.next ? `More semaphores are held under this prefix than the ${LIST_LIMIT} shown: narrow the prefix.` : '';
+  }
+
+  function renderSems() {
+    const rows = [];
+    for (const { item, readAt, fresh } of sems.values()) {
+      const tr = el('tr', undefined, fresh ? 'new' : '');
+      tr.dataset.key = item.key;
+      tr.append(el('td', item.key, 'key'));
+      tr.append(el('td', `${item.held} of ${item.limit}`, 'num'));
+      tr.append(el('td', item.holders.map((h) => `${h.owner || '—'} (${h.fence})`).join(', ')));
+      const ttl = el('td', '', 'num ttl');
+      ttl.dataset.ttl = String(Math.min(...item.holders.map((h) => h.ttl_ms)));
+      ttl.dataset.readAt = String(readAt);
+      tr.append(ttl);
+      tr.append(el('td', String(item.waiters), 'num'));
+      rows.push(tr);
+    }
+    $('semaphores').tBodies[0].replaceChildren(...rows);
+    $('sem-count').textContent = sems.size ? `(${sems.size})` : '';
+    tick();
+  }
+
   // The TTL counts down between reads from what the last read said.
   function tick() {
     const now = performance.now();
-    for (const td of $('locks').querySelectorAll('td.ttl')) {
+    for (const td of document.querySelectorAll('td.ttl')) {
       const left = Number(td.dataset.ttl) - (now - Number(td.dataset.readAt));
       td.textContent = fmtLeft(left);
       td.classList.toggle('low', left > 0 && left < LOW_TTL_MS);
