@@ -17,7 +17,7 @@ func TestUIServed(t *testing.T) {
 	g := apitest.Start(t, map[string]string{"LOCKGW_UI": "true"})
 	c := apitest.NewClient(g.URL)
 	c.HTTP.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	for path, ctype := range map[string]string{"/ui/": "text/html", "/ui/app.js": "text/javascript", "/ui/style.css": "text/css"} {
+	for path, ctype := range map[string]string{"/ui/": "text/html", "/ui/app.js": "text/javascript", "/ui/watch.js": "text/javascript", "/ui/style.css": "text/css"} {
 		r := c.Do(t, "GET", path, nil)
 		require.Equal(t, http.StatusOK, r.Status, path)
 		assert.Contains(t, r.Header.Get("Content-Type"), ctype, path)

@@ -199,8 +199,19 @@ func TestDashboard(t *testing.T) {
 	seen := eval[string](t, b, `document.documentElement.outerHTML + JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie`)
 	assert.NotContains(t, seen, token)
 
+	// Clicked, it is followed through its watch stream: its grant at once,
+	// then an extend the listing could not tell from nothing, then its
+	// release.
+	b.do(t, chromedp.Click(`#locks tr[data-key="`+key+`"] td.key`))
+	followed := `document.getElementById('follow-events').textContent`
+	within(t, b, time.Second, followed+`.includes('acquired')`, "the followed lock's acquired event")
+	assert.Equal(t, key, eval[string](t, b, `document.getElementById('follow-key').textContent`))
+	require.Equal(t, http.StatusOK, c.Do(t, "PATCH", "/locks/"+key, []byte(`{"ttl_ms":90000}`), "Content-Type", "application/json", "Lock-Token", token).Status)
+	within(t, b, time.Second, followed+`.includes('extended')`, "the extend, from the watch stream")
+
 	// Released, it goes within a second, and the events say so.
 	require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", "/locks/"+key, nil, "Lock-Token", token).Status)
+	within(t, b, time.Second, followed+`.includes('released')`, "the release, from the watch stream")
 	took = within(t, b, time.Second, row(key)+` === null`, "the lock gone after its release")
 	t.Logf("the lock went %v after its release", took)
 	events := eval[string](t, b, `document.getElementById('events').textContent`)

@@ -352,10 +352,10 @@
   }
 
   // Events here are the changes this page saw between two listings. The
-  // watch stream (issue 18: GET /locks/{key} with Accept:
-  // text/event-stream) follows one key, not a prefix; when the gateway
-  // offers a stream over a prefix, connect it here and let its events
-  // replace these.
+  // watch stream (GET /locks/{key} with Accept: text/event-stream) follows
+  // one key, not a prefix: a click on a lock follows it (watch.js). When
+  // the gateway offers a stream over a prefix, connect it here and let its
+  // events replace these.
 
   function start() {
     $('prefix').addEventListener('change', (e) => {
@@ -369,6 +369,11 @@
       input.value = ''; // out of the DOM: the variable is the only copy
       input.placeholder = apiKey ? 'key in use (this page only)' : 'only if the gateway asks';
       restartLocks();
+    });
+    // A click on a held lock follows it through its watch stream (watch.js).
+    $('locks').addEventListener('click', (e) => {
+      const tr = e.target.closest('tr[data-key]');
+      if (tr) window.lockgwFollow(tr.dataset.key, apiKey);
     });
     setInterval(tick, 100);
     pollReady();
