@@ -324,11 +324,7 @@ func (c *Client) acquire(ctx context.Context, key, token string, opts AcquireOpt
 // lease's own length, as last granted or extended). Errors: ErrNotHeld (expired or released: acquire
 // again, for a new fence), ErrTokenMismatch, ErrUnavailable, or an *Error.
 func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
-	var body ExtendRequest
-	if ttl > 0 {
-		ms := ttl.Milliseconds()
-		body.TtlMs = &ms
-	}
+	body := extendBody(ttl)
 	rctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	sent := time.Now()
@@ -340,6 +336,17 @@ func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		return newLease(*resp.JSON200, sent), nil
 	}
 	return nil, responseError(resp.HTTPResponse, resp.Body)
+}
+
+// extendBody asks for ttl, or with 0 for no ttl_ms: the gateway then
+// keeps the lease's (or permit's) own length, not its default.
+func extendBody(ttl time.Duration) ExtendRequest {
+	var body ExtendRequest
+	if ttl > 0 {
+		ms := ttl.Milliseconds()
+		body.TtlMs = &ms
+	}
+	return body
 }
 
 // Release frees key held by token. Errors: ErrNotHeld, ErrTokenMismatch (the

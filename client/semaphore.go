@@ -95,11 +95,7 @@ func (c *Client) acquirePermit(ctx context.Context, key string, limit int, token
 // length). Errors: ErrNotHeld, ErrTokenMismatch, ErrUnavailable, or an
 // *Error.
 func (c *Client) ExtendPermit(ctx context.Context, key, token string, ttl time.Duration) (*Permit, error) {
-	var body ExtendRequest
-	if ttl > 0 {
-		ms := ttl.Milliseconds()
-		body.TtlMs = &ms
-	}
+	body := extendBody(ttl)
 	rctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	sent := time.Now()

@@ -225,14 +225,20 @@ func (h *Locks) Acquire() http.Handler {
 			return
 		}
 		h.obs.Granted(token, lease.ExpiresAt)
-		w.Header()[hdrETag] = []string{`"` + token + `"`}
-		status := http.StatusOK
-		if !lease.Renewed {
-			status = http.StatusCreated
-			w.Header()[hdrLocation] = []string{LocksPrefix + escapeKey(key)}
-		}
-		encodeLease(w, status, newLeaseBody(lease))
+		encodeLease(w, grantHeaders(w, LocksPrefix, key, token, lease.Renewed), newLeaseBody(lease))
 	})
+}
+
+// grantHeaders sets the headers of a grant of a lock or a permit (the
+// kind's URL prefix): its token as ETag, and for a new grant (201, else
+// 200 for a renewal, which it returns) its URL as Location.
+func grantHeaders(w http.ResponseWriter, prefix, key, token string, renewed bool) (status int) {
+	w.Header()[hdrETag] = []string{`"` + token + `"`}
+	if renewed {
+		return http.StatusOK
+	}
+	w.Header()[hdrLocation] = []string{prefix + escapeKey(key)}
+	return http.StatusCreated
 }
 
 // wait is how long an acquire or a long-poll may wait: wait_ms from the

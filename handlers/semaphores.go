@@ -104,13 +104,7 @@ func (h *Semaphores) Acquire() http.Handler {
 			_ = h.sems.SemRelease(ctx, key, token)
 			return
 		}
-		w.Header().Set("ETag", `"`+token+`"`)
-		status := http.StatusOK
-		if !p.Renewed {
-			status = http.StatusCreated
-			w.Header().Set("Location", SemaphoresPrefix+escapeKey(key))
-		}
-		encode(w, status, "application/json", newPermitBody(p))
+		encode(w, grantHeaders(w, SemaphoresPrefix, key, token, p.Renewed), "application/json", newPermitBody(p))
 	})
 }
 
