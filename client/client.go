@@ -228,21 +228,34 @@ func (c *Client) API() *ClientWithResponses { return c.api }
 // ErrRateLimited, ErrQuotaExceeded (with RetryAfter), ErrUnavailable, or
 // an *Error for a bad request.
 func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (*Lease, error) {
+	return acquireWaiting(ctx, c, opts, ErrHeld, func(ctx context.Context, token string, wait time.Duration) (*Lease, error) {
+		return c.acquire(ctx, key, token, opts, wait)
+	})
+}
+
+// acquireWaiting is the waiting and retrying of Acquire and AcquirePermit,
+// which differ only in the request (try, one attempt with token asking for
+// wait) and in busy, the error that says the key is taken (ErrHeld,
+// ErrSemaphoreFull).
+func acquireWaiting[T any](ctx context.Context, c *Client, opts AcquireOptions, busy error,
+	try func(ctx context.Context, token string, wait time.Duration) (T, error),
+) (T, error) {
+	var none T
 	token := opts.Token
 	if token == "" {
 		token = rand.Text() // 26 base32 characters, 128 bits: a valid token
 	}
 	if opts.Wait <= 0 {
-		return c.acquire(ctx, key, token, opts, 0)
+		return try(ctx, token, 0)
 	}
 	deadline := time.Now().Add(opts.Wait)
 	pause := 50 * time.Millisecond
 	for {
 		wait := min(time.Until(deadline), time.Duration(c.maxWait.Load())*time.Millisecond)
 		start := time.Now()
-		lease, err := c.acquire(ctx, key, token, opts, max(wait, 0))
+		got, err := try(ctx, token, max(wait, 0))
 		if err == nil || ctx.Err() != nil {
-			return lease, err
+			return got, err
 		}
 		var e *Error
 		switch {
@@ -252,38 +265,45 @@ func (c *Client) Acquire(ctx context.Context, key string, opts AcquireOptions) (
 			// (LOCKGW_MAX_WAIT): ask for less from now on.
 			c.maxWait.Store((wait / 2).Milliseconds())
 			continue
-		case errors.Is(err, ErrHeld) && time.Since(start) >= min(wait/2, 250*time.Millisecond):
+		case errors.Is(err, busy) && time.Since(start) >= min(wait/2, 250*time.Millisecond):
 			// The gateway waited (perhaps less than asked: it caps waits at
 			// LOCKGW_MAX_WAIT): ask again at once.
-		case errors.Is(err, ErrHeld), errors.Is(err, ErrUnavailable):
+		case errors.Is(err, busy), errors.Is(err, ErrUnavailable):
 			// Answered at once (a gateway that does not wait, or one that
 			// is down): pause so as not to spin.
 			if !sleep.For(ctx, min(pause, time.Until(deadline))) {
-				return nil, err
+				return none, err
 			}
 			pause = min(2*pause, 2*time.Second)
 		default:
-			return nil, err
+			return none, err
 		}
 		if time.Until(deadline) <= 0 {
-			return nil, err
+			return none, err
 		}
 	}
 }
 
-func (c *Client) acquire(ctx context.Context, key, token string, opts AcquireOptions, wait time.Duration) (*Lease, error) {
-	var body AcquireRequest
+// acquireFields are the body fields both acquire requests (a lock's, a
+// permit's) carry: each nil when it takes the gateway's default.
+func acquireFields(opts AcquireOptions, wait time.Duration) (ttlMs, waitMs *int64, owner *string) {
 	if opts.TTL > 0 {
 		ms := opts.TTL.Milliseconds()
-		body.TtlMs = &ms
+		ttlMs = &ms
 	}
 	if wait > 0 {
 		ms := wait.Milliseconds()
-		body.WaitMs = &ms
+		waitMs = &ms
 	}
 	if opts.Owner != "" {
-		body.Owner = &opts.Owner
+		owner = &opts.Owner
 	}
+	return ttlMs, waitMs, owner
+}
+
+func (c *Client) acquire(ctx context.Context, key, token string, opts AcquireOptions, wait time.Duration) (*Lease, error) {
+	var body AcquireRequest
+	body.TtlMs, body.WaitMs, body.Owner = acquireFields(opts, wait)
 	rctx, cancel := context.WithTimeout(ctx, wait+callTimeout)
 	defer cancel()
 	sent := time.Now()
@@ -304,11 +324,7 @@ func (c *Client) acquire(ctx context.Context, key, token string, opts AcquireOpt
 // lease's own length, as last granted or extended). Errors: ErrNotHeld (expired or released: acquire
 // again, for a new fence), ErrTokenMismatch, ErrUnavailable, or an *Error.
 func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
-	var body ExtendRequest
-	if ttl > 0 {
-		ms := ttl.Milliseconds()
-		body.TtlMs = &ms
-	}
+	body := extendBody(ttl)
 	rctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	sent := time.Now()
@@ -320,6 +336,17 @@ func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		return newLease(*resp.JSON200, sent), nil
 	}
 	return nil, responseError(resp.HTTPResponse, resp.Body)
+}
+
+// extendBody asks for ttl, or with 0 for no ttl_ms: the gateway then
+// keeps the lease's (or permit's) own length, not its default.
+func extendBody(ttl time.Duration) ExtendRequest {
+	var body ExtendRequest
+	if ttl > 0 {
+		ms := ttl.Milliseconds()
+		body.TtlMs = &ms
+	}
+	return body
 }
 
 // Release frees key held by token. Errors: ErrNotHeld, ErrTokenMismatch (the
@@ -374,10 +401,38 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 // package documentation). The *Lease fn gets is the one acquired: its Fence
 // and Token never change; its ExpiresAt is not updated by extends.
 func (c *Client) Hold(ctx context.Context, key string, opts AcquireOptions, fn func(ctx context.Context, lease *Lease) error) error {
-	lease, err := c.Acquire(ctx, key, opts)
+	return hold(ctx, c, opts, holdKind[*Lease]{
+		noun:      "lock",
+		releaseOp: "release",
+		acquire:   func(ctx context.Context, opts AcquireOptions) (*Lease, error) { return c.Acquire(ctx, key, opts) },
+		lease: func(l *Lease) *Lease {
+			kept := *l // fn may do what it likes with its copy
+			return &kept
+		},
+		extend:  c.Extend,
+		release: c.Release,
+	}, fn)
+}
+
+// holdKind is what hold needs of a kind of grant G (*Lease, *Permit).
+type holdKind[G any] struct {
+	noun, releaseOp string // in errors: "lock", "release"
+	acquire         func(ctx context.Context, opts AcquireOptions) (G, error)
+	// lease is a copy of g's key, token, TTL and deadline, for keeping
+	// and releasing it.
+	lease   func(g G) *Lease
+	extend  func(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error)
+	release func(ctx context.Context, key, token string) error
+}
+
+// hold is Hold and HoldPermit: acquire, keep the grant while fn runs,
+// release it after.
+func hold[G any](ctx context.Context, c *Client, opts AcquireOptions, k holdKind[G], fn func(ctx context.Context, g G) error) error {
+	g, err := k.acquire(ctx, opts)
 	if err != nil {
 		return err
 	}
+	kept := k.lease(g)
 	if opts.Wait > 0 {
 		// A waited-for lease began when the wait ended, somewhere inside
 		// the request, so counted from the request's start (all this
@@ -386,9 +441,9 @@ func (c *Client) Hold(ctx context.Context, key string, opts AcquireOptions, fn f
 		// same token and no wait restarts it from a moment we know. If
 		// the renewal fails, the first lease stands, counted as before.
 		again := opts
-		again.Token, again.Wait = lease.Token, 0
-		if renewed, err := c.Acquire(ctx, key, again); err == nil {
-			lease = renewed
+		again.Token, again.Wait = kept.Token, 0
+		if renewed, err := k.acquire(ctx, again); err == nil {
+			g, kept = renewed, k.lease(renewed)
 		}
 	}
 	fnCtx, cancel := context.WithCancelCause(ctx)
@@ -398,9 +453,8 @@ func (c *Client) Hold(ctx context.Context, key string, opts AcquireOptions, fn f
 		wg   sync.WaitGroup
 		lost error
 	)
-	kept := *lease // fn may do what it likes with its copy
-	wg.Go(func() { lost = c.keep(fnCtx, &kept, stop, cancel) })
-	fnErr := fn(fnCtx, lease)
+	wg.Go(func() { lost = c.keep(fnCtx, kept, stop, cancel, k.extend) })
+	fnErr := fn(fnCtx, g)
 	close(stop)
 	wg.Wait()
 	if lost != nil {
@@ -414,26 +468,22 @@ func (c *Client) Hold(ctx context.Context, key string, opts AcquireOptions, fn f
 	// until its TTL runs out.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer rcancel()
-	if err := c.Release(rctx, lease.Key, lease.Token); err != nil {
+	if err := k.release(rctx, kept.Key, kept.Token); err != nil {
 		if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrTokenMismatch) {
 			// Lost between the last extend and the end of fn.
-			err = fmt.Errorf("%w: the lock was no longer held when fn returned: %w", ErrLockLost, err)
+			err = fmt.Errorf("%w: the %s was no longer held when fn returned: %w", ErrLockLost, k.noun, err)
 		} else {
-			err = fmt.Errorf("client: release %s after fn: %w", lease.Key, err)
+			err = fmt.Errorf("client: %s %s after fn: %w", k.releaseOp, kept.Key, err)
 		}
 		return errors.Join(fnErr, err)
 	}
 	return fnErr
 }
 
-// keep extends lease every TTL/3 until stop is closed or ctx ends. When the
-// lease is lost it cancels ctx with the reason and returns it.
-func (c *Client) keep(ctx context.Context, lease *Lease, stop <-chan struct{}, lose context.CancelCauseFunc) error {
-	return c.keepWith(ctx, lease, stop, lose, c.Extend)
-}
-
-// keepWith is keep with the call that extends (a lock's or a permit's).
-func (c *Client) keepWith(ctx context.Context, lease *Lease, stop <-chan struct{}, lose context.CancelCauseFunc,
+// keep extends lease with extendFn (a lock's or a permit's extend) every
+// TTL/3 until stop is closed or ctx ends. When the lease is lost it cancels
+// ctx with the reason and returns it.
+func (c *Client) keep(ctx context.Context, lease *Lease, stop <-chan struct{}, lose context.CancelCauseFunc,
 	extendFn func(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error),
 ) error {
 	every := max(lease.TTL/3, time.Millisecond)

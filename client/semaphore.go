@@ -2,14 +2,10 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
-	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
-	"github.com/lockgateway/lockgateway/internal/sleep"
 	"github.com/lockgateway/lockgateway/problem"
 )
 
@@ -71,56 +67,14 @@ type PermitInfo struct {
 // with the same token. Errors: ErrSemaphoreFull (with RetryAfter),
 // ErrLimitMismatch, ErrRateLimited, ErrUnavailable, or an *Error.
 func (c *Client) AcquirePermit(ctx context.Context, key string, limit int, opts AcquireOptions) (*Permit, error) {
-	token := opts.Token
-	if token == "" {
-		token = rand.Text()
-	}
-	if opts.Wait <= 0 {
-		return c.acquirePermit(ctx, key, limit, token, opts, 0)
-	}
-	deadline := time.Now().Add(opts.Wait)
-	pause := 50 * time.Millisecond
-	for {
-		wait := min(time.Until(deadline), time.Duration(c.maxWait.Load())*time.Millisecond)
-		start := time.Now()
-		p, err := c.acquirePermit(ctx, key, limit, token, opts, max(wait, 0))
-		if err == nil || ctx.Err() != nil {
-			return p, err
-		}
-		var e *Error
-		switch {
-		case errors.As(err, &e) && e.Status == http.StatusUnprocessableEntity && e.names("wait_ms") &&
-			wait > 100*time.Millisecond:
-			c.maxWait.Store((wait / 2).Milliseconds()) // as Acquire
-			continue
-		case errors.Is(err, ErrSemaphoreFull) && time.Since(start) >= min(wait/2, 250*time.Millisecond):
-		case errors.Is(err, ErrSemaphoreFull), errors.Is(err, ErrUnavailable):
-			if !sleep.For(ctx, min(pause, time.Until(deadline))) {
-				return nil, err
-			}
-			pause = min(2*pause, 2*time.Second)
-		default:
-			return nil, err
-		}
-		if time.Until(deadline) <= 0 {
-			return nil, err
-		}
-	}
+	return acquireWaiting(ctx, c, opts, ErrSemaphoreFull, func(ctx context.Context, token string, wait time.Duration) (*Permit, error) {
+		return c.acquirePermit(ctx, key, limit, token, opts, wait)
+	})
 }
 
 func (c *Client) acquirePermit(ctx context.Context, key string, limit int, token string, opts AcquireOptions, wait time.Duration) (*Permit, error) {
 	body := PermitRequest{Limit: int64(limit)}
-	if opts.TTL > 0 {
-		ms := opts.TTL.Milliseconds()
-		body.TtlMs = &ms
-	}
-	if wait > 0 {
-		ms := wait.Milliseconds()
-		body.WaitMs = &ms
-	}
-	if opts.Owner != "" {
-		body.Owner = &opts.Owner
-	}
+	body.TtlMs, body.WaitMs, body.Owner = acquireFields(opts, wait)
 	rctx, cancel := context.WithTimeout(ctx, wait+callTimeout)
 	defer cancel()
 	sent := time.Now()
@@ -141,11 +95,7 @@ func (c *Client) acquirePermit(ctx context.Context, key string, limit int, token
 // length). Errors: ErrNotHeld, ErrTokenMismatch, ErrUnavailable, or an
 // *Error.
 func (c *Client) ExtendPermit(ctx context.Context, key, token string, ttl time.Duration) (*Permit, error) {
-	var body ExtendRequest
-	if ttl > 0 {
-		ms := ttl.Milliseconds()
-		body.TtlMs = &ms
-	}
+	body := extendBody(ttl)
 	rctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	sent := time.Now()
@@ -200,51 +150,28 @@ func (c *Client) InspectSemaphore(ctx context.Context, key string) (*SemaphoreIn
 // context the moment the permit is lost (the error then matches
 // ErrLockLost), and releases the permit when fn returns.
 func (c *Client) HoldPermit(ctx context.Context, key string, limit int, opts AcquireOptions, fn func(ctx context.Context, p *Permit) error) error {
-	p, err := c.AcquirePermit(ctx, key, limit, opts)
-	if err != nil {
-		return err
-	}
-	if opts.Wait > 0 { // restart the permit from a moment we know (see Hold)
-		again := opts
-		again.Token, again.Wait = p.Token, 0
-		if renewed, err := c.AcquirePermit(ctx, key, limit, again); err == nil {
-			p = renewed
-		}
-	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var lost error
-	kept := &Lease{Key: p.Key, Token: p.Token, Fence: p.Fence, TTL: p.TTL, ExpiresAt: p.ExpiresAt, deadline: p.deadline}
-	extend := func(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
-		q, err := c.ExtendPermit(ctx, key, token, ttl)
-		if err != nil {
-			return nil, err
-		}
-		return &Lease{Key: q.Key, Token: q.Token, Fence: q.Fence, TTL: q.TTL, ExpiresAt: q.ExpiresAt, deadline: q.deadline}, nil
-	}
-	wg.Go(func() { lost = c.keepWith(fnCtx, kept, stop, cancel, extend) })
-	fnErr := fn(fnCtx, p)
-	close(stop)
-	wg.Wait()
-	if lost != nil {
-		if fnErr != nil && !errors.Is(fnErr, context.Canceled) {
-			return errors.Join(lost, fnErr)
-		}
-		return lost
-	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer rcancel()
-	if err := c.ReleasePermit(rctx, p.Key, p.Token); err != nil {
-		if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrTokenMismatch) {
-			err = fmt.Errorf("%w: the permit was no longer held when fn returned: %w", ErrLockLost, err)
-		} else {
-			err = fmt.Errorf("client: release permit %s after fn: %w", p.Key, err)
-		}
-		return errors.Join(fnErr, err)
-	}
-	return fnErr
+	return hold(ctx, c, opts, holdKind[*Permit]{
+		noun:      "permit",
+		releaseOp: "release permit",
+		acquire: func(ctx context.Context, opts AcquireOptions) (*Permit, error) {
+			return c.AcquirePermit(ctx, key, limit, opts)
+		},
+		lease: (*Permit).lease,
+		// keep extends a Lease: the permit's extend, seen as one.
+		extend: func(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
+			p, err := c.ExtendPermit(ctx, key, token, ttl)
+			if err != nil {
+				return nil, err
+			}
+			return p.lease(), nil
+		},
+		release: c.ReleasePermit,
+	}, fn)
+}
+
+// lease is p as a Lease, for what keeps and releases either.
+func (p *Permit) lease() *Lease {
+	return &Lease{Key: p.Key, Token: p.Token, Fence: p.Fence, Owner: p.Owner, TTL: p.TTL, ExpiresAt: p.ExpiresAt, deadline: p.deadline}
 }
 
 func newPermit(b APIPermit, sent time.Time) *Permit {

@@ -74,12 +74,9 @@ func (l *Listings) run(w http.ResponseWriter, r *http.Request, list func(ctx con
 // start with prefix, in key order, a page at a time; never a token.
 func (l *Listings) Locks() http.Handler {
 	type item struct {
-		Key       string `json:"key"`
-		Owner     string `json:"owner,omitempty"`
-		Fence     int64  `json:"fence"`
-		TTLms     int64  `json:"ttl_ms"`
-		ExpiresAt string `json:"expires_at"`
-		Waiters   int    `json:"waiters"`
+		// as GET /locks/{key} shows the lock
+		inspectBody
+		Waiters int `json:"waiters"`
 	}
 	type response struct {
 		Items []item `json:"items"`
@@ -93,10 +90,10 @@ func (l *Listings) Locks() http.Handler {
 			}
 			body := response{Items: make([]item, len(p.Items)), Next: nextCursor(p.Next)}
 			for i, it := range p.Items {
-				body.Items[i] = item{
+				body.Items[i] = item{inspectBody{
 					Key: it.Key, Owner: it.Owner, Fence: it.Fence, TTLms: it.Left.Milliseconds(),
-					ExpiresAt: timestamp(it.ExpiresAt), Waiters: it.Waiters,
-				}
+					ExpiresAt: timestamp(it.ExpiresAt),
+				}, it.Waiters}
 			}
 			encode(w, http.StatusOK, "application/json", body)
 			return nil
@@ -108,18 +105,10 @@ func (l *Listings) Locks() http.Handler {
 // with permits held whose keys start with prefix, in key order, each as
 // GET /semaphores/{key} shows it plus its waiters; never a token.
 func (l *Listings) Semaphores(sems lockstore.SemLister) http.Handler {
-	type holder struct {
-		Owner     string `json:"owner,omitempty"`
-		Fence     int64  `json:"fence"`
-		TTLms     int64  `json:"ttl_ms"`
-		ExpiresAt string `json:"expires_at"`
-	}
 	type item struct {
-		Key     string   `json:"key"`
-		Limit   int      `json:"limit"`
-		Held    int      `json:"held"`
-		Holders []holder `json:"holders"`
-		Waiters int      `json:"waiters"`
+		// as GET /semaphores/{key} shows the semaphore
+		semBody
+		Waiters int `json:"waiters"`
 	}
 	type response struct {
 		Items []item `json:"items"`
@@ -133,11 +122,11 @@ func (l *Listings) Semaphores(sems lockstore.SemLister) http.Handler {
 			}
 			body := response{Items: make([]item, len(p.Items)), Next: nextCursor(p.Next)}
 			for i, it := range p.Items {
-				hs := make([]holder, len(it.Holders))
+				hs := make([]semHolder, len(it.Holders))
 				for j, h := range it.Holders {
-					hs[j] = holder{Owner: h.Owner, Fence: h.Fence, TTLms: h.Left.Milliseconds(), ExpiresAt: timestamp(h.ExpiresAt)}
+					hs[j] = semHolder{Owner: h.Owner, Fence: h.Fence, TTLms: h.Left.Milliseconds(), ExpiresAt: timestamp(h.ExpiresAt)}
 				}
-				body.Items[i] = item{Key: it.Key, Limit: it.Limit, Held: len(hs), Holders: hs, Waiters: it.Waiters}
+				body.Items[i] = item{semBody{Key: it.Key, Limit: it.Limit, Held: len(hs), Holders: hs}, it.Waiters}
 			}
 			encode(w, http.StatusOK, "application/json", body)
 			return nil

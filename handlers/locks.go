@@ -189,15 +189,9 @@ func (h *Locks) Acquire() http.Handler {
 		if req.Owner != nil {
 			ar.Owner = *req.Owner
 		}
-		wait, applied, err := h.wait(r, req.WaitMs)
-		if err != nil {
+		if ar.Wait, err = h.wait(w, r, req.WaitMs); err != nil {
 			WriteError(w, r, h.log, err)
 			return
-		}
-		ar.Wait = wait
-		if applied != "" {
-			w.Header()[hdrPreferenceAppl] = []string{applied}
-			w.Header()[hdrVary] = append(w.Header()[hdrVary], hdrPrefer)
 		}
 
 		start := time.Now()
@@ -231,32 +225,41 @@ func (h *Locks) Acquire() http.Handler {
 			return
 		}
 		h.obs.Granted(token, lease.ExpiresAt)
-		w.Header()[hdrETag] = []string{`"` + token + `"`}
-		status := http.StatusOK
-		if !lease.Renewed {
-			status = http.StatusCreated
-			w.Header()[hdrLocation] = []string{LocksPrefix + escapeKey(key)}
-		}
-		encodeLease(w, status, newLeaseBody(lease))
+		encodeLease(w, grantHeaders(w, LocksPrefix, key, token, lease.Renewed), newLeaseBody(lease))
 	})
 }
 
-// wait is how long an acquire may wait: wait_ms from the body, else the
-// Prefer: wait=<seconds> header (RFC 7240), capped at MaxWait. applied is
-// the Preference-Applied value when the header was honoured.
-func (h *Locks) wait(r *http.Request, waitMs *int64) (_ time.Duration, applied string, _ error) {
+// grantHeaders sets the headers of a grant of a lock or a permit (the
+// kind's URL prefix): its token as ETag, and for a new grant (201, else
+// 200 for a renewal, which it returns) its URL as Location.
+func grantHeaders(w http.ResponseWriter, prefix, key, token string, renewed bool) (status int) {
+	w.Header()[hdrETag] = []string{`"` + token + `"`}
+	if renewed {
+		return http.StatusOK
+	}
+	w.Header()[hdrLocation] = []string{prefix + escapeKey(key)}
+	return http.StatusCreated
+}
+
+// wait is how long an acquire or a long-poll may wait: wait_ms from the
+// body, else the Prefer: wait=<seconds> header (RFC 7240), capped at
+// MaxWait. When it honours the header it says so in w's
+// Preference-Applied, and varies on Prefer.
+func (h *Locks) wait(w http.ResponseWriter, r *http.Request, waitMs *int64) (time.Duration, error) {
 	if waitMs != nil {
-		return time.Duration(*waitMs) * time.Millisecond, "", nil
+		return time.Duration(*waitMs) * time.Millisecond, nil
 	}
 	secs, ok, err := preferWait(r.Header[hdrPrefer])
 	if err != nil || !ok {
-		return 0, "", err
+		return 0, err
 	}
 	wait := h.limits.MaxWait
 	if secs < int64(wait/time.Second) { // compare first: secs·1e9 may overflow
 		wait = time.Duration(secs) * time.Second
 	}
-	return wait, "wait=" + strconv.Itoa(int(wait/time.Second)), nil
+	w.Header()[hdrPreferenceAppl] = []string{"wait=" + strconv.Itoa(int(wait/time.Second))}
+	w.Header()[hdrVary] = append(w.Header()[hdrVary], hdrPrefer)
+	return wait, nil
 }
 
 // preferWait finds wait=<seconds> among Prefer headers. Other preferences
@@ -280,22 +283,31 @@ func preferWait(values []string) (secs int64, ok bool, _ error) {
 }
 
 // acquire asks the store, which waits up to req.Wait in line with the other
-// waiters for key. The wait ends early when the client goes away or the
-// server shuts down.
+// waiters for key.
 func (h *Locks) acquire(ctx context.Context, key string, req lockstore.AcquireRequest) (lockstore.Lease, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, req.Wait+h.limits.BackendTimeout, lockstore.ErrUnavailable)
-	defer cancel()
-	if req.Wait <= 0 { // one store call, bounded by the backend timeout
+	return acquireWaiting(ctx, h, req.Wait, func(ctx context.Context) (lockstore.Lease, error) {
 		return h.store.Acquire(ctx, key, req)
+	})
+}
+
+// acquireWaiting runs call, a store's acquire of a lock or a permit that
+// waits up to wait, under the backend timeout on top of the wait. The wait
+// ends early when the client goes away or the server shuts down.
+func acquireWaiting[G any](ctx context.Context, h *Locks, wait time.Duration, call func(ctx context.Context) (G, error)) (G, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, wait+h.limits.BackendTimeout, lockstore.ErrUnavailable)
+	defer cancel()
+	if wait <= 0 { // one store call, bounded by the backend timeout
+		return call(ctx)
 	}
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	defer context.AfterFunc(h.shutdown, func() { stop(errShuttingDown) })()
-	lease, err := h.store.Acquire(ctx, key, req)
+	got, err := call(ctx)
 	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errShuttingDown) {
-		return lockstore.Lease{}, errShuttingDown
+		var none G
+		return none, errShuttingDown
 	}
-	return lease, err
+	return got, err
 }
 
 func acquireOutcome(lease lockstore.Lease, err error) string {
@@ -462,22 +474,8 @@ func (h *Locks) Release() http.Handler {
 // GET or a long-poll, with Accept: text/event-stream a stream (watch.go).
 func (h *Locks) Inspect() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, err := KeyFromPath(r)
-		if err != nil {
-			WriteError(w, r, h.log, err)
-			return
-		}
-		if wantsStream(r) {
-			h.stream(w, r, key)
-			return
-		}
-		tags, star, conditional, err := ifNoneMatch(r)
-		if err != nil {
-			WriteError(w, r, h.log, err)
-			return
-		}
-		if conditional {
-			h.conditional(w, r, key, tags, star)
+		key, plain := h.routeGet(w, r, h.stream, h.conditional)
+		if !plain {
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
@@ -489,6 +487,34 @@ func (h *Locks) Inspect() http.Handler {
 		}
 		h.writeState(w, r, key, lockstore.LockState{Held: err == nil, Lease: l}, l.Left)
 	})
+}
+
+// routeGet reads the key of a GET of a lock or a semaphore and serves it
+// when it asks for a stream or is conditional (If-None-Match), by the
+// kind's stream or conditional, or when either is malformed. plain says a
+// plain GET of key is left to answer.
+func (h *Locks) routeGet(w http.ResponseWriter, r *http.Request, stream func(w http.ResponseWriter, r *http.Request, key string),
+	conditional func(w http.ResponseWriter, r *http.Request, key string, tags []string, star bool),
+) (key string, plain bool) {
+	key, err := KeyFromPath(r)
+	if err != nil {
+		WriteError(w, r, h.log, err)
+		return "", false
+	}
+	if wantsStream(r) {
+		stream(w, r, key)
+		return "", false
+	}
+	tags, star, isConditional, err := ifNoneMatch(r)
+	if err != nil {
+		WriteError(w, r, h.log, err)
+		return "", false
+	}
+	if isConditional {
+		conditional(w, r, key, tags, star)
+		return "", false
+	}
+	return key, true
 }
 
 // errUnidentified refuses an acquire whose client cannot be identified

@@ -83,15 +83,9 @@ func (h *Semaphores) Acquire() http.Handler {
 		if req.Owner != nil {
 			pr.Owner = *req.Owner
 		}
-		wait, applied, err := h.wait(r, req.WaitMs)
-		if err != nil {
+		if pr.Wait, err = h.wait(w, r, req.WaitMs); err != nil {
 			WriteError(w, r, h.log, err)
 			return
-		}
-		pr.Wait = wait
-		if applied != "" {
-			w.Header().Set("Preference-Applied", applied)
-			w.Header().Add("Vary", "Prefer")
 		}
 		p, err := h.acquire(r.Context(), key, pr)
 		switch {
@@ -110,32 +104,15 @@ func (h *Semaphores) Acquire() http.Handler {
 			_ = h.sems.SemRelease(ctx, key, token)
 			return
 		}
-		w.Header().Set("ETag", `"`+token+`"`)
-		status := http.StatusOK
-		if !p.Renewed {
-			status = http.StatusCreated
-			w.Header().Set("Location", SemaphoresPrefix+escapeKey(key))
-		}
-		encode(w, status, "application/json", newPermitBody(p))
+		encode(w, grantHeaders(w, SemaphoresPrefix, key, token, p.Renewed), "application/json", newPermitBody(p))
 	})
 }
 
-// acquire is Locks.acquire for a permit: the wait ends early when the
-// client goes away or the server shuts down.
+// acquire is Locks.acquire for a permit.
 func (h *Semaphores) acquire(ctx context.Context, key string, req lockstore.PermitRequest) (lockstore.Permit, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, req.Wait+h.limits.BackendTimeout, lockstore.ErrUnavailable)
-	defer cancel()
-	if req.Wait <= 0 {
+	return acquireWaiting(ctx, h.Locks, req.Wait, func(ctx context.Context) (lockstore.Permit, error) {
 		return h.sems.SemAcquire(ctx, key, req)
-	}
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	defer context.AfterFunc(h.shutdown, func() { stop(errShuttingDown) })()
-	p, err := h.sems.SemAcquire(ctx, key, req)
-	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errShuttingDown) {
-		return lockstore.Permit{}, errShuttingDown
-	}
-	return p, err
+	})
 }
 
 // Extend serves PATCH /semaphores/{key}: reset the TTL of the caller's
@@ -191,22 +168,8 @@ func (h *Semaphores) Release() http.Handler {
 // (watch_sem.go).
 func (h *Semaphores) Inspect() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, err := KeyFromPath(r)
-		if err != nil {
-			WriteError(w, r, h.log, err)
-			return
-		}
-		if wantsStream(r) {
-			h.streamSem(w, r, key)
-			return
-		}
-		tags, star, conditional, err := ifNoneMatch(r)
-		if err != nil {
-			WriteError(w, r, h.log, err)
-			return
-		}
-		if conditional {
-			h.conditionalSem(w, r, key, tags, star)
+		key, plain := h.routeGet(w, r, h.streamSem, h.conditionalSem)
+		if !plain {
 			return
 		}
 		s, err := h.inspect(r.Context(), key)

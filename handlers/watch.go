@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -79,19 +80,11 @@ func ifNoneMatch(r *http.Request) (tags []string, star, ok bool, _ error) {
 	return tags, star, true, nil
 }
 
-// matches: s is what the client already has (If-None-Match lists its tag,
-// or "*" and the lock is held).
-func matches(tags []string, star bool, s lockstore.LockState) bool {
-	if star && s.Held {
-		return true
-	}
-	tag := s.Tag()
-	for _, t := range tags {
-		if t == tag {
-			return true
-		}
-	}
-	return false
+// matches: a state of a lock or a semaphore, held or not and tagged tag,
+// is what the client already has (If-None-Match lists its tag, or "*" and
+// it is held).
+func matches(tags []string, star, held bool, tag string) bool {
+	return star && held || slices.Contains(tags, tag)
 }
 
 // inspectBody is what GET shows of a held lock, never the token.
@@ -128,14 +121,10 @@ func notModified(w http.ResponseWriter, tag string) {
 // conditional serves a GET with If-None-Match: at once without a wait,
 // else a long-poll on the hub.
 func (h *Locks) conditional(w http.ResponseWriter, r *http.Request, key string, tags []string, star bool) {
-	wait, applied, err := h.wait(r, nil)
+	wait, err := h.wait(w, r, nil)
 	if err != nil {
 		WriteError(w, r, h.log, err)
 		return
-	}
-	if applied != "" {
-		w.Header().Set("Preference-Applied", applied)
-		w.Header().Add("Vary", "Prefer")
 	}
 	if wait <= 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
@@ -146,7 +135,7 @@ func (h *Locks) conditional(w http.ResponseWriter, r *http.Request, key string, 
 			WriteError(w, r, h.log, err)
 			return
 		}
-		if matches(tags, star, s) {
+		if matches(tags, star, s.Held, s.Tag()) {
 			notModified(w, stateTag(s))
 			return
 		}
@@ -156,7 +145,7 @@ func (h *Locks) conditional(w http.ResponseWriter, r *http.Request, key string, 
 
 	awaitChange(w, r, h.watchDeps(), h.hub, key, wait, watchTag[lockstore.LockState]{
 		tag:   stateTag,
-		match: func(s lockstore.LockState) bool { return matches(tags, star, s) },
+		match: func(s lockstore.LockState) bool { return matches(tags, star, s.Held, s.Tag()) },
 		write: func(s lockstore.LockState) { h.writeState(w, r, key, s, time.Until(s.Lease.ExpiresAt)) },
 	})
 }

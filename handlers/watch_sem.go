@@ -72,19 +72,6 @@ func (h *Semaphores) writeSem(w http.ResponseWriter, r *http.Request, s lockstor
 	encode(w, http.StatusOK, "application/json", newSemBody(s.Sem, time.Now()))
 }
 
-func semMatches(tags []string, star bool, s lockstore.SemState) bool {
-	if star && s.Held() {
-		return true
-	}
-	tag := s.Tag()
-	for _, t := range tags {
-		if t == tag {
-			return true
-		}
-	}
-	return false
-}
-
 // inspect reads key's permits (a free semaphore is a state).
 func (h *Semaphores) inspect(ctx context.Context, key string) (lockstore.SemState, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.limits.BackendTimeout)
@@ -98,21 +85,17 @@ func (h *Semaphores) inspect(ctx context.Context, key string) (lockstore.SemStat
 
 // conditionalSem serves a GET with If-None-Match.
 func (h *Semaphores) conditionalSem(w http.ResponseWriter, r *http.Request, key string, tags []string, star bool) {
-	wait, applied, err := h.wait(r, nil)
+	wait, err := h.wait(w, r, nil)
 	if err != nil {
 		WriteError(w, r, h.log, err)
 		return
-	}
-	if applied != "" {
-		w.Header().Set("Preference-Applied", applied)
-		w.Header().Add("Vary", "Prefer")
 	}
 	if wait <= 0 {
 		s, err := h.inspect(r.Context(), key)
 		switch {
 		case err != nil:
 			WriteError(w, r, h.log, semError(err))
-		case semMatches(tags, star, s):
+		case matches(tags, star, s.Held(), s.Tag()):
 			notModified(w, semTag(s))
 		default:
 			h.writeSem(w, r, s)
@@ -121,7 +104,7 @@ func (h *Semaphores) conditionalSem(w http.ResponseWriter, r *http.Request, key 
 	}
 	awaitChange(w, r, h.watchDeps(), h.semHub, key, wait, watchTag[lockstore.SemState]{
 		tag:   semTag,
-		match: func(s lockstore.SemState) bool { return semMatches(tags, star, s) },
+		match: func(s lockstore.SemState) bool { return matches(tags, star, s.Held(), s.Tag()) },
 		write: func(s lockstore.SemState) { h.writeSem(w, r, s) },
 	})
 }

@@ -30,40 +30,19 @@ func TestWatchSemaphore(t *testing.T) {
 		events, resp := cb.Stream(t, path)
 		require.Nil(t, resp)
 		defer events.Close()
-		next := func(name string, since time.Time) apitest.Event {
-			t.Helper()
-			select {
-			case e := <-events.C:
-				require.Equal(t, name, e.Name, "%+v", e)
-				assert.Less(t, e.At.Sub(since), time.Second, "%s within a second", name)
-				return e
-			case <-time.After(8 * time.Second):
-				t.Fatalf("no %s", name)
-				return apitest.Event{}
-			}
-		}
+		next := eventsOf(t, events)
 		next("released", time.Now()) // the opening state: free
 
-		polled := make(chan *apitest.Response, 1)
-		go func() {
-			r, _ := longPoll(t, cb, path, `W/"free"`, 8)
-			polled <- r
-		}()
-		time.Sleep(300 * time.Millisecond)
+		polled := startPoll(t, cb, path, `W/"free"`)
 		at := time.Now()
 		r = ca.Do(t, "PUT", path, []byte(`{"limit":2,"ttl_ms":30000,"owner":"p1"}`), apitest.JSON...)
 		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 		token1 := r.JSON(t)["token"].(string)
 		fence1 := r.JSON(t)["fence"].(float64)
-		select {
-		case r := <-polled:
-			require.Equal(t, http.StatusOK, r.Status)
-			assert.Less(t, time.Since(at), time.Second)
-			assert.Regexp(t, `^W/"permits-[0-9a-f]{24}"$`, r.Header.Get("ETag"))
-			assert.EqualValues(t, 1, r.JSON(t)["held"])
-		case <-time.After(8 * time.Second):
-			t.Fatal("the long-poll did not wake")
-		}
+		r = pollWoke(t, polled, at, "grant")
+		require.Equal(t, http.StatusOK, r.Status)
+		assert.Regexp(t, `^W/"permits-[0-9a-f]{24}"$`, r.Header.Get("ETag"))
+		assert.EqualValues(t, 1, r.JSON(t)["held"])
 		e1 := next("acquired", at)
 		assert.Equal(t, fence1, e1.Data["permit"].(map[string]any)["fence"])
 		assert.EqualValues(t, 1, e1.Data["held"])

@@ -60,6 +60,53 @@ func longPoll(t *testing.T, c *apitest.Client, path, etag string, secs int) (*ap
 	return r, time.Now()
 }
 
+// startPoll starts a long-poll through c of path, against tag, for up to
+// 8 s, and returns once it is waiting; its answer comes on the channel.
+func startPoll(t *testing.T, c *apitest.Client, path, tag string) chan *apitest.Response {
+	done := make(chan *apitest.Response, 1)
+	go func() {
+		r, _ := longPoll(t, c, path, tag, 8)
+		done <- r
+	}()
+	time.Sleep(300 * time.Millisecond) // the poll is waiting
+	return done
+}
+
+// pollWoke requires the long-poll done to answer, and asserts it did
+// within a second of since, when what happened.
+func pollWoke(t *testing.T, done chan *apitest.Response, since time.Time, what string) *apitest.Response {
+	t.Helper()
+	select {
+	case r := <-done:
+		took := time.Since(since)
+		t.Logf("%s seen %v after", what, took)
+		assert.Less(t, took, time.Second, "%s seen within a second", what)
+		return r
+	case <-time.After(8 * time.Second):
+		t.Fatalf("%s: the long-poll did not wake", what)
+		return nil
+	}
+}
+
+// eventsOf returns next, which reads the next event of a stream: it must
+// be name and, as asserted, have come within a second of since.
+func eventsOf(t *testing.T, events *apitest.Events) func(name string, since time.Time) apitest.Event {
+	return func(name string, since time.Time) apitest.Event {
+		t.Helper()
+		select {
+		case e, ok := <-events.C:
+			require.True(t, ok, "the stream ended")
+			require.Equal(t, name, e.Name, "event %+v", e)
+			took := e.At.Sub(since)
+			assert.Less(t, took, time.Second, "%s seen within a second (%v)", name, took)
+			return e
+		case <-time.After(8 * time.Second):
+			t.Fatalf("no %s event", name)
+			return apitest.Event{}
+		}
+	}
+}
+
 // TestWatchETag: GET names the state in a weak ETag, never the token;
 // If-None-Match with that tag is a 304 at once, and a long-poll that sees
 // no change is a 304 when its wait runs out.
@@ -124,47 +171,24 @@ func TestLongPollWakes(t *testing.T) {
 		ca, cb := apitest.NewClient(a.URL), apitest.NewClient(b.URL)
 		path := lockPath(apitest.Key(t))
 
-		poll := func(tag string) chan *apitest.Response {
-			done := make(chan *apitest.Response, 1)
-			go func() {
-				r, _ := longPoll(t, cb, path, tag, 8)
-				done <- r
-			}()
-			time.Sleep(300 * time.Millisecond) // the poll is waiting
-			return done
-		}
-		within := func(done chan *apitest.Response, since time.Time, what string) *apitest.Response {
-			t.Helper()
-			select {
-			case r := <-done:
-				took := time.Since(since)
-				t.Logf("%s seen %v after", what, took)
-				assert.Less(t, took, time.Second, "%s seen within a second", what)
-				return r
-			case <-time.After(8 * time.Second):
-				t.Fatalf("%s: the long-poll did not wake", what)
-				return nil
-			}
-		}
-
 		// A grant.
-		done := poll(`W/"free"`)
+		done := startPoll(t, cb, path, `W/"free"`)
 		at := time.Now()
 		r := ca.Do(t, "PUT", path, []byte(`{"ttl_ms":30000}`), apitest.JSON...)
 		require.Equal(t, http.StatusCreated, r.Status)
 		token := r.JSON(t)["token"].(string)
 		fence := int64(r.JSON(t)["fence"].(float64))
-		r = within(done, at, "grant")
+		r = pollWoke(t, done, at, "grant")
 		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 		assert.Equal(t, fmt.Sprintf(`W/"fence-%d"`, fence), r.Header.Get("ETag"))
 		assert.EqualValues(t, fence, r.JSON(t)["fence"])
 		tag := r.Header.Get("ETag")
 
 		// A release.
-		done = poll(tag)
+		done = startPoll(t, cb, path, tag)
 		at = time.Now()
 		require.Equal(t, http.StatusNoContent, ca.Do(t, "DELETE", path, nil, "Lock-Token", token).Status)
-		r = within(done, at, "release")
+		r = pollWoke(t, done, at, "release")
 		require.Equal(t, http.StatusNotFound, r.Status)
 		assert.Equal(t, `W/"free"`, r.Header.Get("ETag"))
 		assert.Equal(t, "lock-not-found", r.ProblemType(t))
@@ -174,8 +198,8 @@ func TestLongPollWakes(t *testing.T) {
 		require.Equal(t, http.StatusCreated, r.Status)
 		expires, err := time.Parse(time.RFC3339Nano, r.JSON(t)["expires_at"].(string))
 		require.NoError(t, err)
-		done = poll(fmt.Sprintf(`W/"fence-%d"`, int64(r.JSON(t)["fence"].(float64))))
-		r = within(done, expires, "expiry")
+		done = startPoll(t, cb, path, fmt.Sprintf(`W/"fence-%d"`, int64(r.JSON(t)["fence"].(float64))))
+		r = pollWoke(t, done, expires, "expiry")
 		require.Equal(t, http.StatusNotFound, r.Status)
 	})
 }
@@ -193,20 +217,7 @@ func TestWatchStream(t *testing.T) {
 		events, resp := cb.Stream(t, path)
 		require.Nil(t, resp)
 		defer events.Close()
-		next := func(name string, since time.Time) apitest.Event {
-			t.Helper()
-			select {
-			case e, ok := <-events.C:
-				require.True(t, ok, "the stream ended")
-				require.Equal(t, name, e.Name, "event %+v", e)
-				took := e.At.Sub(since)
-				assert.Less(t, took, time.Second, "%s seen within a second (%v)", name, took)
-				return e
-			case <-time.After(8 * time.Second):
-				t.Fatalf("no %s event", name)
-				return apitest.Event{}
-			}
-		}
+		next := eventsOf(t, events)
 		e := next("released", time.Now())
 		assert.Equal(t, "0", e.ID, "free, holder unknown")
 		assert.Equal(t, map[string]any{"key": key}, e.Data)
@@ -407,38 +418,16 @@ func TestWatchCluster(t *testing.T) {
 		events, resp := cb.Stream(t, path)
 		require.Nil(t, resp)
 		defer events.Close()
-		next := func(name string, since time.Time) apitest.Event {
-			t.Helper()
-			select {
-			case e := <-events.C:
-				require.Equal(t, name, e.Name, "%+v", e)
-				assert.Less(t, e.At.Sub(since), time.Second, "%s within a second", name)
-				return e
-			case <-time.After(8 * time.Second):
-				t.Fatalf("no %s", name)
-				return apitest.Event{}
-			}
-		}
+		next := eventsOf(t, events)
 		next("released", time.Now())
 
-		polled := make(chan *apitest.Response, 1)
-		go func() {
-			r, _ := longPoll(t, cb, path, `W/"free"`, 8)
-			polled <- r
-		}()
-		time.Sleep(300 * time.Millisecond)
+		polled := startPoll(t, cb, path, `W/"free"`)
 		at := time.Now()
 		r := ca.Do(t, "PUT", path, []byte(`{"ttl_ms":1000}`), apitest.JSON...)
 		require.Equal(t, http.StatusCreated, r.Status)
 		token := r.JSON(t)["token"].(string)
 		fence := r.JSON(t)["fence"].(float64)
-		select {
-		case r := <-polled:
-			require.Equal(t, http.StatusOK, r.Status)
-			assert.Less(t, time.Since(at), time.Second)
-		case <-time.After(8 * time.Second):
-			t.Fatal("the long-poll did not wake")
-		}
+		require.Equal(t, http.StatusOK, pollWoke(t, polled, at, "grant").Status)
 		assert.Equal(t, fence, next("acquired", at).Data["fence"])
 		at = time.Now()
 		r = ca.Do(t, "PATCH", path, []byte(`{"ttl_ms":1500}`), "Content-Type", "application/json", "Lock-Token", token)

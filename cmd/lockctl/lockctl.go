@@ -215,11 +215,7 @@ func (g *globals) acquire(ctx context.Context, args []string, sigs <-chan os.Sig
 	fs.DurationVar(&opts.Wait, "wait", 0, "how long to wait for a held lock")
 	fs.StringVar(&opts.Owner, "owner", hostname(), "holder label")
 	fs.StringVar(&opts.Token, "token", "", "your own token")
-	key, err := oneKey(fs, args)
-	if err != nil {
-		return usageError(g, err)
-	}
-	c, err := g.client()
+	key, c, err := g.keyArgs(fs, args)
 	if err != nil {
 		return usageError(g, err)
 	}
@@ -233,6 +229,17 @@ func (g *globals) acquire(ctx context.Context, args []string, sigs <-chan os.Sig
 	}
 	g.printLease(lease)
 	return exitOK
+}
+
+// keyArgs reads what a command on one key needs: the key (after the flags)
+// and the client.
+func (g *globals) keyArgs(fs *flag.FlagSet, args []string) (string, *client.Client, error) {
+	key, err := oneKey(fs, args)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := g.client()
+	return key, c, err
 }
 
 // holderArgs reads what a command acting for the lease's holder needs: the
@@ -290,11 +297,7 @@ func (g *globals) release(ctx context.Context, args []string, sigs <-chan os.Sig
 
 func (g *globals) status(ctx context.Context, args []string, sigs <-chan os.Signal) int {
 	fs := g.flagSet("status")
-	key, err := oneKey(fs, args)
-	if err != nil {
-		return usageError(g, err)
-	}
-	c, err := g.client()
+	key, c, err := g.keyArgs(fs, args)
 	if err != nil {
 		return usageError(g, err)
 	}

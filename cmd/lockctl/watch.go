@@ -13,11 +13,7 @@ import (
 // which reconnects by itself).
 func (g *globals) watch(ctx context.Context, args []string, sigs <-chan os.Signal) int {
 	fs := g.flagSet("watch")
-	key, err := oneKey(fs, args)
-	if err != nil {
-		return usageError(g, err)
-	}
-	c, err := g.client()
+	key, c, err := g.keyArgs(fs, args)
 	if err != nil {
 		return usageError(g, err)
 	}
