@@ -59,8 +59,14 @@ func (r *Redlock) SemAcquire(ctx context.Context, key string, req PermitRequest)
 	return p, err
 }
 
-// semRounds runs rounds until one is decisive, as acquireRounds does.
+// semRounds runs rounds until one is decisive, as acquireRounds does,
+// after the token's twins on this gateway (twinGate).
 func (r *Redlock) semRounds(ctx context.Context, key, digest string, req PermitRequest) (Permit, error) {
+	leave, err := r.twins.enter(ctx, key, digest)
+	if err != nil {
+		return Permit{}, err
+	}
+	defer leave()
 	slot := 1 + rand.N(req.Limit)
 	for attempt := 1; ; attempt++ {
 		p, next, err := r.semOnce(ctx, key, digest, req, slot)

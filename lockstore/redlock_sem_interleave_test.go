@@ -106,3 +106,49 @@ func TestRedlockSemRetryAfterUnavailable(t *testing.T) {
 
 	assertNoPermit(t, b, "k", p.ExpiresAt)
 }
+
+// TestRedlockSemTwinsShareOnePermit sends two acquires of one token at once
+// (a client's retry while its first request is in flight), many times:
+// both rounds reach every node, in either order per node. Every answer for
+// the token must name one permit: the same fence, and one holder in
+// SemInspect, whatever slot each round tried first. Before the fix, a
+// round that was re-granted on fewer than a majority of nodes (its twin
+// got there first on the others) took the highest fence of all its votes,
+// its twin's new ones included, while the twin kept its own: one token,
+// two fences, each written back over the other.
+func TestRedlockSemTwinsShareOnePermit(t *testing.T) {
+	s := openRedlock(t, urlsOf(startNodes(t, 5)), lockstore.RedlockOptions{NodeTimeout: roomy})
+	ready(t, s)
+	semWarm(t, s)
+	ctx := testCtx(t)
+	split := 0
+	for i := range 60 {
+		key := "twins" + strconv.Itoa(i)
+		req := lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second, Limit: 1 + i%3}
+		var ps [2]lockstore.Permit
+		var errs [2]error
+		var wg sync.WaitGroup
+		for j := range ps {
+			wg.Go(func() { ps[j], errs[j] = s.SemAcquire(ctx, key, req) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				require.ErrorIs(t, err, lockstore.ErrUnavailable, "a twin may answer only 'outcome unknown'")
+			}
+		}
+		if errs[0] == nil && errs[1] == nil && ps[0].Fence != ps[1].Fence {
+			split++
+			t.Errorf("%s (limit %d): the twins were answered fences %d and %d", key, req.Limit, ps[0].Fence, ps[1].Fence)
+		}
+		st, err := s.SemInspect(ctx, key)
+		require.NoError(t, err)
+		if assert.Len(t, st.Holders, 1, "%s: one token holds one permit", key) && errs[0] == nil {
+			assert.Equal(t, ps[0].Fence, st.Holders[0].Fence, "%s: the permit carries the fence answered", key)
+		}
+		require.NoError(t, s.SemRelease(ctx, key, req.Token))
+		_, err = s.SemInspect(ctx, key)
+		require.ErrorIs(t, err, lockstore.ErrNotHeld, "%s: released on every slot", key)
+	}
+	t.Logf("%d of 60 twin pairs split", split)
+}
