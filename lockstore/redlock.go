@@ -208,8 +208,6 @@ type Redlock struct {
 	closed bool
 	bg     sync.WaitGroup // background deletes on nodes that did not answer, warm-ups
 	stop   chan struct{}  // closed by Close: ends the warm-ups
-
-	twins twinGate // one acquire at a time per semaphore and token (redlock_sem_twins.go)
 }
 
 var _ Store = (*Redlock)(nil)

@@ -59,14 +59,8 @@ func (r *Redlock) SemAcquire(ctx context.Context, key string, req PermitRequest)
 	return p, err
 }
 
-// semRounds runs rounds until one is decisive, as acquireRounds does,
-// after the token's twins on this gateway (twinGate).
+// semRounds runs rounds until one is decisive, as acquireRounds does.
 func (r *Redlock) semRounds(ctx context.Context, key, digest string, req PermitRequest) (Permit, error) {
-	leave, err := r.twins.enter(ctx, key, digest)
-	if err != nil {
-		return Permit{}, err
-	}
-	defer leave()
 	slot := 1 + rand.N(req.Limit)
 	for attempt := 1; ; attempt++ {
 		p, next, err := r.semOnce(ctx, key, digest, req, slot)
@@ -207,17 +201,28 @@ func mostVoted(votes map[int]int) int {
 func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req PermitRequest,
 	votes []nodeResult[semResult], granted []int, start time.Time,
 ) (Permit, bool) {
-	var all, renewed []int64
+	var fresh, renewed []int64
 	for _, i := range granted {
-		all = append(all, votes[i].val.value.fence)
 		if votes[i].val.code == semRenewed {
 			renewed = append(renewed, votes[i].val.value.fence)
+		} else {
+			fresh = append(fresh, votes[i].val.value.fence)
 		}
 	}
+	// Re-granted on a majority: the permit keeps its fence (the highest, as
+	// confirmGrant). Otherwise the fence is the highest this round's own
+	// grants made (there are some: granted is a majority), not one a
+	// re-granted value carries: such a value was made by a twin of this
+	// round (the same token at once, through another gateway), which will
+	// find this round's values re-granted on a majority and keep their
+	// fence, so both answer one fence (TestRedlockSemTwinsShareOnePermit);
+	// the write-back makes those values adopt it (sem_raise.lua).
 	isRenewed := len(renewed) >= r.quorum
-	fence := slices.Max(all)
+	fence := int64(0)
 	if isRenewed {
 		fence = slices.Max(renewed)
+	} else {
+		fence = slices.Max(fresh)
 	}
 	confirmed := 0
 	rewrite := make([]bool, len(votes))
@@ -238,13 +243,13 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 	if confirmed < r.quorum {
 		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
 		f := strconv.FormatInt(fence, 10)
-		kept := ""
+		kept, adopt := "", "1"
 		if isRenewed {
-			kept = "1"
+			kept, adopt = "1", ""
 		}
 		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
 			v, err := semRaiseScript.Run(ctx, n.client, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
-				a.digest, a.attempt, f, margin, a.slot, kept).Int64()
+				a.digest, a.attempt, f, margin, a.slot, kept, adopt).Int64()
 			return v, redisErr(err)
 		})
 		for i, v := range raised {

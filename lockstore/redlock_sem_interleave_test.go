@@ -108,47 +108,61 @@ func TestRedlockSemRetryAfterUnavailable(t *testing.T) {
 }
 
 // TestRedlockSemTwinsShareOnePermit sends two acquires of one token at once
-// (a client's retry while its first request is in flight), many times:
-// both rounds reach every node, in either order per node. Every answer for
-// the token must name one permit: the same fence, and one holder in
-// SemInspect, whatever slot each round tried first. Before the fix, a
-// round that was re-granted on fewer than a majority of nodes (its twin
-// got there first on the others) took the highest fence of all its votes,
-// its twin's new ones included, while the twin kept its own: one token,
-// two fences, each written back over the other.
+// (a client's retry while its first request is in flight), many times,
+// through one gateway and through two: both rounds reach every node, in
+// either order per node. Every answer for the token must name one permit:
+// the same fence, and one holder in SemInspect carrying it, whatever slot
+// each round tried first; a release then frees the key. Before the fix, a
+// round re-granted on fewer than a majority of nodes (its twin got there
+// first on the others) took the highest fence of all its votes, its
+// twin's new ones included, while the twin kept the fence of the values
+// re-granted: one token, two fences, each written back over the other
+// (about one pair in eight, through one gateway or two).
 func TestRedlockSemTwinsShareOnePermit(t *testing.T) {
-	s := openRedlock(t, urlsOf(startNodes(t, 5)), lockstore.RedlockOptions{NodeTimeout: roomy})
-	ready(t, s)
-	semWarm(t, s)
-	ctx := testCtx(t)
-	split := 0
-	for i := range 60 {
-		key := "twins" + strconv.Itoa(i)
-		req := lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second, Limit: 1 + i%3}
-		var ps [2]lockstore.Permit
-		var errs [2]error
-		var wg sync.WaitGroup
-		for j := range ps {
-			wg.Go(func() { ps[j], errs[j] = s.SemAcquire(ctx, key, req) })
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				require.ErrorIs(t, err, lockstore.ErrUnavailable, "a twin may answer only 'outcome unknown'")
-			}
-		}
-		if errs[0] == nil && errs[1] == nil && ps[0].Fence != ps[1].Fence {
-			split++
-			t.Errorf("%s (limit %d): the twins were answered fences %d and %d", key, req.Limit, ps[0].Fence, ps[1].Fence)
-		}
-		st, err := s.SemInspect(ctx, key)
-		require.NoError(t, err)
-		if assert.Len(t, st.Holders, 1, "%s: one token holds one permit", key) && errs[0] == nil {
-			assert.Equal(t, ps[0].Fence, st.Holders[0].Fence, "%s: the permit carries the fence answered", key)
-		}
-		require.NoError(t, s.SemRelease(ctx, key, req.Token))
-		_, err = s.SemInspect(ctx, key)
-		require.ErrorIs(t, err, lockstore.ErrNotHeld, "%s: released on every slot", key)
+	srvs := startNodes(t, 5)
+	a := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	b := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	for _, s := range []*lockstore.Redlock{a, b} {
+		ready(t, s)
+		semWarm(t, s)
 	}
-	t.Logf("%d of 60 twin pairs split", split)
+	for _, gw := range []struct {
+		name string
+		via  [2]*lockstore.Redlock
+	}{{"OneGateway", [2]*lockstore.Redlock{a, a}}, {"TwoGateways", [2]*lockstore.Redlock{a, b}}} {
+		t.Run(gw.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			const pairs = 100
+			split := 0
+			for i := range pairs {
+				key := gw.name + strconv.Itoa(i)
+				req := lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second, Limit: 1 + i%3}
+				var ps [2]lockstore.Permit
+				var errs [2]error
+				var wg sync.WaitGroup
+				for j := range ps {
+					wg.Go(func() { ps[j], errs[j] = gw.via[j].SemAcquire(ctx, key, req) })
+				}
+				wg.Wait()
+				for _, err := range errs {
+					if err != nil {
+						require.ErrorIs(t, err, lockstore.ErrUnavailable, "a twin may answer only 'outcome unknown'")
+					}
+				}
+				if errs[0] == nil && errs[1] == nil && ps[0].Fence != ps[1].Fence {
+					split++
+					t.Errorf("%s (limit %d): the twins were answered fences %d and %d", key, req.Limit, ps[0].Fence, ps[1].Fence)
+				}
+				st, err := a.SemInspect(ctx, key)
+				require.NoError(t, err)
+				if assert.Len(t, st.Holders, 1, "%s: one token holds one permit", key) && errs[0] == nil {
+					assert.Equal(t, ps[0].Fence, st.Holders[0].Fence, "%s: the permit carries the fence answered", key)
+				}
+				require.NoError(t, b.SemRelease(ctx, key, req.Token))
+				_, err = a.SemInspect(ctx, key)
+				require.ErrorIs(t, err, lockstore.ErrNotHeld, "%s: released on every slot", key)
+			}
+			t.Logf("%d of %d twin pairs split", split, pairs)
+		})
+	}
 }
