@@ -209,20 +209,29 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 			fresh = append(fresh, votes[i].val.value.fence)
 		}
 	}
-	// Re-granted on a majority: the permit keeps its fence (the highest, as
-	// confirmGrant). Otherwise the fence is the highest this round's own
-	// grants made (there are some: granted is a majority), not one a
-	// re-granted value carries: such a value was made by a twin of this
-	// round (the same token at once, through another gateway), which will
-	// find this round's values re-granted on a majority and keep their
-	// fence, so both answer one fence (TestRedlockSemTwinsShareOnePermit);
-	// the write-back makes those values adopt it (sem_raise.lua).
+	// Every round of one token must pick the same fence, twins included
+	// (the same token at once, through any gateway: each node grants the
+	// first round and re-grants the others; TestRedlockSemTwinsShareOnePermit).
+	//   - Granted anew on a majority: the highest fence of its own grants,
+	//     not one a re-granted value carries (made by a twin, which will
+	//     find this round's values re-granted on a majority and keep their
+	//     fence); the write-back makes the twin's values adopt it
+	//     (sem_raise.lua).
+	//   - Re-granted on a majority whose values carry one fence: that fence,
+	//     the permit's own (confirmed on a majority, or the previous rule's
+	//     choice, written back).
+	//   - Re-granted on a majority of values made by several twins: the
+	//     highest of all the votes, which every twin that reached every
+	//     node sees too.
 	isRenewed := len(renewed) >= r.quorum
-	fence := int64(0)
-	if isRenewed {
-		fence = slices.Max(renewed)
-	} else {
+	var fence int64
+	switch kept, ok := quorumFence(renewed, r.quorum); {
+	case !isRenewed:
 		fence = slices.Max(fresh)
+	case ok:
+		fence = kept
+	default:
+		fence = slices.Max(append(fresh, renewed...))
 	}
 	confirmed := 0
 	rewrite := make([]bool, len(votes))
@@ -271,6 +280,17 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 	}
 	return Permit{Key: key, Token: req.Token, Owner: owner, Limit: req.Limit, Fence: fence,
 		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: isRenewed}, true
+}
+
+// quorumFence is the fence that at least quorum of fences are, if any.
+func quorumFence(fences []int64, quorum int) (int64, bool) {
+	count := make(map[int64]int, len(fences))
+	for _, f := range fences {
+		if count[f]++; count[f] >= quorum {
+			return f, true
+		}
+	}
+	return 0, false
 }
 
 // semDiscard takes a failed round out of every node it may hold, as

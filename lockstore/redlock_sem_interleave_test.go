@@ -117,7 +117,9 @@ func TestRedlockSemRetryAfterUnavailable(t *testing.T) {
 // first on the others) took the highest fence of all its votes, its
 // twin's new ones included, while the twin kept the fence of the values
 // re-granted: one token, two fences, each written back over the other
-// (about one pair in eight, through one gateway or two).
+// (about one pair in eight, through one gateway or two). Three twins
+// (docs/safety.md, "Twins") are not asserted here: about one set in a
+// thousand still splits.
 func TestRedlockSemTwinsShareOnePermit(t *testing.T) {
 	srvs := startNodes(t, 5)
 	a := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
@@ -128,8 +130,11 @@ func TestRedlockSemTwinsShareOnePermit(t *testing.T) {
 	}
 	for _, gw := range []struct {
 		name string
-		via  [2]*lockstore.Redlock
-	}{{"OneGateway", [2]*lockstore.Redlock{a, a}}, {"TwoGateways", [2]*lockstore.Redlock{a, b}}} {
+		via  []*lockstore.Redlock
+	}{
+		{"OneGateway", []*lockstore.Redlock{a, a}},
+		{"TwoGateways", []*lockstore.Redlock{a, b}},
+	} {
 		t.Run(gw.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			const pairs = 100
@@ -137,32 +142,35 @@ func TestRedlockSemTwinsShareOnePermit(t *testing.T) {
 			for i := range pairs {
 				key := gw.name + strconv.Itoa(i)
 				req := lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second, Limit: 1 + i%3}
-				var ps [2]lockstore.Permit
-				var errs [2]error
+				ps := make([]lockstore.Permit, len(gw.via))
+				errs := make([]error, len(gw.via))
 				var wg sync.WaitGroup
 				for j := range ps {
 					wg.Go(func() { ps[j], errs[j] = gw.via[j].SemAcquire(ctx, key, req) })
 				}
 				wg.Wait()
-				for _, err := range errs {
+				fences := make(map[int64]bool)
+				for j, err := range errs {
 					if err != nil {
 						require.ErrorIs(t, err, lockstore.ErrUnavailable, "a twin may answer only 'outcome unknown'")
+						continue
 					}
+					fences[ps[j].Fence] = true
 				}
-				if errs[0] == nil && errs[1] == nil && ps[0].Fence != ps[1].Fence {
+				if len(fences) > 1 {
 					split++
-					t.Errorf("%s (limit %d): the twins were answered fences %d and %d", key, req.Limit, ps[0].Fence, ps[1].Fence)
+					t.Errorf("%s (limit %d): the twins were answered fences %v", key, req.Limit, fences)
 				}
 				st, err := a.SemInspect(ctx, key)
 				require.NoError(t, err)
-				if assert.Len(t, st.Holders, 1, "%s: one token holds one permit", key) && errs[0] == nil {
-					assert.Equal(t, ps[0].Fence, st.Holders[0].Fence, "%s: the permit carries the fence answered", key)
+				if assert.Len(t, st.Holders, 1, "%s: one token holds one permit", key) && len(fences) > 0 {
+					assert.True(t, fences[st.Holders[0].Fence], "%s: the permit carries the fence answered", key)
 				}
 				require.NoError(t, b.SemRelease(ctx, key, req.Token))
 				_, err = a.SemInspect(ctx, key)
 				require.ErrorIs(t, err, lockstore.ErrNotHeld, "%s: released on every slot", key)
 			}
-			t.Logf("%d of %d twin pairs split", split, pairs)
+			t.Logf("%d of %d twin sets split", split, pairs)
 		})
 	}
 }
