@@ -1,6 +1,7 @@
 // Package metrics exports what operators of a lock service watch, in the
 // Prometheus format at /metrics: how long acquires take and how they end,
 // how long clients wait and hold locks, contention, leases found gone,
+// how semaphore permit operations end,
 // rate-limit decisions, backend errors and refusals, and Redlock's per-node
 // votes.
 //
@@ -47,6 +48,11 @@ type Metrics struct {
 	series   sync.Map // requestSeries → prometheus.Observer
 
 	holds *holds
+
+	// Semaphore permits' (semaphores.go), made by the first Semaphores call.
+	permitsOnce   sync.Once
+	permitAcquire *prometheus.HistogramVec
+	permitOps     *prometheus.CounterVec
 }
 
 type requestSeries struct {
