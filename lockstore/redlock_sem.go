@@ -216,19 +216,22 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 	//     not one a re-granted value carries (made by a twin, which will
 	//     find this round's values re-granted on a majority and keep their
 	//     fence); the write-back makes the twin's values adopt it
-	//     (sem_raise.lua).
+	//     (sem_raise.lua). A majority's highest new fence is above every
+	//     earlier permit's, so the label is safe for a twin to keep.
 	//   - Re-granted on a majority whose values carry one fence: that fence,
-	//     the permit's own (confirmed on a majority, or the previous rule's
-	//     choice, written back).
+	//     the permit's own (confirmed on a majority, or adopted as above).
 	//   - Re-granted on a majority of values made by several twins: the
 	//     highest of all the votes, which every twin that reached every
 	//     node sees too.
+	//   - Neither (a split of new and re-granted votes): the highest of all,
+	//     confirmed only where the counter takes it; no adopting.
 	isRenewed := len(renewed) >= r.quorum
+	isNew := len(fresh) >= r.quorum
 	var fence int64
 	switch kept, ok := quorumFence(renewed, r.quorum); {
-	case !isRenewed:
+	case isNew:
 		fence = slices.Max(fresh)
-	case ok:
+	case isRenewed && ok:
 		fence = kept
 	default:
 		fence = slices.Max(append(fresh, renewed...))
@@ -252,9 +255,12 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 	if confirmed < r.quorum {
 		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
 		f := strconv.FormatInt(fence, 10)
-		kept, adopt := "", "1"
-		if isRenewed {
-			kept, adopt = "1", ""
+		kept, adopt := "", ""
+		switch {
+		case isRenewed:
+			kept = "1"
+		case isNew:
+			adopt = "1"
 		}
 		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
 			v, err := semRaiseScript.Run(ctx, n.client, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
