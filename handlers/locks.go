@@ -368,16 +368,24 @@ func outcomeUnknown(err error) bool {
 // the server stops. user is whom the lock would count against ("" for
 // none).
 func (h *Locks) releaseLate(key, token, user string) {
+	h.releaseLateWith("lock", func(ctx context.Context) error {
+		return h.store.Release(lockstore.WithUser(ctx, user), key, token)
+	})
+}
+
+// releaseLateWith is releaseLate for any lease: a lock's, a permit's
+// (what names it in the log).
+func (h *Locks) releaseLateWith(what string, release func(context.Context) error) {
 	giveUp := time.Now().Add(h.limits.MaxTTL)
 	var answered time.Time
 	pause := 25 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(lockstore.WithUser(context.Background(), user), h.limits.BackendTimeout)
-		err := h.store.Release(ctx, key, token)
+		ctx, cancel := context.WithTimeout(context.Background(), h.limits.BackendTimeout)
+		err := release(ctx)
 		cancel()
 		switch {
 		case err == nil:
-			h.log.Warn().Msg("released a lock granted to a client that had left")
+			h.log.Warn().Msg("released a " + what + " granted to a client that had left")
 			return
 		case errors.Is(err, lockstore.ErrNotHeld), errors.Is(err, lockstore.ErrTokenMismatch):
 			if answered.IsZero() {
@@ -391,7 +399,7 @@ func (h *Locks) releaseLate(key, token, user string) {
 			pause = min(2*pause, time.Second)
 		}
 		if time.Now().After(giveUp) {
-			h.log.Warn().Msg("gave up releasing a lock whose client left while the backend did not answer; if it was granted, it expires")
+			h.log.Warn().Msg("gave up releasing a " + what + " whose client left while the backend did not answer; if it was granted, it expires")
 			return
 		}
 		select {
@@ -405,15 +413,23 @@ func (h *Locks) releaseLate(key, token, user string) {
 // releaseAbandoned releases a lock granted to a client that has gone. A
 // release that gets no answer is retried in the background (releaseLate).
 func (h *Locks) releaseAbandoned(key, token, user string) {
-	ctx, cancel := context.WithTimeout(lockstore.WithUser(context.Background(), user), h.limits.BackendTimeout)
+	h.releaseAbandonedWith("lock", func(ctx context.Context) error {
+		return h.store.Release(lockstore.WithUser(ctx, user), key, token)
+	})
+}
+
+// releaseAbandonedWith is releaseAbandoned for any lease (see
+// releaseLateWith).
+func (h *Locks) releaseAbandonedWith(what string, release func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.limits.BackendTimeout)
 	defer cancel()
-	err := h.store.Release(ctx, key, token)
+	err := release(ctx)
 	switch {
 	case err == nil, errors.Is(err, lockstore.ErrNotHeld):
 	case errors.Is(err, lockstore.ErrUnavailable):
-		go h.releaseLate(key, token, user)
+		go h.releaseLateWith(what, release)
 	default:
-		h.log.Warn().Err(err).Msg("could not release a lock its client abandoned; it will expire")
+		h.log.Warn().Err(err).Msg("could not release a " + what + " its client abandoned; it will expire")
 	}
 }
 

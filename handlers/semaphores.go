@@ -88,7 +88,14 @@ func (h *Semaphores) Acquire() http.Handler {
 			return
 		}
 		p, err := h.acquire(r.Context(), key, pr)
+		release := func(ctx context.Context) error { return h.sems.SemRelease(ctx, key, token) }
 		switch {
+		case err != nil && ours && outcomeUnknown(err) && clientGone(r):
+			// As for a lock: the grant may still land, late, and nobody
+			// could release it.
+			go h.releaseLateWith("permit", release)
+			WriteError(w, r, h.log, err)
+			return
 		case err != nil && ours && outcomeUnknown(err):
 			// As for a lock: the client gets the token to retry or release.
 			WriteError(w, r, h.log, withToken(err, token))
@@ -97,11 +104,8 @@ func (h *Semaphores) Acquire() http.Handler {
 			WriteError(w, r, h.log, err)
 			return
 		case ours && !p.Renewed && clientGone(r):
-			// Nobody could release it: give it back at once (else it
-			// expires).
-			ctx, cancel := context.WithTimeout(context.Background(), h.limits.BackendTimeout)
-			defer cancel()
-			_ = h.sems.SemRelease(ctx, key, token)
+			// Nobody could release it: give it back at once, as a lock.
+			h.releaseAbandonedWith("permit", release)
 			return
 		}
 		encode(w, grantHeaders(w, SemaphoresPrefix, key, token, p.Renewed), "application/json", newPermitBody(p))

@@ -45,6 +45,10 @@ var (
 	semRaiseLua    string
 	semRaiseScript = redis.NewScript(semCommonLua + semRaiseLua)
 
+	//go:embed lua/sem_unwait.lua
+	semUnwaitLua    string
+	semUnwaitScript = redis.NewScript(semCommonLua + semUnwaitLua)
+
 	//go:embed lua/sem_leave.lua
 	semLeaveLua    string
 	semLeaveScript = redis.NewScript(semLeaveLua)
@@ -62,9 +66,7 @@ func semChannel(key string) string    { return "lockgw:{sem:" + key + "}:release
 var _ Semaphores = (*Redis)(nil)
 
 // SemAcquire implements Semaphores. With LOCKGW_REDIS_WAIT_REPLICAS a
-// grant is answered only once the replicas acknowledged it; one they did
-// not is answered 503 and left to expire (unlike a lock's, not taken back:
-// the permit costs its key one place until its TTL ends).
+// grant is answered only once the replicas acknowledged it (semAcquire).
 func (s *Redis) SemAcquire(ctx context.Context, key string, req PermitRequest) (Permit, error) {
 	if err := checkPermit(key, req); err != nil {
 		return Permit{}, err
@@ -91,10 +93,30 @@ func (s *Redis) semAcquire(ctx context.Context, key string, a semArgs) (semResul
 	}
 	defer conn.Close()
 	r, err := nodeSemAcquire(ctx, conn, key, a)
-	if err == nil && (r.code == semNew || r.code == semRenewed) {
-		err = s.acks.await(ctx, conn)
+	if err != nil || (r.code != semNew && r.code != semRenewed) {
+		return r, err
 	}
-	return r, err
+	if err := s.acks.await(ctx, conn); err != nil {
+		if r.code == semNew {
+			s.semUnwait(ctx, key, r.slot, r.value.raw)
+		}
+		return semResult{}, err
+	}
+	return r, nil
+}
+
+// semUnwait takes back a new permit the replicas did not acknowledge, as
+// unwait does a lock's, if its slot is still exactly what the grant left
+// (sem_unwait.lua: a renewal or extend by the same token since, which may
+// have been answered 200, always changes it). A renewal is left as it is,
+// for acquireAcked's reason. When the take-back cannot run (the master
+// died), the permit is left to its TTL: one place of the key nobody was
+// told it holds, never one more holder than the limit.
+func (s *Redis) semUnwait(ctx context.Context, key string, slot int, value string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.acks.timeout)
+	defer cancel()
+	keys := []string{semPermitsKey(key), semExpiryKey(key), semQueueKey(key)}
+	_ = semUnwaitScript.Run(ctx, s.client, keys, slot, value, semChannel(key), s.publish).Err()
 }
 
 // semWait queues the caller and takes a permit when it is its turn: woken
@@ -409,7 +431,8 @@ func nodeSemInspect(ctx context.Context, c redis.Scripter, key string) (int, []s
 // "<expiry ms>:<digest>:<field>:<fence>+<ms>:<owner>".
 type semValue struct {
 	slot   int
-	exp    int64 // Redis TIME, ms
+	raw    string // the stored value as read
+	exp    int64  // Redis TIME, ms
 	digest string
 	field  string // "-" on Redis, the attempt field on Redlock
 	fence  int64
@@ -435,7 +458,7 @@ func parseSemValue(slot int, reply any) (semValue, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return semValue{}, fmt.Errorf("lockstore: malformed permit value: %w", err)
 	}
-	return semValue{slot: slot, exp: exp, digest: parts[1], field: parts[2], fence: f,
+	return semValue{slot: slot, raw: s, exp: exp, digest: parts[1], field: parts[2], fence: f,
 		length: time.Duration(ms) * time.Millisecond, owner: parts[4]}, nil
 }
 

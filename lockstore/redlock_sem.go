@@ -201,17 +201,40 @@ func mostVoted(votes map[int]int) int {
 func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req PermitRequest,
 	votes []nodeResult[semResult], granted []int, start time.Time,
 ) (Permit, bool) {
-	var all, renewed []int64
+	var fresh, renewed []int64
 	for _, i := range granted {
-		all = append(all, votes[i].val.value.fence)
 		if votes[i].val.code == semRenewed {
 			renewed = append(renewed, votes[i].val.value.fence)
+		} else {
+			fresh = append(fresh, votes[i].val.value.fence)
 		}
 	}
+	// Every round of one token must pick the same fence, twins included
+	// (the same token at once, through any gateway: each node grants the
+	// first round and re-grants the others; TestRedlockSemTwinsShareOnePermit).
+	//   - Granted anew on a majority: the highest fence of its own grants,
+	//     not one a re-granted value carries (made by a twin, which will
+	//     find this round's values re-granted on a majority and keep their
+	//     fence); the write-back makes the twin's values adopt it
+	//     (sem_raise.lua). A majority's highest new fence is above every
+	//     earlier permit's, so the label is safe for a twin to keep.
+	//   - Re-granted on a majority whose values carry one fence: that fence,
+	//     the permit's own (confirmed on a majority, or adopted as above).
+	//   - Re-granted on a majority of values made by several twins: the
+	//     highest of all the votes, which every twin that reached every
+	//     node sees too.
+	//   - Neither (a split of new and re-granted votes): the highest of all,
+	//     confirmed only where the counter takes it; no adopting.
 	isRenewed := len(renewed) >= r.quorum
-	fence := slices.Max(all)
-	if isRenewed {
-		fence = slices.Max(renewed)
+	isNew := len(fresh) >= r.quorum
+	var fence int64
+	switch kept, ok := quorumFence(renewed, r.quorum); {
+	case isNew:
+		fence = slices.Max(fresh)
+	case isRenewed && ok:
+		fence = kept
+	default:
+		fence = slices.Max(append(fresh, renewed...))
 	}
 	confirmed := 0
 	rewrite := make([]bool, len(votes))
@@ -232,13 +255,16 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 	if confirmed < r.quorum {
 		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
 		f := strconv.FormatInt(fence, 10)
-		kept := ""
-		if isRenewed {
+		kept, adopt := "", ""
+		switch {
+		case isRenewed:
 			kept = "1"
+		case isNew:
+			adopt = "1"
 		}
 		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
 			v, err := semRaiseScript.Run(ctx, n.client, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
-				a.digest, a.attempt, f, margin, a.slot, kept).Int64()
+				a.digest, a.attempt, f, margin, a.slot, kept, adopt).Int64()
 			return v, redisErr(err)
 		})
 		for i, v := range raised {
@@ -260,6 +286,17 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 	}
 	return Permit{Key: key, Token: req.Token, Owner: owner, Limit: req.Limit, Fence: fence,
 		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: isRenewed}, true
+}
+
+// quorumFence is the fence that at least quorum of fences are, if any.
+func quorumFence(fences []int64, quorum int) (int64, bool) {
+	count := make(map[int64]int, len(fences))
+	for _, f := range fences {
+		if count[f]++; count[f] >= quorum {
+			return f, true
+		}
+	}
+	return 0, false
 }
 
 // semDiscard takes a failed round out of every node it may hold, as

@@ -1,8 +1,8 @@
 // Package metrics exports what operators of a lock service watch, in the
 // Prometheus format at /metrics: how long acquires take and how they end,
 // how long clients wait and hold locks, contention, leases found gone,
-// rate-limit decisions, backend errors and refusals, and Redlock's per-node
-// votes.
+// how semaphore permit operations end, rate-limit decisions, backend
+// errors and refusals, and Redlock's per-node votes.
 //
 // Labels never carry a lock key, a user or a token: those are unbounded,
 // and the last two are secrets. A Redlock node's address is a label: there
@@ -47,6 +47,11 @@ type Metrics struct {
 	series   sync.Map // requestSeries → prometheus.Observer
 
 	holds *holds
+
+	// Semaphore permits' (semaphores.go), made by the first Semaphores call.
+	permitsOnce   sync.Once
+	permitAcquire *prometheus.HistogramVec
+	permitOps     *prometheus.CounterVec
 }
 
 type requestSeries struct {

@@ -130,7 +130,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		d.topology = r.Topology
 	}
 	if waiting.sems != nil {
-		d.sems = waiting
+		d.sems = m.Semaphores(waiting)
 		d.semWatch = lockstore.NewSemHub(waiting.sems, cfg.BackendTimeout)
 	}
 	if l, ok := store.(lockstore.Lister); ok { // every backend lists

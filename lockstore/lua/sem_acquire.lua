@@ -88,7 +88,7 @@ if slot then
     p.exp = math.max(p.exp, now + ttl)
     raise_horizon(ttl)
   else
-    p.exp = now + ttl
+    p.exp = moved(p.exp, now + ttl)
   end
   p.length = ARGV[2]
   local value = put(KEYS[1], KEYS[2], slot, p, now)

@@ -125,6 +125,18 @@ local function drop(hash, zset, slot, digest)
   end
 end
 
+-- moved is a Redis renewal's or extend's new expiry exp (now + ttl), a
+-- millisecond later when it equals the permit's expiry before: every
+-- write by the token after a grant changes the slot's value, even in the
+-- grant's millisecond with its TTL, which is how sem_unwait.lua tells the
+-- grant as it left it from a permit renewed or extended since.
+local function moved(before, exp)
+  if exp == before then
+    return exp + 1
+  end
+  return exp
+end
+
 -- first and last: ms until the first and the last permit expires.
 local function first(zset, now)
   local e = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')

@@ -35,7 +35,7 @@ if ARGV[3] == '1' then
     redis.call('PEXPIRE', KEYS[3], ttl)
   end
 else
-  p.exp = now + ttl
+  p.exp = moved(p.exp, now + ttl)
 end
 local value = put(KEYS[1], KEYS[2], slot, p, now)
 redis.call(ARGV[4], string.sub(KEYS[1], 1, -8) .. 'released', '!extended')

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/sleep"
@@ -59,9 +60,55 @@ type SemWorkload struct {
 	Hold    time.Duration
 	Wait    time.Duration
 	Extend  float64
+	// Twins is the probability that an acquire is sent twice at once, with
+	// one token, through two gateways (a client retrying a request it
+	// believes lost while the first is still in flight): both answers
+	// granted must name one permit, one fence (TwinFences).
+	Twins   float64
 	History *History
 	Client  *Client
 	Seed    uint64
+
+	twinsGranted atomic.Int64
+	twinFences   []Violation // twins both granted with different fences
+	mu           sync.Mutex
+}
+
+// TwinFences reports how many twins were both granted, and a violation for
+// each pair answered two different fences.
+func (w *SemWorkload) TwinFences() (both int64, violations []Violation) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.twinsGranted.Load(), slices.Clone(w.twinFences)
+}
+
+// twins sends one acquire twice at once, through gw and another gateway,
+// records both, and returns the one the client goes on with: a grant if
+// either was granted, else the first.
+func (w *SemWorkload) twins(id, gw int, r *rand.Rand, token string, limit int, wait time.Duration) Op {
+	gws := [2]int{gw, (gw + 1 + r.IntN(max(len(w.Gateways)-1, 1))) % len(w.Gateways)}
+	var ops [2]Op
+	var wg sync.WaitGroup
+	for i := range ops {
+		wg.Go(func() {
+			ops[i] = w.record(w.Client.AcquirePermit(w.Gateways[gws[i]], w.Key, token, limit, w.TTL, wait, 3*time.Second+wait), id, gws[i])
+		})
+	}
+	wg.Wait()
+	granted := func(op Op) bool { return op.Result == Granted || op.Result == Renewed }
+	if granted(ops[0]) && granted(ops[1]) {
+		w.twinsGranted.Add(1)
+		if ops[0].Fence != ops[1].Fence {
+			w.mu.Lock()
+			w.twinFences = append(w.twinFences, Violation{Checker: "permits", Key: w.Key, Detail: fmt.Sprintf(
+				"twins of token %s were answered fences %d and %d", short(token), ops[0].Fence, ops[1].Fence)})
+			w.mu.Unlock()
+		}
+	}
+	if !granted(ops[0]) && granted(ops[1]) {
+		return ops[1]
+	}
+	return ops[0]
 }
 
 // Start runs the clients until ctx ends; wait waits for them.
@@ -89,7 +136,12 @@ func (w *SemWorkload) client(ctx context.Context, id int, r *rand.Rand) {
 		}
 		gw := r.IntN(len(w.Gateways))
 		token := lockstore.NewToken()
-		op := w.record(w.Client.AcquirePermit(w.Gateways[gw], w.Key, token, limit, w.TTL, wait, 3*time.Second+wait), id, gw)
+		var op Op
+		if w.Twins > 0 && r.Float64() < w.Twins {
+			op = w.twins(id, gw, r, token, limit, wait)
+		} else {
+			op = w.record(w.Client.AcquirePermit(w.Gateways[gw], w.Key, token, limit, w.TTL, wait, 3*time.Second+wait), id, gw)
+		}
 		for try := 0; op.Result == Unknown && try < 3; try++ {
 			sleep.For(ctx, time.Duration(r.Int64N(int64(10*time.Millisecond))))
 			gw = r.IntN(len(w.Gateways))
