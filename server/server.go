@@ -257,10 +257,10 @@ func serveMetrics(addr string, m *metrics.Metrics, logger zerolog.Logger, errs c
 func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func()) {
 	if cfg.LogFormat == "console" {
 		out := zerolog.ConsoleWriter{Out: stdout, TimeFormat: time.RFC3339}
-		return zerolog.New(out).Level(cfg.LogLevel).With().Timestamp().Logger(), func() {}
+		return zerolog.New(out).Level(cfg.LogLevel).Hook(&stampHook{}), func() {}
 	}
 	out := newBufferedLog(stdout)
-	return zerolog.New(out).Level(cfg.LogLevel).With().Timestamp().Logger(), func() { _ = out.Close() }
+	return zerolog.New(out).Level(cfg.LogLevel).Hook(&stampHook{}), func() { _ = out.Close() }
 }
 
 // openStore builds the configured backend. lockstore.OpenRedis and
