@@ -12,6 +12,14 @@ const RequestIDHeader = "X-Request-Id"
 
 type requestIDKey struct{}
 
+// requestID is what RequestID keeps of a request: its id, and the response
+// header's value, one allocation together; the context holds a pointer to
+// it (a string would be copied to the heap to fit in the context).
+type requestID struct {
+	id     string
+	header [1]string
+}
+
 // RequestID gives every request an id, echoed in the X-Request-Id response
 // header and readable with GetRequestID. A caller's own X-Request-Id is kept
 // when it is short and plain (at most 64 of A–Z a–z 0–9 . _ -), so ids can be
@@ -19,24 +27,26 @@ type requestIDKey struct{}
 // inject text into our logs.
 func RequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rid := &requestID{}
 		// RequestIDHeader is canonical: indexing the Header directly
 		// skips Get's and Set's canonicalization of the name.
-		var id string
-		if v := r.Header[RequestIDHeader]; len(v) > 0 {
-			id = v[0]
+		if v := r.Header[RequestIDHeader]; len(v) > 0 && validRequestID(v[0]) {
+			rid.id = v[0]
+		} else {
+			rid.id = NewRequestID()
 		}
-		if !validRequestID(id) {
-			id = NewRequestID()
-		}
-		w.Header()[RequestIDHeader] = []string{id}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+		rid.header[0] = rid.id
+		w.Header()[RequestIDHeader] = rid.header[:]
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid)))
 	})
 }
 
 // GetRequestID returns the request id RequestID stored in ctx, or "".
 func GetRequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
+	if rid, ok := ctx.Value(requestIDKey{}).(*requestID); ok {
+		return rid.id
+	}
+	return ""
 }
 
 // NewRequestID returns a fresh random request id.
