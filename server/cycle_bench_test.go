@@ -26,14 +26,13 @@ import (
 // and callgrind's instruction counts are steady even on a busy machine.
 func BenchmarkCycle(b *testing.B) {
 	m := metrics.New()
-	log, accessLog, flush := newLogger(Config{LogLevel: zerolog.InfoLevel, LogFormat: "json"}, io.Discard)
+	log, flush := newLogger(Config{LogLevel: zerolog.InfoLevel, LogFormat: "json"}, io.Discard)
 	defer flush()
 	h := newHandler(deps{
 		store:      lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: 1000}),
 		backend:    BackendMemory,
 		limits:     handlers.Limits{DefaultTTL: 30 * time.Second, MaxTTL: 24 * time.Hour, MaxWait: time.Minute, MaxBodyBytes: 65536, BackendTimeout: time.Second},
 		log:        log,
-		accessLog:  accessLog,
 		spec:       lockgateway.OpenAPI,
 		stopping:   make(chan struct{}),
 		clientAddr: ratelimit.PeerAddr,

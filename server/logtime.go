@@ -26,15 +26,10 @@ func (h *stampHook) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
 		e.Timestamp() // formats with sub-second or numeric precision: nothing to share
 		return
 	}
-	e.Str(zerolog.TimestampFieldName, h.text(now))
-}
-
-// text is now in RFC 3339, from the cache while the second lasts.
-func (h *stampHook) text(now time.Time) string {
 	s := h.last.Load()
 	if s == nil || s.unix != now.Unix() {
 		s = &stamp{unix: now.Unix(), text: now.Format(time.RFC3339)}
 		h.last.Store(s)
 	}
-	return s.text
+	e.Str(zerolog.TimestampFieldName, s.text)
 }

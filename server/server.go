@@ -38,10 +38,8 @@ type deps struct {
 	topology func(context.Context) lockstore.Topology
 	limits   handlers.Limits
 	log      zerolog.Logger
-	// accessLog writes the access log through log (newLogger).
-	accessLog func(http.Handler) http.Handler
-	spec      []byte
-	stopping  <-chan struct{}
+	spec     []byte
+	stopping <-chan struct{}
 	// clientAddr is the client's address, looked up only by the requests
 	// that need it (the rate limit and the quota): ratelimit.PeerAddr, or
 	// X-Forwarded-For read through the trusted proxies.
@@ -75,7 +73,7 @@ func newHandler(d deps) http.Handler {
 	r := chi.NewRouter()
 	r.Use(
 		middleware.RequestID,
-		d.accessLog,
+		middleware.AccessLog(d.log),
 		middleware.Observe(d.metrics.Request),
 		middleware.Recoverer(d.log, handlers.InternalError()),
 	)
@@ -94,7 +92,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	logger, accessLog, flushLog := newLogger(cfg, stdout)
+	logger, flushLog := newLogger(cfg, stdout)
 	defer flushLog()
 	bounds, err := setLimits(ctx, cfg, getenv, logger)
 	if err != nil {
@@ -124,7 +122,6 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			BackendTimeout: cfg.BackendTimeout,
 		},
 		log:          logger,
-		accessLog:    accessLog,
 		spec:         lockgateway.OpenAPI,
 		clientAddr:   ratelimit.PeerAddr,
 		metrics:      m,
@@ -261,16 +258,13 @@ func serveMetrics(addr string, m *metrics.Metrics, logger zerolog.Logger, errs c
 // newLogger returns the logger and a func that flushes it, for Run to
 // call last. JSON lines are buffered (see bufferedLog); console output, for
 // people watching, is not.
-func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func(http.Handler) http.Handler, func()) {
-	stamp := &stampHook{}
+func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func()) {
 	if cfg.LogFormat == "console" {
 		out := zerolog.ConsoleWriter{Out: stdout, TimeFormat: time.RFC3339}
-		log := zerolog.New(out).Level(cfg.LogLevel).Hook(stamp)
-		return log, middleware.AccessLog(log), func() {}
+		return zerolog.New(out).Level(cfg.LogLevel).Hook(&stampHook{}), func() {}
 	}
 	out := newBufferedLog(stdout)
-	log := zerolog.New(out).Level(cfg.LogLevel).Hook(stamp)
-	return log, middleware.AccessLogJSON(log, out, stamp.text), func() { _ = out.Close() }
+	return zerolog.New(out).Level(cfg.LogLevel).Hook(&stampHook{}), func() { _ = out.Close() }
 }
 
 // openStore builds the configured backend. lockstore.OpenRedis and
