@@ -157,8 +157,13 @@ const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // Acquire serves PUT /locks/{key}: take a lease, waiting up to wait_ms.
 func (h *Locks) Acquire() http.Handler {
+	type request struct {
+		TTLms  *int64  `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
+		WaitMs *int64  `json:"wait_ms" validate:"omitnil,gte=0,maxwait"`
+		Owner  *string `json:"owner" validate:"omitnil,max=128,printable"`
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req acquireBody
+		var req request
 		key, token, err := h.parse(w, r, false, &req)
 		if err != nil {
 			WriteError(w, r, h.log, err)
@@ -430,8 +435,11 @@ func (h *Locks) releaseAbandonedWith(what string, release func(context.Context) 
 
 // Extend serves PATCH /locks/{key}: reset the TTL of a lease the caller holds.
 func (h *Locks) Extend() http.Handler {
+	type request struct {
+		TTLms *int64 `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req extendBody
+		var req request
 		key, token, err := h.parse(w, r, true, &req)
 		if err != nil {
 			WriteError(w, r, h.log, err)
@@ -572,9 +580,6 @@ func (h *Locks) parse(w http.ResponseWriter, r *http.Request, requireToken bool,
 func (h *Locks) decodeValid(w http.ResponseWriter, r *http.Request, dst any) error {
 	if err := decode(w, r, h.limits.MaxBodyBytes, dst); err != nil {
 		return err
-	}
-	if q, ok := dst.(inRange); ok && q.inRange(h.limits) {
-		return nil
 	}
 	err := h.validate.Struct(dst)
 	verrs, ok := errors.AsType[validator.ValidationErrors](err)
