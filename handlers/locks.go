@@ -639,10 +639,29 @@ func newValidator(limits Limits) *validator.Validate {
 }
 
 // escapeKey escapes each segment of key for a URL path, keeping the "/"s.
+// A key of unreserved characters and "/" only (most keys) is its own
+// escaping: it is returned as is, without splitting and joining it.
 func escapeKey(key string) string {
+	if plainPath(key) {
+		return key
+	}
 	segs := strings.Split(key, "/")
 	for i, s := range segs {
 		segs[i] = url.PathEscape(s)
 	}
 	return strings.Join(segs, "/")
+}
+
+// plainPath: s holds only RFC 3986 unreserved characters and "/", none of
+// which url.PathEscape ever escapes.
+func plainPath(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '-', c == '.', c == '_', c == '~', c == '/':
+		default:
+			return false
+		}
+	}
+	return true
 }

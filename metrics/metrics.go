@@ -11,9 +11,11 @@ package metrics
 
 import (
 	"hash/maphash"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,9 +44,12 @@ type Metrics struct {
 	crowded   prometheus.Counter
 
 	// The series a request touches, looked up once rather than hashed from
-	// their labels on every request.
-	outcomes map[string]prometheus.Observer
-	series   sync.Map // requestSeries → prometheus.Observer
+	// their labels on every request. series is copied on write: a new
+	// series is rare (the set is bounded), a lookup is every request's,
+	// and a plain map's hashes a key faster than sync.Map's.
+	outcomes  map[string]prometheus.Observer
+	series    atomic.Pointer[map[requestSeries]prometheus.Observer]
+	addSeries sync.Mutex
 
 	holds *holds
 
@@ -126,6 +131,7 @@ func New() *Metrics {
 	}
 	reg.MustRegister(m.acquire, m.wait, m.hold, m.conflicts, m.gone, m.backend, m.refused, m.ratelimit, m.votes, m.requests,
 		m.replaced, m.crowded)
+	m.series.Store(&map[requestSeries]prometheus.Observer{})
 	m.outcomes = make(map[string]prometheus.Observer)
 	for _, o := range []string{"acquired", "renewed", "held", "over_quota", "full", "too_many_waiters", "unavailable", "error"} {
 		m.outcomes[o] = m.acquire.WithLabelValues(o)
@@ -234,13 +240,27 @@ func (m *Metrics) Request(route, method string, status int, took time.Duration) 
 		method = "other" // the client chooses it: never an unbounded label
 	}
 	key := requestSeries{route, method, status}
-	obs, ok := m.series.Load(key)
+	obs, ok := (*m.series.Load())[key]
 	if !ok {
-		// Bounded: route patterns are the router's, methods the few above,
-		// statuses the ones the gateway answers.
-		obs, _ = m.series.LoadOrStore(key, m.requests.WithLabelValues(route, method, strconv.Itoa(status)))
+		obs = m.newSeries(key)
 	}
-	obs.(prometheus.Observer).Observe(took.Seconds())
+	obs.Observe(took.Seconds())
+}
+
+// newSeries adds key's series. Bounded: route patterns are the router's,
+// methods the few Request keeps, statuses the ones the gateway answers.
+func (m *Metrics) newSeries(key requestSeries) prometheus.Observer {
+	m.addSeries.Lock()
+	defer m.addSeries.Unlock()
+	old := *m.series.Load()
+	if obs, ok := old[key]; ok {
+		return obs
+	}
+	obs := m.requests.WithLabelValues(key.route, key.method, strconv.Itoa(key.status))
+	series := maps.Clone(old)
+	series[key] = obs
+	m.series.Store(&series)
+	return obs
 }
 
 // holds remembers when leases granted by this gateway started, keyed by a

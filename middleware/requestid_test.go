@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -49,4 +50,17 @@ func TestRequestID(t *testing.T) {
 func TestRequestIDHeaderCanonical(t *testing.T) {
 	assert.Equal(t, textproto.CanonicalMIMEHeaderKey(middleware.RequestIDHeader), middleware.RequestIDHeader)
 	assert.Equal(t, textproto.CanonicalMIMEHeaderKey("Cache-Control"), "Cache-Control")
+}
+
+// TestNewRequestIDDistinct: fresh ids are plain, 16 characters long, and
+// do not repeat.
+func TestNewRequestIDDistinct(t *testing.T) {
+	seen := make(map[string]bool)
+	for range 100_000 {
+		id := middleware.NewRequestID()
+		if len(id) != 16 || seen[id] || strings.Trim(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+			t.Fatalf("id %q: not 16 plain characters, or seen before", id)
+		}
+		seen[id] = true
+	}
 }

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -20,13 +21,16 @@ type KeyFunc func(r *http.Request) (string, bool)
 //     range: anyone else could set it to anything. It must hold one name:
 //     several values (field lines, or a comma list) or a name over 256
 //     bytes leave the request without an identity (see user);
-//  3. the client IP, as chi's ClientIPFrom* middleware stored it (the TCP
-//     peer, or X-Forwarded-For read through trusted ranges only). IPv6
-//     clients count per /64, since one host usually holds a whole /64.
+//  3. the client IP: ClientAddr's (PeerAddr, or AddrFrom one of chi's
+//     ClientIPFrom* middlewares), or without ClientAddr what such a
+//     middleware stored (the TCP peer, or X-Forwarded-For read through
+//     trusted ranges only). IPv6 clients count per /64, since one host
+//     usually holds a whole /64.
 type Identity struct {
 	Principal      func(r *http.Request) string
 	UserHeader     string
 	TrustedProxies []netip.Prefix
+	ClientAddr     func(r *http.Request) netip.Addr
 }
 
 // Key implements KeyFunc.
@@ -45,13 +49,50 @@ func (id Identity) Key(r *http.Request) (string, bool) {
 			return "user:" + u, true
 		}
 	}
-	if ip := chimw.GetClientIPAddr(r.Context()); ip.IsValid() {
+	if ip := id.clientAddr(r); ip.IsValid() {
 		return IPKey(ip), true
 	}
 	if ip, ok := id.trustedClient(r); ok {
 		return IPKey(ip), true
 	}
 	return "", false
+}
+
+func (id Identity) clientAddr(r *http.Request) netip.Addr {
+	if id.ClientAddr != nil {
+		return id.ClientAddr(r)
+	}
+	return chimw.GetClientIPAddr(r.Context())
+}
+
+// PeerAddr is the TCP peer's address, as chi's ClientIPFromRemoteAddr
+// stores it (a v4-mapped address folded to v4, a zone kept), found only
+// for the requests that ask: a middleware storing it in every request's
+// context cost each request a copy of the request and a context.
+func PeerAddr(r *http.Request) netip.Addr {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr // already a bare address (in tests)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ip.Unmap()
+}
+
+// AddrFrom runs one of chi's ClientIPFrom* middlewares (e.g.
+// ClientIPFromXFF) for a request when asked, and returns the address it
+// stores, or the zero Addr when it stores none: its rules, paid for only by
+// the requests that need the client's address.
+func AddrFrom(mw func(http.Handler) http.Handler) func(r *http.Request) netip.Addr {
+	return func(r *http.Request) netip.Addr {
+		var ip netip.Addr
+		mw(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			ip = chimw.GetClientIPAddr(r.Context())
+		})).ServeHTTP(nil, r)
+		return ip
+	}
 }
 
 // user reads the user header from a trusted proxy: "" when there is none,

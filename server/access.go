@@ -63,6 +63,7 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 		Principal:      func(r *http.Request) string { return middleware.GetPrincipal(r.Context()) },
 		UserHeader:     cfg.UserHeader,
 		TrustedProxies: cfg.TrustedProxies,
+		ClientAddr:     d.clientAddr,
 	}
 	if cfg.MaxLocksPerUser > 0 {
 		d.limits.MaxLocksPerUser = cfg.MaxLocksPerUser

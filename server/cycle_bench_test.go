@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	chimw "github.com/go-chi/chi/v5/middleware"
 	"github.com/rs/zerolog"
 
 	"github.com/lockgateway/lockgateway"
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/metrics"
+	"github.com/lockgateway/lockgateway/ratelimit"
 )
 
 // BenchmarkCycle is the gateway's own work for one acquire+release cycle
@@ -29,14 +29,14 @@ func BenchmarkCycle(b *testing.B) {
 	log, flush := newLogger(Config{LogLevel: zerolog.InfoLevel, LogFormat: "json"}, io.Discard)
 	defer flush()
 	h := newHandler(deps{
-		store:    lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: 1000}),
-		backend:  BackendMemory,
-		limits:   handlers.Limits{DefaultTTL: 30 * time.Second, MaxTTL: 24 * time.Hour, MaxWait: time.Minute, MaxBodyBytes: 65536, BackendTimeout: time.Second},
-		log:      log,
-		spec:     lockgateway.OpenAPI,
-		stopping: make(chan struct{}),
-		clientIP: chimw.ClientIPFromRemoteAddr,
-		metrics:  m,
+		store:      lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: 1000}),
+		backend:    BackendMemory,
+		limits:     handlers.Limits{DefaultTTL: 30 * time.Second, MaxTTL: 24 * time.Hour, MaxWait: time.Minute, MaxBodyBytes: 65536, BackendTimeout: time.Second},
+		log:        log,
+		spec:       lockgateway.OpenAPI,
+		stopping:   make(chan struct{}),
+		clientAddr: ratelimit.PeerAddr,
+		metrics:    m,
 	})
 	body := []byte(`{"ttl_ms":10000}`)
 	w := &discardWriter{header: http.Header{}}

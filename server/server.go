@@ -11,6 +11,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -23,6 +24,7 @@ import (
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/metrics"
 	"github.com/lockgateway/lockgateway/middleware"
+	"github.com/lockgateway/lockgateway/ratelimit"
 )
 
 // deps is everything the routes need.
@@ -38,8 +40,11 @@ type deps struct {
 	log      zerolog.Logger
 	spec     []byte
 	stopping <-chan struct{}
-	clientIP func(http.Handler) http.Handler
-	auth     func(http.Handler) http.Handler // nil without API keys
+	// clientAddr is the client's address, looked up only by the requests
+	// that need it (the rate limit and the quota): ratelimit.PeerAddr, or
+	// X-Forwarded-For read through the trusted proxies.
+	clientAddr func(*http.Request) netip.Addr
+	auth       func(http.Handler) http.Handler // nil without API keys
 	// listAuth is auth for listings, whose prefix must lie inside the
 	// user's prefixes; nil without API keys.
 	listAuth func(http.Handler) http.Handler
@@ -68,7 +73,6 @@ func newHandler(d deps) http.Handler {
 	r := chi.NewRouter()
 	r.Use(
 		middleware.RequestID,
-		d.clientIP,
 		middleware.AccessLog(d.log),
 		middleware.Observe(d.metrics.Request),
 		middleware.Recoverer(d.log, handlers.InternalError()),
@@ -119,7 +123,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		},
 		log:          logger,
 		spec:         lockgateway.OpenAPI,
-		clientIP:     chimw.ClientIPFromRemoteAddr,
+		clientAddr:   ratelimit.PeerAddr,
 		metrics:      m,
 		metricsApart: cfg.MetricsAddr != "",
 		pprof:        cfg.PProf,
@@ -137,7 +141,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		d.lister = l
 	}
 	if len(cfg.TrustedProxies) > 0 {
-		d.clientIP = chimw.ClientIPFromXFF(prefixStrings(cfg.TrustedProxies)...)
+		d.clientAddr = ratelimit.AddrFrom(chimw.ClientIPFromXFF(prefixStrings(cfg.TrustedProxies)...))
 	}
 	if err := addAccessControl(&d, cfg, store); err != nil {
 		return err
@@ -257,10 +261,10 @@ func serveMetrics(addr string, m *metrics.Metrics, logger zerolog.Logger, errs c
 func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func()) {
 	if cfg.LogFormat == "console" {
 		out := zerolog.ConsoleWriter{Out: stdout, TimeFormat: time.RFC3339}
-		return zerolog.New(out).Level(cfg.LogLevel).With().Timestamp().Logger(), func() {}
+		return zerolog.New(out).Level(cfg.LogLevel).Hook(&stampHook{}), func() {}
 	}
 	out := newBufferedLog(stdout)
-	return zerolog.New(out).Level(cfg.LogLevel).With().Timestamp().Logger(), func() { _ = out.Close() }
+	return zerolog.New(out).Level(cfg.LogLevel).Hook(&stampHook{}), func() { _ = out.Close() }
 }
 
 // openStore builds the configured backend. lockstore.OpenRedis and

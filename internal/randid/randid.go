@@ -1,6 +1,7 @@
 // Package randid makes the random identifiers the gateway and its tools hand
-// out: lock tokens, rate-limit window ids, request ids. Each comes from
-// crypto/rand, so none can be guessed from another.
+// out: lock tokens, rate-limit window ids, waiters' tickets. Each comes from
+// crypto/rand, so none can be guessed from another. (Request ids, which
+// are no secret, come from middleware.NewRequestID.)
 package randid
 
 import (
