@@ -258,7 +258,7 @@ func TestRedlockSameTokenTwins(t *testing.T) {
 // Before the fix, a round granted anew on a majority took the highest fence
 // of all its votes, its twin's new ones included, while the twin,
 // re-granted on a majority, kept the highest fence of the values it
-// re-granted: one token, two fences (about one pair in six).
+// re-granted: one token, two fences (about one set in two).
 func TestRedlockTwinsShareOneFence(t *testing.T) {
 	srvs := startNodes(t, 5)
 	a := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
