@@ -115,17 +115,23 @@ type RedlockOptions struct {
 // Each node keeps its own counter and votes max(counter+1, seed, its clock
 // in µs less FenceMargin), the seed being the gateway's clock at the start of
 // the round (one seed for all nodes, so they usually agree).
-// The grant's fence F is the maximum over the counted granting nodes (or,
-// when a majority re-granted, the maximum of their kept fences); before
-// Acquire returns, raise_fence.lua raises the counter to at least F and
-// stores F in the round's value on each granting node whose fence differs,
+// The grant's fence F is chosen from the counted granting nodes' fences so
+// that twins (acquires of one token at once) agree (grantFence): the
+// highest of the round's new fences when a majority granted anew, else the
+// fence a majority of the re-granted values carry, else the highest of
+// all; each is at least the fences of a majority of the granting nodes.
+// Before Acquire returns, raise_fence.lua raises the counter to at least F
+// and stores F in the value on each granting node whose fence differs,
 // and the grant stands only if a majority of counted nodes confirmed F (and
 // the validity, measured after that, is still positive).
 //
 // Guaranteed: if Acquire A returned fence F before Acquire B started, and B
-// grants the key to another holder, then B's fence > F. B's majority shares a
-// node with the majority that confirmed F, that node's counter was ≥ F before
-// B ran there, so it voted > F and B's fence (a maximum) is > F. The argument
+// grants the key to another holder, then B's fence > F. The majority of
+// B's granting nodes whose fences B's is at least shares a node with the
+// majority that confirmed F; that node's counter was ≥ F before the value
+// B found or made there was made, so that value was made with a fence > F,
+// and carries it or another such choice (docs/safety.md, "Fences of twins",
+// argues this and its one exception, in the safe direction). The argument
 // needs no timing assumption, only that the shared node still has its
 // counter, or let it expire: a counter expires only once the node's clock
 // has passed it by FenceMargin, and a node votes at least its clock less

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,6 +192,7 @@ func TestRedlockSameTokenTwins(t *testing.T) {
 
 	var rec recorder
 	var holdLost sync.Map
+	var pairs, split atomic.Int64 // twins both granted, and those answered two fences
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for c := range 6 {
@@ -209,6 +211,12 @@ func TestRedlockSameTokenTwins(t *testing.T) {
 				}
 				twins.Wait()
 				granted := time.Now()
+				if errs[0] == nil && errs[1] == nil {
+					pairs.Add(1)
+					if leases[0].Fence != leases[1].Fence {
+						split.Add(1)
+					}
+				}
 				var l lockstore.Lease
 				for i := range 2 {
 					if errs[i] == nil && (l.Token == "" || leases[i].ExpiresAt.Before(l.ExpiresAt)) {
@@ -233,10 +241,77 @@ func TestRedlockSameTokenTwins(t *testing.T) {
 	cancel()
 	wg.Wait()
 	n := rec.count(time.Time{}, time.Now())
-	t.Logf("%d grants to twins", n)
+	t.Logf("%d grants to twins; %d twin pairs both granted, %d of them with two fences", n, pairs.Load(), split.Load())
 	assert.Empty(t, rec.violations())
 	holdLost.Range(func(k, v any) bool {
 		t.Errorf("a release of a held lease failed: %v", v)
 		return true
 	})
+}
+
+// TestRedlockTwinsShareOneFence sends two acquires of one token at once (a
+// client's retry while its first request is in flight), many times, through
+// one gateway and through two, and three at once through two gateways: each
+// round reaches every node, in any order per node. Twins both granted must
+// answer one fence (docs/api.md: a PUT whose token already holds the lock
+// answers its fence), which the lock then carries; a release frees the key.
+// Before the fix, a round granted anew on a majority took the highest fence
+// of all its votes, its twin's new ones included, while the twin,
+// re-granted on a majority, kept the highest fence of the values it
+// re-granted: one token, two fences (about one set in two).
+func TestRedlockTwinsShareOneFence(t *testing.T) {
+	srvs := startNodes(t, 5)
+	a := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	b := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	for _, s := range []*lockstore.Redlock{a, b} {
+		ready(t, s)
+		warm(t, s)
+	}
+	for _, gw := range []struct {
+		name string
+		via  []*lockstore.Redlock
+	}{
+		{"OneGateway", []*lockstore.Redlock{a, a}},
+		{"TwoGateways", []*lockstore.Redlock{a, b}},
+		{"ThreeTwins", []*lockstore.Redlock{a, b, a}},
+	} {
+		t.Run(gw.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			const sets = 100
+			split, granted := 0, 0
+			for i := range sets {
+				key := gw.name + strconv.Itoa(i)
+				req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second}
+				ls := make([]lockstore.Lease, len(gw.via))
+				errs := make([]error, len(gw.via))
+				var wg sync.WaitGroup
+				for j := range ls {
+					wg.Go(func() { ls[j], errs[j] = gw.via[j].Acquire(ctx, key, req) })
+				}
+				wg.Wait()
+				fences := make(map[int64]bool)
+				for j, err := range errs {
+					if err != nil {
+						require.ErrorIs(t, err, lockstore.ErrUnavailable, "a twin may answer only 'outcome unknown'")
+						continue
+					}
+					fences[ls[j].Fence] = true
+				}
+				if len(fences) > 1 {
+					split++
+					t.Errorf("%s: the twins were answered fences %v", key, fences)
+				}
+				if len(fences) > 0 {
+					granted++
+					l, err := b.Inspect(ctx, key)
+					require.NoError(t, err)
+					assert.True(t, fences[l.Fence], "%s: the lock carries the fence answered (%d, answered %v)", key, l.Fence, fences)
+				}
+				require.NoError(t, b.Release(ctx, key, req.Token))
+				_, err := a.Inspect(ctx, key)
+				require.ErrorIs(t, err, lockstore.ErrNotHeld, "%s: released", key)
+			}
+			t.Logf("%d of %d twin sets split (%d granted)", split, sets, granted)
+		})
+	}
 }

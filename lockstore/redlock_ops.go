@@ -169,22 +169,16 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 	votes []nodeResult[acquireResult], granted []int, start time.Time,
 ) (Lease, bool) {
 	digest := a.digest
-	var renewed []int64
-	var all []int64
+	var fresh, renewed []int64
 	for _, i := range granted {
-		all = append(all, votes[i].val.value.fence)
 		if votes[i].val.code == acquireRenewed {
 			renewed = append(renewed, votes[i].val.value.fence)
+		} else {
+			fresh = append(fresh, votes[i].val.value.fence)
 		}
 	}
-	// Re-granted on a majority: the token held the key throughout, so it
-	// keeps its fence (the highest, in case a node re-granted it anew after
-	// an intervening holder: that node's fence is above that holder's).
 	isRenewed := len(renewed) >= r.quorum
-	fence := slices.Max(all)
-	if isRenewed {
-		fence = slices.Max(renewed)
-	}
+	fence := grantFence(fresh, renewed, r.quorum)
 
 	// Write F back to every node that granted (quarantined ones too, so they
 	// agree when they count again) and does not carry F yet.
@@ -236,6 +230,36 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
 		Renewed:   isRenewed,
 	}, true
+}
+
+// grantFence is the fence of a round granted on a majority, from the
+// fences of its new votes (fresh) and of the values it re-granted
+// (renewed). Every round of one token must pick the same fence, twins
+// included (the same token at once, through any gateway: each node grants
+// the first round to reach it and re-grants the others;
+// TestRedlockTwinsShareOneFence). The semaphores' rule (semConfirm):
+//   - Granted anew on a majority: the highest fence of its own grants, not
+//     one a re-granted value carries (made by a twin, which finds this
+//     round's values re-granted on a majority and keeps their fence); the
+//     write-back gives the twin's values this fence too.
+//   - Re-granted on a majority whose values carry one fence: that fence,
+//     the lease's own (confirmed on a majority, or the choice of a twin
+//     granted anew on a majority).
+//   - Otherwise (values made by several twins, or new and re-granted votes
+//     split): the highest of all its votes, which every twin that reached
+//     every node sees as well.
+//
+// Each choice is at least the fence of a quorum of the round's votes, one
+// of which is on the majority that confirmed any earlier holder's fence:
+// docs/safety.md, "Fences of twins", says why the choice is above it.
+func grantFence(fresh, renewed []int64, quorum int) int64 {
+	if len(fresh) >= quorum {
+		return slices.Max(fresh)
+	}
+	if f, ok := quorumFence(renewed, quorum); ok {
+		return f
+	}
+	return slices.Max(append(fresh, renewed...))
 }
 
 // discard takes a failed round out of every node it may hold (discard.lua):

@@ -614,7 +614,7 @@ func runScenario(t *testing.T, sc scenario, backend string, i int) {
 	assert.Zero(t, rejected, "answers outside the API's lock statuses")
 	if r.w.Twins > 0 {
 		both, fences := r.w.TwinStats()
-		t.Logf("twins both answered 201: %d (with two different fences: %d)", both, fences)
+		t.Logf("twins both granted (201 or 200): %d (with two different fences: %d)", both, fences)
 	}
 	for _, note := range r.notes {
 		t.Log(note)

@@ -47,14 +47,14 @@ type Workload struct {
 	Seed      uint64
 
 	rejected atomic.Int64
-	// Twins whose requests were both answered 201, and those of them with
-	// two different fences.
+	// Twins whose requests were both granted (201 or 200), and those of
+	// them with two different fences.
 	twinsGranted, twinsFences atomic.Int64
 }
 
-// TwinStats reports how many twins were both answered 201 (the contract
-// says the second should be a 200 with the same fence), and how many of
-// those carried two different fences.
+// TwinStats reports how many twins were both granted, 201 or 200 (the
+// contract says the second should be a 200 with the same fence), and how
+// many of those carried two different fences.
 func (w *Workload) TwinStats() (bothGranted, twoFences int64) {
 	return w.twinsGranted.Load(), w.twinsFences.Load()
 }
@@ -160,7 +160,7 @@ func (w *Workload) twins(id int, r *rand.Rand, key, token string, wait time.Dura
 		return 0
 	}
 	a, b := ops[0], ops[1]
-	if a.Result == Granted && b.Result == Granted {
+	if (a.Result == Granted || a.Result == Renewed) && (b.Result == Granted || b.Result == Renewed) {
 		w.twinsGranted.Add(1)
 		if a.Fence != b.Fence {
 			w.twinsFences.Add(1)
