@@ -107,9 +107,41 @@ func machineBusy() float64 {
 	return busy / clockTicks
 }
 
-// processCPU is a process's user+system CPU time from /proc/<pid>/stat,
-// including its threads and the children it waited for.
+// processCPU is a process's CPU time in seconds: the time its threads ran,
+// in nanoseconds from /proc/<pid>/task/*/schedstat, so a short row is not
+// rounded to whole clock ticks (10 ms: a 300 ms smoke row could read 0);
+// or, where schedstat is missing, user+system time from /proc/<pid>/stat
+// in ticks. (A thread that exits takes its schedstat time with it; the Go
+// processes measured here keep theirs.)
 func processCPU(pid int) float64 {
+	if ns := schedstatCPU(pid); ns > 0 {
+		return ns / 1e9
+	}
+	return statCPU(pid)
+}
+
+// schedstatCPU sums the first field of each thread's schedstat: the
+// nanoseconds it spent on a CPU. 0 when unreadable.
+func schedstatCPU(pid int) float64 {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for _, t := range tasks {
+		f := strings.Fields(readFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name())))
+		if len(f) == 0 {
+			continue
+		}
+		n, _ := strconv.ParseFloat(f[0], 64)
+		total += n
+	}
+	return total
+}
+
+// statCPU is user+system CPU time from /proc/<pid>/stat, including its
+// threads and the children it waited for, in clock ticks.
+func statCPU(pid int) float64 {
 	stat := readFile(fmt.Sprintf("/proc/%d/stat", pid))
 	// The command name may hold spaces; fields resume after its ")".
 	i := strings.LastIndexByte(stat, ')')
