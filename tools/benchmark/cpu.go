@@ -24,9 +24,21 @@ type cpuSample struct {
 func (b *bench) sampleCPU() cpuSample {
 	s := cpuSample{at: time.Now(), busy: machineBusy(), byProc: map[string]float64{}}
 	s.byProc["lockbench"] = processCPU(os.Getpid())
+	named := map[int]bool{os.Getpid(): true}
 	for _, p := range b.procs {
 		if !p.exited() {
 			s.byProc[p.name] = processCPU(p.cmd.Process.Pid)
+			named[p.cmd.Process.Pid] = true
+		}
+	}
+	// The redis-servers (and Sentinels) come from internal/redistest, not
+	// b.procs: count them by command name, or their work would read as
+	// other processes keeping the machine busy.
+	for _, pid := range descendants(os.Getpid()) {
+		if !named[pid] {
+			if comm := strings.TrimSpace(readFile(fmt.Sprintf("/proc/%d/comm", pid))); comm != "" {
+				s.byProc[comm] += processCPU(pid)
+			}
 		}
 	}
 	for _, v := range s.byProc {
@@ -85,6 +97,42 @@ func (u cpuUse) perCycle(cycles int64) map[string]float64 {
 		if used >= 0.02 {
 			out[name] = used / float64(cycles) * 1e6
 		}
+	}
+	return out
+}
+
+// descendants lists the processes below pid (children, theirs, …), from
+// each process's parent in /proc/<pid>/stat.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat := readFile(fmt.Sprintf("/proc/%d/stat", p))
+		i := strings.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(stat[i+1:]) // f[1] is field 4 (ppid)
+		if len(f) < 2 {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	var out []int
+	for todo := children[pid]; len(todo) > 0; {
+		p := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		out = append(out, p)
+		todo = append(todo, children[p]...)
 	}
 	return out
 }
