@@ -282,21 +282,10 @@ func TestRedlockTwinsShareOneFence(t *testing.T) {
 			for i := range sets {
 				key := gw.name + strconv.Itoa(i)
 				req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second}
-				ls := make([]lockstore.Lease, len(gw.via))
-				errs := make([]error, len(gw.via))
-				var wg sync.WaitGroup
-				for j := range ls {
-					wg.Go(func() { ls[j], errs[j] = gw.via[j].Acquire(ctx, key, req) })
-				}
-				wg.Wait()
-				fences := make(map[int64]bool)
-				for j, err := range errs {
-					if err != nil {
-						require.ErrorIs(t, err, lockstore.ErrUnavailable, "a twin may answer only 'outcome unknown'")
-						continue
-					}
-					fences[ls[j].Fence] = true
-				}
+				fences := twinFences(t, len(gw.via), func(j int) (int64, error) {
+					l, err := gw.via[j].Acquire(ctx, key, req)
+					return l.Fence, err
+				})
 				if len(fences) > 1 {
 					split++
 					t.Errorf("%s: the twins were answered fences %v", key, fences)
@@ -314,4 +303,27 @@ func TestRedlockTwinsShareOneFence(t *testing.T) {
 			t.Logf("%d of %d twin sets split (%d granted)", split, sets, granted)
 		})
 	}
+}
+
+// twinFences runs n twin acquires at once (acquire(j) is twin j, answering
+// its fence) and returns the fences of those granted. A twin may fail only
+// with "outcome unknown".
+func twinFences(t *testing.T, n int, acquire func(j int) (int64, error)) map[int64]bool {
+	t.Helper()
+	got := make([]int64, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for j := range n {
+		wg.Go(func() { got[j], errs[j] = acquire(j) })
+	}
+	wg.Wait()
+	fences := make(map[int64]bool)
+	for j, err := range errs {
+		if err != nil {
+			require.ErrorIs(t, err, lockstore.ErrUnavailable, "a twin may answer only 'outcome unknown'")
+			continue
+		}
+		fences[got[j]] = true
+	}
+	return fences
 }

@@ -142,21 +142,10 @@ func TestRedlockSemTwinsShareOnePermit(t *testing.T) {
 			for i := range pairs {
 				key := gw.name + strconv.Itoa(i)
 				req := lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second, Limit: 1 + i%3}
-				ps := make([]lockstore.Permit, len(gw.via))
-				errs := make([]error, len(gw.via))
-				var wg sync.WaitGroup
-				for j := range ps {
-					wg.Go(func() { ps[j], errs[j] = gw.via[j].SemAcquire(ctx, key, req) })
-				}
-				wg.Wait()
-				fences := make(map[int64]bool)
-				for j, err := range errs {
-					if err != nil {
-						require.ErrorIs(t, err, lockstore.ErrUnavailable, "a twin may answer only 'outcome unknown'")
-						continue
-					}
-					fences[ps[j].Fence] = true
-				}
+				fences := twinFences(t, len(gw.via), func(j int) (int64, error) {
+					p, err := gw.via[j].SemAcquire(ctx, key, req)
+					return p.Fence, err
+				})
 				if len(fences) > 1 {
 					split++
 					t.Errorf("%s (limit %d): the twins were answered fences %v", key, req.Limit, fences)
