@@ -202,7 +202,7 @@ func testSemFences(t *testing.T, a, b lockstore.Semaphores, key string) {
 // two permits get one fence, even two granted at the same time.
 func testSemContention(t *testing.T, a, b lockstore.Semaphores, key string) {
 	const limit, workers, rounds = 3, 8, 6
-	var holders, most, grants atomic.Int64
+	var holders, most, grants, unknown atomic.Int64
 	var mu sync.Mutex
 	fences := map[int64]bool{}
 	var wg sync.WaitGroup
@@ -213,9 +213,22 @@ func testSemContention(t *testing.T, a, b lockstore.Semaphores, key string) {
 		}
 		wg.Go(func() {
 			for range rounds {
-				c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				p, err := permit(c, s, key, limit, 10*time.Second, 20*time.Second)
-				cancel()
+				// A 503 (outcome unknown: on Redlock, a round whose fence
+				// did not stick because other permits' rounds moved the
+				// counters past it) is retried with the same token, as the
+				// contract tells a client to; it is counted, not hidden.
+				req := lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second, Limit: limit, Wait: 20 * time.Second, Owner: "w"}
+				var p lockstore.Permit
+				var err error
+				for try := 0; try < 5; try++ {
+					c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					p, err = s.SemAcquire(c, key, req)
+					cancel()
+					if !errors.Is(err, lockstore.ErrUnavailable) {
+						break
+					}
+					unknown.Add(1)
+				}
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -238,6 +251,9 @@ func testSemContention(t *testing.T, a, b lockstore.Semaphores, key string) {
 	assert.Equal(t, int64(workers*rounds), grants.Load())
 	assert.LessOrEqual(t, most.Load(), int64(limit))
 	assert.Greater(t, most.Load(), int64(1), "the permits were used concurrently")
+	if n := unknown.Load(); n > 0 {
+		t.Logf("%d acquires answered 'outcome unknown' and were retried with their token", n)
+	}
 	t.Logf("%d grants, at most %d holders at once", grants.Load(), most.Load())
 }
 
