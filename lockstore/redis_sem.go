@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
 // Semaphores on Redis: the layout, and why slots, are in
@@ -140,9 +142,6 @@ func (s *Redis) semWait(ctx context.Context, key string, a semArgs, req PermitRe
 			s.semLeave(key, a.ticket.id)
 		}
 	}()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
 	backoff := 10 * time.Millisecond
 	for {
 		attempt := time.Now()
@@ -156,14 +155,12 @@ func (s *Redis) semWait(ctx context.Context, key string, a semArgs, req PermitRe
 			if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) || ctx.Err() != nil || left <= 0 {
 				return Permit{}, err
 			}
-			timer.Reset(min(backoff/2+rand.N(backoff/2), left))
+			pause := min(backoff/2+rand.N(backoff/2), left)
 			backoff = min(2*backoff, waitRefresh)
-			select {
-			case <-timer.C:
-				continue
-			case <-ctx.Done():
+			if !sleep.For(ctx, pause) {
 				return Permit{}, ctx.Err()
 			}
+			continue
 		}
 		backoff = 10 * time.Millisecond
 		if r.code != semRefused {
@@ -174,18 +171,11 @@ func (s *Redis) semWait(ctx context.Context, key string, a semArgs, req PermitRe
 		if left <= 0 {
 			return r.permit(key, req, attempt)
 		}
-		sleep := waitRefresh - rand.N(waitRefresh/4)
+		nap := waitRefresh - rand.N(waitRefresh/4)
 		if r.head && r.remaining > 0 {
-			sleep = min(sleep, r.remaining+time.Millisecond)
+			nap = min(nap, r.remaining+time.Millisecond)
 		}
-		timer.Reset(min(sleep, left))
-		select {
-		case <-wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
-		case <-timer.C:
-		case <-ctx.Done():
+		if _, ok := sleep.Until(ctx, min(nap, left), wake); !ok {
 			return Permit{}, ctx.Err()
 		}
 	}

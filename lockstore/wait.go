@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
 // How a Redis waiter stays in its key's queue: its gateway refreshes one
@@ -46,9 +48,6 @@ func (s *Redis) wait(ctx context.Context, key string, a acquireArgs, req Acquire
 		}
 	}()
 
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
 	backoff := 10 * time.Millisecond
 	for {
 		attempt := time.Now()
@@ -65,14 +64,12 @@ func (s *Redis) wait(ctx context.Context, key string, a acquireArgs, req Acquire
 			if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) || ctx.Err() != nil || left <= 0 {
 				return Lease{}, err
 			}
-			timer.Reset(min(backoff/2+rand.N(backoff/2), left))
+			pause := min(backoff/2+rand.N(backoff/2), left)
 			backoff = min(2*backoff, waitRefresh)
-			select {
-			case <-timer.C:
-				continue
-			case <-ctx.Done():
+			if !sleep.For(ctx, pause) {
 				return Lease{}, ctx.Err()
 			}
+			continue
 		}
 		backoff = 10 * time.Millisecond
 		switch res.code {
@@ -88,18 +85,11 @@ func (s *Redis) wait(ctx context.Context, key string, a acquireArgs, req Acquire
 		}
 		// Sleep until told; the first waiter wakes when the holder's
 		// lease runs out, in case the holder died.
-		sleep := left
+		nap := left
 		if res.head && res.remaining > 0 {
-			sleep = min(sleep, res.remaining+time.Millisecond)
+			nap = min(nap, res.remaining+time.Millisecond)
 		}
-		timer.Reset(sleep)
-		select {
-		case <-wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
-		case <-timer.C:
-		case <-ctx.Done():
+		if _, ok := sleep.Until(ctx, nap, wake); !ok {
 			return Lease{}, ctx.Err()
 		}
 	}
@@ -461,9 +451,6 @@ func (n *notifier) close() {
 func retryUntil(ctx context.Context, req AcquireRequest, wake <-chan struct{}, try func() (Lease, error)) (Lease, error) {
 	deadline := time.Now().Add(req.Wait)
 	backoff := 10 * time.Millisecond
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
 	for {
 		lease, err := try()
 		left := time.Until(deadline)
@@ -476,17 +463,12 @@ func retryUntil(ctx context.Context, req AcquireRequest, wake <-chan struct{}, t
 		if left <= 0 {
 			return lease, err
 		}
-		timer.Reset(max(min(rand.N(backoff)+time.Millisecond, next, left), time.Millisecond))
-		select {
-		case <-ctx.Done():
+		woken, ok := sleep.Until(ctx, max(min(rand.N(backoff)+time.Millisecond, next, left), time.Millisecond), wake)
+		if !ok {
 			return Lease{}, ctx.Err()
-		case <-wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
-			timer.Reset(rand.N(5 * time.Millisecond))
-			<-timer.C
-		case <-timer.C:
+		}
+		if woken { // a few random ms, so woken waiters do not all come at once
+			sleep.For(ctx, rand.N(5*time.Millisecond))
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
 // Watching: a Hub tells any number of watchers of a key when its state
@@ -204,9 +206,6 @@ func (h *Hub[S]) run(ctx context.Context, t *topic[S]) {
 			stop()
 		}
 	}()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
 	var seq uint64
 	var last Update[S]
 	failing := false
@@ -252,14 +251,7 @@ func (h *Hub[S]) run(ctx context.Context, t *topic[S]) {
 		if stop == nil && k.Signal != nil {
 			next = min(next, time.Second)
 		}
-		timer.Reset(next)
-		select {
-		case <-wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
-		case <-timer.C:
-		case <-ctx.Done():
+		if _, ok := sleep.Until(ctx, next, wake); !ok {
 			return
 		}
 	}

@@ -23,3 +23,20 @@ func For(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// Until waits d, or until wake receives (woken), or until ctx ends; ok
+// reports whether ctx is still live. It is the one wait of every loop that
+// sleeps until it is told (a waiter's notification, a watched key's signal)
+// or until a deadline of its own.
+func Until(ctx context.Context, d time.Duration, wake <-chan struct{}) (woken, ok bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-wake:
+		return true, true
+	case <-t.C:
+		return false, true
+	case <-ctx.Done():
+		return false, false
+	}
+}
