@@ -209,22 +209,22 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 			fresh = append(fresh, votes[i].val.value.fence)
 		}
 	}
-	// Every round of one token must pick the same fence, twins included
+	// Rounds of one token should pick the same fence, twins included
 	// (the same token at once, through any gateway: each node grants the
-	// first round and re-grants the others; TestRedlockSemTwinsShareOnePermit).
-	//   - Granted anew on a majority: the highest fence of its own grants,
-	//     not one a re-granted value carries (made by a twin, which will
-	//     find this round's values re-granted on a majority and keep their
-	//     fence); the write-back makes the twin's values adopt it
-	//     (sem_raise.lua). A majority's highest new fence is above every
-	//     earlier permit's, so the label is safe for a twin to keep.
+	// first round and re-grants the others), and two permits must never
+	// share one: a fence is unique because a round confirms it only where
+	// the node's counter was set to it by that round (its own vote, or its
+	// write-back raising the counter), on a majority.
+	//   - Granted anew on a majority: the highest fence of its own grants.
 	//   - Re-granted on a majority whose values carry one fence: that fence,
-	//     the permit's own (confirmed on a majority, or adopted as above).
-	//   - Re-granted on a majority of values made by several twins: the
-	//     highest of all the votes, which every twin that reached every
-	//     node sees too.
-	//   - Neither (a split of new and re-granted votes): the highest of all,
-	//     confirmed only where the counter takes it; no adopting.
+	//     which those values only carry where the token's own round set the
+	//     counter to it.
+	//   - Otherwise: the highest of all the votes.
+	// A twin's value is never relabelled with a fence its round did not
+	// set there (an "adopt" did that once: chaos caught one fence granted
+	// to two tokens, a label kept by a twin while another permit held the
+	// same fence by its counters), so twins may still, rarely, answer two
+	// fences of one permit (docs/safety.md, "Twins").
 	isRenewed := len(renewed) >= r.quorum
 	isNew := len(fresh) >= r.quorum
 	var fence int64
@@ -255,16 +255,13 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 	if confirmed < r.quorum {
 		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
 		f := strconv.FormatInt(fence, 10)
-		kept, adopt := "", ""
-		switch {
-		case isRenewed:
+		kept := ""
+		if isRenewed {
 			kept = "1"
-		case isNew:
-			adopt = "1"
 		}
 		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
 			v, err := semRaiseScript.Run(ctx, n.client, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
-				a.digest, a.attempt, f, margin, a.slot, kept, adopt).Int64()
+				a.digest, a.attempt, f, margin, a.slot, kept).Int64()
 			return v, redisErr(err)
 		})
 		for i, v := range raised {

@@ -8,23 +8,11 @@
 -- ARGV[6]  "1" when F is the fence the token's permit kept (a majority
 --          re-granted it): the value takes F, the counter is left alone
 --          (it is past F already, and F is that permit's own)
--- ARGV[7]  "1" to adopt F: where the counter is past F (set by the
---          token's twin round, which made the value here), the value
---          still takes F, the counter is left alone, and the reply is 2
 --
 -- Returns 1 when the round still holds the slot here and the node's
 -- counter is below F (it is raised to F, for this round) or is F, set by
--- this round: the slot's value now carries F. 2 when F was adopted: the
--- value carries F, which is not confirmed here. Otherwise 0, nothing
+-- this round: the slot's value now carries F. Otherwise 0, nothing
 -- changed.
---
--- Why adopt: a twin of the round (the same token at once, through another
--- gateway) may have made the value here first, with a fence of its own;
--- the round answers its own fence, and so does the twin, which finds the
--- round's values re-granted on a majority and keeps their fence. A value
--- left with the twin's fence would be what the token's next renewal
--- reports. Adopting changes a label only: the counter, which is what
--- orders later permits, is not lowered.
 --
 -- Unlike a lock's write-back, this one refuses a counter already at or
 -- past F that another round set: permits of one key are granted at the
@@ -56,12 +44,7 @@ if ARGV[6] == '1' then
   return 1
 end
 if c > f or (c == f and by ~= ARGV[2]) then
-  if ARGV[7] ~= '1' then
-    return 0
-  end
-  p.fence = ARGV[3]
-  put(KEYS[1], KEYS[2], ARGV[5], p, now)
-  return 2
+  return 0
 end
 p.fence = ARGV[3]
 put(KEYS[1], KEYS[2], ARGV[5], p, now)
