@@ -116,10 +116,11 @@ type RedlockOptions struct {
 // in µs less FenceMargin), the seed being the gateway's clock at the start of
 // the round (one seed for all nodes, so they usually agree).
 // The grant's fence F is chosen from the counted granting nodes' fences so
-// that twins (acquires of one token at once) agree (grantFence): the
-// highest of the round's new fences when a majority granted anew, else the
-// fence a majority of the re-granted values carry, else the highest of
-// all; each is at least the fences of a majority of the granting nodes.
+// that twins (acquires of one token at once) agree (pickFence): the
+// highest fence of the values one round made on a majority (the round's
+// own new votes, or a twin's), else a fence a majority of the values
+// carry, else the highest of all; each is at least the fences of a
+// majority of the granting nodes.
 // Before Acquire returns, raise_fence.lua raises the counter to at least F
 // and stores F in the value on each granting node whose fence differs,
 // and the grant stands only if a majority of counted nodes confirmed F (and

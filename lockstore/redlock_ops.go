@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -169,16 +170,17 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 	votes []nodeResult[acquireResult], granted []int, start time.Time,
 ) (Lease, bool) {
 	digest := a.digest
-	var fresh, renewed []int64
+	picked := make([]fenceVote, 0, len(granted))
+	renewed := 0
 	for _, i := range granted {
-		if votes[i].val.code == acquireRenewed {
-			renewed = append(renewed, votes[i].val.value.fence)
-		} else {
-			fresh = append(fresh, votes[i].val.value.fence)
+		v := votes[i].val
+		if v.code == acquireRenewed {
+			renewed++
 		}
+		picked = append(picked, fenceVote{v.value.fence, v.code == acquireRenewed, makerOf(v.value.attempt)})
 	}
-	isRenewed := len(renewed) >= r.quorum
-	fence := grantFence(fresh, renewed, r.quorum)
+	isRenewed := renewed >= r.quorum
+	fence, _ := pickFence(picked, r.quorum)
 
 	// Write F back to every node that granted (quarantined ones too, so they
 	// agree when they count again) and does not carry F yet.
@@ -232,34 +234,77 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 	}, true
 }
 
-// grantFence is the fence of a round granted on a majority, from the
-// fences of its new votes (fresh) and of the values it re-granted
-// (renewed). Every round of one token must pick the same fence, twins
+// fenceVote is one granting node's value, as pickFence sees it.
+type fenceVote struct {
+	fence   int64
+	renewed bool   // re-granted: a value an earlier round of the token made
+	maker   string // the round that made the value (makerOf)
+}
+
+// pickFence is the fence of a round granted on a majority, for a lock and a
+// permit alike. Every round of one token should pick the same fence, twins
 // included (the same token at once, through any gateway: each node grants
 // the first round to reach it and re-grants the others;
-// TestRedlockTwinsShareOneFence). The semaphores' rule (semConfirm):
-//   - Granted anew on a majority: the highest fence of its own grants, not
-//     one a re-granted value carries (made by a twin, which finds this
-//     round's values re-granted on a majority and keeps their fence); the
-//     write-back gives the twin's values this fence too.
-//   - Re-granted on a majority whose values carry one fence: that fence,
-//     the lease's own (confirmed on a majority, or the choice of a twin
-//     granted anew on a majority).
-//   - Otherwise (values made by several twins, or new and re-granted votes
-//     split): the highest of all its votes, which every twin that reached
+// TestRedlockTwinsShareOneFence, TestRedlockSemTwinsShareOnePermit):
+//   - Values one round made on a majority (the round's own new votes, or a
+//     twin's it was re-granted on): the highest fence among them. That is
+//     the maker's own pick, so a twin reading those values, before or after
+//     the maker's write-back, picks it too. The maker's new fences can
+//     differ from node to node (a counter left ahead by another round gives
+//     its successor), so "most of them agree" is not the maker's pick.
+//   - Else a fence a majority of the values carry, new or re-granted: the
+//     lease's own (a retry, after the write-backs), or what every twin
+//     finds when several made the values (two twins can share a seed: it
+//     is the gateway's clock in µs). Counting only re-granted values here
+//     split three twins about once in 300 under load: the twin that made
+//     one value saw four equal re-granted ones, the two that made the
+//     others saw two equal re-granted ones and took the highest.
+//   - Else the highest of all the votes, which every twin that reached
 //     every node sees as well.
 //
-// Each choice is at least the fence of a quorum of the round's votes, one
-// of which is on the majority that confirmed any earlier holder's fence:
-// docs/safety.md, "Fences of twins", says why the choice is above it.
-func grantFence(fresh, renewed []int64, quorum int) int64 {
-	if len(fresh) >= quorum {
-		return slices.Max(fresh)
+// kept is true when a majority of the re-granted values already carry the
+// fence. Each choice is at least the fence of a quorum of the round's
+// votes, one of which is on the majority that confirmed any earlier
+// holder's fence: docs/safety.md, "Fences of twins", says why the choice
+// is above it. What may be answered is the confirmation's to decide.
+func pickFence(votes []fenceVote, quorum int) (fence int64, kept bool) {
+	var all, renewed []int64
+	made := make(map[string][]int64, 2)
+	for _, v := range votes {
+		fence = max(fence, v.fence)
+		all = append(all, v.fence)
+		if v.renewed {
+			renewed = append(renewed, v.fence)
+		}
+		made[v.maker] = append(made[v.maker], v.fence)
 	}
-	if f, ok := quorumFence(renewed, quorum); ok {
-		return f
+	if f, ok := quorumFence(all, quorum); ok {
+		fence = f
 	}
-	return slices.Max(append(fresh, renewed...))
+	for _, fs := range made {
+		if len(fs) >= quorum {
+			fence = slices.Max(fs)
+		}
+	}
+	return fence, countOf(renewed, fence) >= quorum
+}
+
+// countOf is how many of fences are f.
+func countOf(fences []int64, f int64) int {
+	n := 0
+	for _, g := range fences {
+		if g == f {
+			n++
+		}
+	}
+	return n
+}
+
+// makerOf is the round that made a Redlock value: the first attempt id of
+// its field ("~x.y…", "~!x" once pinned).
+func makerOf(field string) string {
+	id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(field, "~"), "!"), ".")
+	return id
 }
 
 // discard takes a failed round out of every node it may hold (discard.lua):

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -198,53 +197,42 @@ func mostVoted(votes map[int]int) int {
 // semConfirm picks the permit's fence and writes it back where it differs,
 // as confirmGrant does for a lease: the grant stands only if a majority of
 // counted nodes carry the fence within the validity.
+//
+// The fence is pickFence's, shared with locks: every round of one token
+// should pick the same one, twins included; confirmation alone makes sure
+// two permits never share one, whatever was picked.
+//
+// Confirmation: when a majority of the re-granted values already carry
+// the fence, the permit is that fence's (it was confirmed when a majority
+// first carried it), and the write-back relabels the other values only.
+// Otherwise the fence is confirmed on a node where this round's new vote
+// set the counter to it, or where the write-back finds the counter below
+// it (and sets it) or at it, set by this token: the counter names the
+// token that set it, so twins confirm one fence on the same nodes, while
+// two tokens confirmed with one fence would have set one counter to it on
+// a node their majorities share, which the write-back refuses.
+// docs/safety.md, "Semaphores" → "Twins", has the argument.
 func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req PermitRequest,
 	votes []nodeResult[semResult], granted []int, start time.Time,
 ) (Permit, bool) {
-	var fresh, renewed []int64
+	picked := make([]fenceVote, 0, len(granted))
+	renewed := 0
 	for _, i := range granted {
-		if votes[i].val.code == semRenewed {
-			renewed = append(renewed, votes[i].val.value.fence)
-		} else {
-			fresh = append(fresh, votes[i].val.value.fence)
+		v := votes[i].val
+		if v.code == semRenewed {
+			renewed++
 		}
+		picked = append(picked, fenceVote{v.value.fence, v.code == semRenewed, makerOf(v.value.field)})
 	}
-	// Rounds of one token should pick the same fence, twins included
-	// (the same token at once, through any gateway: each node grants the
-	// first round and re-grants the others), and two permits must never
-	// share one: a fence is unique because a round confirms it only where
-	// the node's counter was set to it by that round (its own vote, or its
-	// write-back raising the counter), on a majority.
-	//   - Granted anew on a majority: the highest fence of its own grants.
-	//   - Re-granted on a majority whose values carry one fence: that fence,
-	//     which those values only carry where the token's own round set the
-	//     counter to it.
-	//   - Otherwise: the highest of all the votes.
-	// A twin's value is never relabelled with a fence its round did not
-	// set there (an "adopt" did that once: chaos caught one fence granted
-	// to two tokens, a label kept by a twin while another permit held the
-	// same fence by its counters), so twins may still, rarely, answer two
-	// fences of one permit (docs/safety.md, "Twins").
-	isRenewed := len(renewed) >= r.quorum
-	isNew := len(fresh) >= r.quorum
-	var fence int64
-	switch kept, ok := quorumFence(renewed, r.quorum); {
-	case isNew:
-		fence = slices.Max(fresh)
-	case isRenewed && ok:
-		fence = kept
-	default:
-		fence = slices.Max(append(fresh, renewed...))
-	}
+	fence, kept := pickFence(picked, r.quorum)
+
 	confirmed := 0
 	rewrite := make([]bool, len(votes))
 	for i, v := range votes {
 		if v.err != nil || (v.val.code != semNew && v.val.code != semRenewed) {
 			continue
 		}
-		// A new fence is confirmed where the round's own vote set the
-		// counter to it; a kept one wherever the permit carries it.
-		if v.val.value.fence == fence && (isRenewed || v.val.code == semNew) {
+		if v.val.value.fence == fence && (kept || v.val.code == semNew) {
 			if v.counted {
 				confirmed++
 			}
@@ -255,13 +243,13 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 	if confirmed < r.quorum {
 		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
 		f := strconv.FormatInt(fence, 10)
-		kept := ""
-		if isRenewed {
-			kept = "1"
+		keepArg := ""
+		if kept {
+			keepArg = "1"
 		}
 		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
 			v, err := semRaiseScript.Run(ctx, n.client, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
-				a.digest, a.attempt, f, margin, a.slot, kept).Int64()
+				a.digest, a.attempt, f, margin, a.slot, keepArg).Int64()
 			return v, redisErr(err)
 		})
 		for i, v := range raised {
@@ -282,7 +270,7 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 		}
 	}
 	return Permit{Key: key, Token: req.Token, Owner: owner, Limit: req.Limit, Fence: fence,
-		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: isRenewed}, true
+		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: renewed >= r.quorum}, true
 }
 
 // quorumFence is the fence that at least quorum of fences are, if any.

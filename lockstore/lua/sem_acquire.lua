@@ -166,10 +166,14 @@ local fence = math.max(counter(KEYS[3]) + 1, seed, now_us - margin * 1000)
 local ahead = math.ceil((fence - now_us) / 1000)
 fence = string.format('%.0f', fence)
 -- The counter outlives every permit on the key (a release leaves it be),
--- and names the round that set it.
+-- and on Redlock names the token that set it (sem_raise.lua).
 local life = math.max(ttl, ahead) + margin
 local pttl = redis.call('PTTL', KEYS[3])
-redis.call('SET', KEYS[3], fence .. ':' .. ARGV[6], 'PX', math.max(life, pttl))
+local by = ''
+if attempt then
+  by = digest
+end
+redis.call('SET', KEYS[3], fence .. ':' .. by, 'PX', math.max(life, pttl))
 
 local field = '-'
 if attempt then

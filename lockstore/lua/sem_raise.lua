@@ -10,17 +10,18 @@
 --          (it is past F already, and F is that permit's own)
 --
 -- Returns 1 when the round still holds the slot here and the node's
--- counter is below F (it is raised to F, for this round) or is F, set by
--- this round: the slot's value now carries F. Otherwise 0, nothing
--- changed.
+-- counter is below F (it is raised to F, set by this token) or is F, set
+-- by this token (this round, or a twin: the same permit): the slot's
+-- value now carries F. Otherwise 0, nothing changed.
 --
 -- Unlike a lock's write-back, this one refuses a counter already at or
--- past F that another round set: permits of one key are granted at the
+-- past F that another token set: permits of one key are granted at the
 -- same time, on majorities that share a node, and two of them must not
--- confirm one fence. Two confirmed fences F are each confirmed on a
--- majority; on a node of both, the second confirmation would find the
--- counter at F or past it, set by the first round. (A round whose own
--- vote was F is confirmed by that vote: it set the counter.)
+-- confirm one fence. Two permits confirmed with fence F are each
+-- confirmed on a majority; on a node of both, the second confirmation
+-- would find the counter at F or past it, set by the first token. (A
+-- round whose own vote was F is confirmed by that vote: it set the
+-- counter.)
 local now, now_us = clock()
 open(KEYS[1], KEYS[2], now)
 local p = parse(redis.call('HGET', KEYS[1], ARGV[5]))
@@ -43,7 +44,7 @@ if ARGV[6] == '1' then
   put(KEYS[1], KEYS[2], ARGV[5], p, now)
   return 1
 end
-if c > f or (c == f and by ~= ARGV[2]) then
+if c > f or (c == f and by ~= ARGV[1]) then
   return 0
 end
 p.fence = ARGV[3]
@@ -51,6 +52,6 @@ put(KEYS[1], KEYS[2], ARGV[5], p, now)
 if c < f then
   local ahead = math.ceil((f - now_us) / 1000)
   local life = math.max(p.exp - now, ahead) + tonumber(ARGV[4])
-  redis.call('SET', KEYS[3], ARGV[3] .. ':' .. ARGV[2], 'PX', math.max(life, redis.call('PTTL', KEYS[3])))
+  redis.call('SET', KEYS[3], ARGV[3] .. ':' .. ARGV[1], 'PX', math.max(life, redis.call('PTTL', KEYS[3])))
 end
 return 1
