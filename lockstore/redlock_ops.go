@@ -119,13 +119,8 @@ func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req Acqui
 		switch {
 		case v.err != nil:
 			failed++
-			vote = "failed"
-			switch {
-			case errors.Is(v.err, context.DeadlineExceeded):
-				vote = "timeout"
-			case errors.Is(v.err, ErrRefused):
+			if vote = failedVote(v.err); vote == "refused" {
 				refused++
-				vote = "refused"
 			}
 		case !v.counted:
 			quarantined++
@@ -232,6 +227,18 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
 		Renewed:   isRenewed,
 	}, true
+}
+
+// failedVote names a vote that got no answer, for the OnVote hook:
+// "timeout", "refused" (the node refuses writes) or "failed".
+func failedVote(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, ErrRefused):
+		return "refused"
+	}
+	return "failed"
 }
 
 // fenceVote is one granting node's value, as pickFence sees it.

@@ -102,13 +102,8 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 		switch {
 		case v.err != nil:
 			failed++
-			vote = "failed"
-			switch {
-			case errors.Is(v.err, context.DeadlineExceeded):
-				vote = "timeout"
-			case errors.Is(v.err, ErrRefused):
+			if vote = failedVote(v.err); vote == "refused" {
 				refused++
-				vote = "refused"
 			}
 		case !v.counted:
 			quarantined++
