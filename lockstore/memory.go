@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/expiry"
+	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
 // Memory is an in-process Store: zero setup, for a single gateway process.
@@ -106,9 +107,6 @@ func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (L
 	defer m.leave(key, w)
 
 	deadline := time.Now().Add(req.Wait)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
 	for {
 		lease, head, err := m.try(key, digest, req, w)
 		held, ok := errors.AsType[*HeldError](err)
@@ -116,18 +114,11 @@ func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (L
 		if !ok || left <= 0 {
 			return lease, err
 		}
-		sleep := left
+		nap := left
 		if head && held.Remaining > 0 {
-			sleep = min(sleep, held.Remaining)
+			nap = min(nap, held.Remaining)
 		}
-		timer.Reset(sleep)
-		select {
-		case <-w.wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
-		case <-timer.C:
-		case <-ctx.Done():
+		if _, ok := sleep.Until(ctx, nap, w.wake); !ok {
 			return Lease{}, ctx.Err()
 		}
 	}

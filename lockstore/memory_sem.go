@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/expiry"
+	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
 // memSems is Memory's semaphores. They have a mutex of their own: locks
@@ -71,9 +72,6 @@ func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) 
 	defer ss.leave(key, w)
 
 	deadline := time.Now().Add(req.Wait)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
 	for {
 		p, head, err := ss.try(key, digest, req, w, m.capPermits)
 		full, ok := errors.AsType[*FullError](err)
@@ -81,18 +79,11 @@ func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) 
 		if !ok || left <= 0 {
 			return p, err
 		}
-		sleep := left
+		nap := left
 		if head && full.Remaining > 0 { // the first permit to expire is ours
-			sleep = min(sleep, full.Remaining)
+			nap = min(nap, full.Remaining)
 		}
-		timer.Reset(sleep)
-		select {
-		case <-w.wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
-		case <-timer.C:
-		case <-ctx.Done():
+		if _, ok := sleep.Until(ctx, nap, w.wake); !ok {
 			return Permit{}, ctx.Err()
 		}
 	}
