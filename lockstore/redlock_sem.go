@@ -221,6 +221,14 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 	}
 	fence, kept := pickFence(picked, r.quorum)
 
+	owner := req.Owner
+	for _, i := range granted {
+		if votes[i].val.value.fence == fence {
+			owner = votes[i].val.value.owner // a re-grant keeps the stored owner
+			break
+		}
+	}
+
 	confirmed := 0
 	rewrite := make([]bool, len(votes))
 	for i, v := range votes {
@@ -235,37 +243,84 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 		}
 		rewrite[i] = true
 	}
-	if confirmed < r.quorum {
-		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
+	margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
+	keepArg := ""
+	if kept {
+		keepArg = "1"
+	}
+	for pass := 1; confirmed < r.quorum; pass++ {
 		f := strconv.FormatInt(fence, 10)
-		keepArg := ""
-		if kept {
-			keepArg = "1"
-		}
-		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
+		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (raiseResult, error) {
 			v, err := semRaiseScript.Run(ctx, n.client, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
-				a.digest, a.attempt, f, margin, a.slot, keepArg).Int64()
-			return v, redisErr(err)
-		})
-		for i, v := range raised {
-			if rewrite[i] && v.err == nil && v.counted && v.val == 1 {
-				confirmed++
+				a.digest, a.attempt, f, margin, a.slot, keepArg).Int64Slice()
+			if err != nil {
+				return raiseResult{}, redisErr(err)
 			}
+			return parseRaise(v)
+		})
+		// The counters other permits' rounds moved past the fence since
+		// the votes: the highest, and whether this token set it.
+		var past raiseResult
+		for i, v := range raised {
+			if !rewrite[i] || v.err != nil {
+				continue
+			}
+			switch {
+			case v.val.code == raiseDone && v.counted:
+				confirmed++
+			case v.val.code == raisePast && v.val.counter > past.counter:
+				past = v.val
+			}
+		}
+		if confirmed >= r.quorum || kept || past.counter == 0 || pass == semRaisePasses || ctx.Err() != nil {
+			break
+		}
+		// Raise the fence above them, on every node that granted, rather
+		// than give the round up: every round of a busy semaphore would
+		// lose the same race. A counter this token set is a twin's new
+		// fence: take it as it is, so twins still agree. The new fence is
+		// confirmed as any other, by counters this token sets.
+		fence = past.counter
+		if !past.mine {
+			fence++
+		}
+		confirmed = 0
+		for i, v := range votes {
+			rewrite[i] = v.err == nil && (v.val.code == semNew || v.val.code == semRenewed)
 		}
 	}
 	validity := req.TTL - time.Since(start) - drift(req.TTL)
 	if confirmed < r.quorum || validity <= 0 || ctx.Err() != nil {
 		return Permit{}, false
 	}
-	owner := req.Owner
-	for _, i := range granted {
-		if votes[i].val.value.fence == fence {
-			owner = votes[i].val.value.owner // a re-grant keeps the stored owner
-			break
-		}
-	}
 	return Permit{Key: key, Token: req.Token, Owner: owner, Limit: req.Limit, Fence: fence,
 		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: renewed >= r.quorum}, true
+}
+
+// semRaisePasses is how many write-backs a round makes at most, each with a
+// fence above the counters that refused the one before.
+const semRaisePasses = 3
+
+// raiseResult is a node's answer to sem_raise.lua.
+type raiseResult struct {
+	code    int64 // raiseDone, raisePast, or 0: the round does not hold the slot here
+	counter int64 // raisePast: the node's counter
+	mine    bool  // raisePast: this token set it
+}
+
+const (
+	raiseDone = 1
+	raisePast = 2
+)
+
+func parseRaise(v []int64) (raiseResult, error) {
+	switch {
+	case len(v) == 1 && v[0] != raisePast:
+		return raiseResult{code: v[0]}, nil
+	case len(v) == 3 && v[0] == raisePast:
+		return raiseResult{code: raisePast, counter: v[1], mine: v[2] == 1}, nil
+	}
+	return raiseResult{}, fmt.Errorf("%w: unexpected sem_raise.lua reply %v", ErrUnavailable, v)
 }
 
 // quorumFence is the fence that at least quorum of fences are, if any.

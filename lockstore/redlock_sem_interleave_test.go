@@ -1,8 +1,11 @@
 package lockstore_test
 
 import (
+	"context"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,4 +165,61 @@ func TestRedlockSemTwinsShareOnePermit(t *testing.T) {
 			t.Logf("%d of %d twin sets split", split, pairs)
 		})
 	}
+}
+
+// TestRedlockSemFenceOvertaken: permits of one key are granted at the same
+// time, so between a round's votes and its write-back other permits'
+// rounds can move the nodes' counters past the fence it picked; the
+// write-back then refuses those nodes (two permits must not confirm one
+// fence). Staged here on every round: once the last vote is in, four
+// nodes' counters jump above every counter, each to its own value, set by
+// another token (so the next round's highest vote is on one node, and the
+// others are overtaken again). The
+// round must still end in a grant, with a fence above the counters it was
+// overtaken by, not in "outcome unknown" after a few rounds that all lose
+// the same race. (Before the round raised its fence past the counters its
+// write-back was refused by: ErrUnavailable, every time.)
+func TestRedlockSemFenceOvertaken(t *testing.T) {
+	srvs := startNodes(t, 5)
+	var staging atomic.Bool
+	var overtaken atomic.Int64
+	var votes atomic.Int64
+	overtake := func(string, string) {
+		if !staging.Load() || votes.Add(1)%5 != 0 {
+			return
+		}
+		ctx := context.Background()
+		var top int64
+		for _, srv := range srvs {
+			v, err := srv.Client().Get(ctx, "lockgw:{sem:k}:fence").Result()
+			if err == nil {
+				f, _, _ := strings.Cut(v, ":")
+				n, _ := strconv.ParseInt(f, 10, 64)
+				top = max(top, n)
+			}
+		}
+		other := strings.Repeat("e", 64) // another token's digest
+		for i, srv := range srvs[1:] {
+			f := top + 100*int64(i+1)
+			assert.NoError(t, srv.Client().Set(ctx, "lockgw:{sem:k}:fence", strconv.FormatInt(f, 10)+":"+other, time.Minute).Err())
+			overtaken.Store(f)
+		}
+	}
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy, OnVote: overtake})
+	ready(t, s)
+	semWarm(t, s)
+	// A counter ahead of the seed on one node, so the round's new fences
+	// differ and it needs its write-back.
+	ahead := time.Now().Add(5 * time.Second).UnixMicro()
+	require.NoError(t, srvs[0].Client().Set(testCtx(t), "lockgw:{sem:k}:fence", strconv.FormatInt(ahead, 10)+":", time.Minute).Err())
+
+	staging.Store(true)
+	p, err := s.SemAcquire(testCtx(t), "k", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second, Limit: 3})
+	staging.Store(false)
+	require.NoError(t, err, "overtaken %d times", votes.Load()/5)
+	assert.Greater(t, p.Fence, overtaken.Load(), "the fence is above the counters that overtook the round")
+	st, err := s.SemInspect(testCtx(t), "k")
+	require.NoError(t, err)
+	require.Len(t, st.Holders, 1)
+	assert.Equal(t, p.Fence, st.Holders[0].Fence, "a majority carries the fence answered")
 }

@@ -213,10 +213,10 @@ func testSemContention(t *testing.T, a, b lockstore.Semaphores, key string) {
 		}
 		wg.Go(func() {
 			for range rounds {
-				// A 503 (outcome unknown: on Redlock, a round whose fence
-				// did not stick because other permits' rounds moved the
-				// counters past it) is retried with the same token, as the
-				// contract tells a client to; it is counted, not hidden.
+				// A 503 (outcome unknown: on Redlock, a round that could not
+				// confirm a majority in time, say on a loaded machine) is
+				// retried with the same token, as the contract tells a
+				// client to; it is counted, not hidden.
 				req := lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second, Limit: limit, Wait: 20 * time.Second, Owner: "w"}
 				var p lockstore.Permit
 				var err error

@@ -9,10 +9,13 @@
 --          re-granted it): the value takes F, the counter is left alone
 --          (it is past F already, and F is that permit's own)
 --
--- Returns 1 when the round still holds the slot here and the node's
+-- Returns {1} when the round still holds the slot here and the node's
 -- counter is below F (it is raised to F, set by this token) or is F, set
 -- by this token (this round, or a twin: the same permit): the slot's
--- value now carries F. Otherwise 0, nothing changed.
+-- value now carries F. {2, c, mine} when the counter c is past F (or is
+-- F, set by another token): nothing changed; mine is 1 when this token
+-- set c (a twin raised its fence to c). {0} when the round no longer
+-- holds the slot here: nothing changed.
 --
 -- Unlike a lock's write-back, this one refuses a counter already at or
 -- past F that another token set: permits of one key are granted at the
@@ -26,7 +29,7 @@ local now, now_us = clock()
 open(KEYS[1], KEYS[2], now)
 local p = parse(redis.call('HGET', KEYS[1], ARGV[5]))
 if not p or p.digest ~= ARGV[1] or string.sub(p.field, 1, 1) ~= '~' or string.sub(p.field, 2, 2) == '!' then
-  return 0
+  return {0}
 end
 local found = false
 for id in string.gmatch(string.sub(p.field, 2), '[^.]+') do
@@ -35,17 +38,21 @@ for id in string.gmatch(string.sub(p.field, 2), '[^.]+') do
   end
 end
 if not found then
-  return 0
+  return {0}
 end
 local f = tonumber(ARGV[3])
 local c, by = counter(KEYS[3])
 if ARGV[6] == '1' then
   p.fence = ARGV[3]
   put(KEYS[1], KEYS[2], ARGV[5], p, now)
-  return 1
+  return {1}
 end
 if c > f or (c == f and by ~= ARGV[1]) then
-  return 0
+  local mine = 0
+  if by == ARGV[1] then
+    mine = 1
+  end
+  return {2, c, mine}
 end
 p.fence = ARGV[3]
 put(KEYS[1], KEYS[2], ARGV[5], p, now)
@@ -54,4 +61,4 @@ if c < f then
   local life = math.max(p.exp - now, ahead) + tonumber(ARGV[4])
   redis.call('SET', KEYS[3], ARGV[3] .. ':' .. ARGV[1], 'PX', math.max(life, redis.call('PTTL', KEYS[3])))
 end
-return 1
+return {1}
