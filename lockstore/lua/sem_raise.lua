@@ -11,8 +11,9 @@
 --
 -- Returns {1} when the round still holds the slot here and the node's
 -- counter is below F (it is raised to F, set by this token) or is F, set
--- by this token (this round, or a twin: the same permit): the slot's
--- value now carries F. {2, c, mine} when the counter c is past F (or is
+-- by this token (this round, or a twin: the same permit), or the value
+-- carries F already with the counter at F or past it: the slot's value now
+-- carries F. {2, c, mine} when the counter c is past F (or is
 -- F, set by another token): nothing changed; mine is 1 when this token
 -- set c (a twin raised its fence to c). {0} when the round no longer
 -- holds the slot here: nothing changed.
@@ -45,6 +46,12 @@ local c, by = counter(KEYS[3])
 if ARGV[6] == '1' then
   p.fence = ARGV[3]
   put(KEYS[1], KEYS[2], ARGV[5], p, now)
+  return {1}
+end
+if tonumber(p.fence) == f and c >= f then
+  -- The value carries F already (this token's vote or write-back put it
+  -- there, as a twin's may have), and the counter is past it: F is
+  -- confirmed here, whoever moved the counter on since.
   return {1}
 end
 if c > f or (c == f and by ~= ARGV[1]) then
