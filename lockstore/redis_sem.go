@@ -135,7 +135,7 @@ func (s *Redis) semWait(ctx context.Context, key string, a semArgs, req PermitRe
 		return Permit{}, err
 	}
 	defer s.notifier.stop(semChannel(key), a.ticket.id)
-	rm, w := s.enter(&room{key: key, sem: true}, a.ticket.id, wake)
+	rm, w := s.enter(key, true, a.ticket.id, wake)
 	granted := false
 	defer func() {
 		s.part(rm, w) // first, so the heartbeat does not take the leave for a lost queue

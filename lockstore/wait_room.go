@@ -72,30 +72,30 @@ func newRooms() *rooms {
 func (rs *rooms) ticket() string { return rs.gateway + "." + randid.New(12) }
 
 // id is r's key in rooms.byKey.
-func (r *room) id() string {
-	if r.sem {
-		return semQueueKey(r.key)
+func (r *room) id() string { return roomID(r.key, r.sem) }
+
+func roomID(key string, sem bool) string {
+	if sem {
+		return semQueueKey(key)
 	}
-	return r.key
+	return key
 }
 
 // join adds a waiter to key's room, starting the room's heartbeat when it
 // is the first.
 func (s *Redis) join(key, ticket string, wake chan struct{}) (*room, *roomWaiter) {
-	return s.enter(&room{key: key}, ticket, wake)
+	return s.enter(key, false, ticket, wake)
 }
 
-// enter adds a waiter to the room like blank (a lock's or a semaphore's),
-// making blank that room when there is none yet.
-func (s *Redis) enter(blank *room, ticket string, wake chan struct{}) (*room, *roomWaiter) {
+// enter is join for a lock's room or, sem true, a semaphore's.
+func (s *Redis) enter(key string, sem bool, ticket string, wake chan struct{}) (*room, *roomWaiter) {
 	rs := s.rooms
 	w := &roomWaiter{ticket: ticket, wake: wake}
 	rs.mu.Lock()
-	r := rs.byKey[blank.id()]
+	r := rs.byKey[roomID(key, sem)]
 	start := r == nil
 	if start {
-		r = blank
-		r.byID, r.order = make(map[string]*list.Element), list.New()
+		r = &room{key: key, sem: sem, byID: make(map[string]*list.Element), order: list.New()}
 		rs.byKey[r.id()] = r
 	}
 	r.mu.Lock()
