@@ -17,8 +17,9 @@
 --   lockgw:{sem:<key>}:fence    the fence counter, as for locks, as
 --                               "<fence>:<attempt>": on Redlock, the round
 --                               that set it (see sem_raise.lua)
---   lockgw:{sem:<key>}:queue    waiters by arrival (Redis only), and
---   lockgw:{sem:<key>}:alive    their heartbeats, as a lock's were
+--   lockgw:{sem:<key>}:queue    waiter tickets by arrival (Redis only), and
+--   lockgw:{sem:<key>}:alive    their gateways' heartbeats, as a lock's
+--                               (see "The wait queue" below)
 --
 -- Why slots rather than a plain sorted set of permits: the slot is what
 -- makes Redlock safe (docs/safety.md, "Semaphores"): each slot is a lease
