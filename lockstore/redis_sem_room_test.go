@@ -71,7 +71,7 @@ func TestRedisSemWaitersDoNotPoll(t *testing.T) {
 // semaphore vanish with no notification (deleted behind the store's back,
 // as lost messages would leave them): the gateway's heartbeat sees its
 // first waiter may take one, and that grant tells the next, so every
-// waiter is served, in the order they queued.
+// waiter is served, the first in line first.
 func TestRedisSemWaitersWokenWithoutNotification(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newRedisStore(t, srv)
@@ -100,7 +100,13 @@ func TestRedisSemWaitersWokenWithoutNotification(t *testing.T) {
 	require.NoError(t, srv.Client().Del(ctx, "lockgw:{sem:k}:permits", "lockgw:{sem:k}:expiry").Err())
 	wg.Wait()
 	t.Logf("all granted %v after the permits vanished, with no notification", time.Since(start))
-	assert.Equal(t, []int{0, 1, 2}, order)
+	// With nobody holding a permit, the heartbeat wakes the first in line
+	// only (the limit went with the last holder); after that, any of the
+	// first k in line may take the k free permits, in any order.
+	assert.ElementsMatch(t, []int{0, 1, 2}, order)
+	if assert.NotEmpty(t, order) {
+		assert.Equal(t, 0, order[0], "the first in line was served first")
+	}
 }
 
 // TestRedisSemWaitersRequeueAfterTheQueueIsLost: a Redis that forgets

@@ -48,3 +48,64 @@ func TestSemRoomDropsItsAbandonedTicket(t *testing.T) {
 	_, err = c.ZScore(ctx, semQueueKey("k"), ghost).Result()
 	assert.ErrorIs(t, err, redis.Nil, "the abandoned ticket is gone")
 }
+
+// TestSemRoomWakesTheFirstK: two permits of a full limit-3 semaphore
+// vanish with no notification (deleted behind the store's back): the
+// heartbeat wakes the first two waiters in line, who take them, and the
+// third, owed nothing, keeps waiting until its wait runs out.
+func TestSemRoomWakesTheFirstK(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := OpenRedis(srv.URL(), RedisOptions{Timeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	c := srv.Client()
+
+	req := func(wait time.Duration) PermitRequest {
+		return PermitRequest{Token: NewToken(), TTL: time.Minute, Limit: 3, Wait: wait, Owner: "w"}
+	}
+	var held []PermitRequest
+	for range 3 {
+		r := req(0)
+		_, err := s.SemAcquire(ctx, "k", r)
+		require.NoError(t, err)
+		held = append(held, r)
+	}
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, 3)
+	for i := range 3 {
+		go func() {
+			_, err := s.SemAcquire(ctx, "k", req(3*time.Second))
+			results <- result{i, err}
+		}()
+		require.Eventually(t, func() bool { return c.ZCard(ctx, semQueueKey("k")).Val() == int64(i+1) },
+			2*time.Second, 5*time.Millisecond)
+	}
+	// Take two permits away, as their expiry would, but with no waiter
+	// first in line to wake for it (TTLs of a minute) and no notification.
+	for _, r := range held[1:] {
+		d := digestHex(r.Token)
+		slot, err := c.HGet(ctx, semPermitsKey("k"), "t:"+d).Result()
+		require.NoError(t, err)
+		require.NoError(t, c.HDel(ctx, semPermitsKey("k"), slot, "t:"+d).Err())
+		require.NoError(t, c.ZRem(ctx, semExpiryKey("k"), slot).Err())
+	}
+	start := time.Now()
+	for range 2 {
+		select {
+		case r := <-results:
+			require.NoError(t, r.err)
+			// Woken together, either may take its permit first.
+			assert.Less(t, r.i, 2, "a permit went to the first two in line")
+			t.Logf("waiter %d granted %v after the permits went", r.i, time.Since(start))
+		case <-time.After(2500 * time.Millisecond):
+			t.Fatal("the heartbeat did not wake the first two waiters")
+		}
+	}
+	r := <-results
+	assert.Equal(t, 2, r.i)
+	assert.ErrorIs(t, r.err, ErrSemaphoreFull, "the third was owed nothing")
+}
