@@ -122,22 +122,23 @@ func (s *Redis) semUnwait(ctx context.Context, key string, slot int, value strin
 }
 
 // semWait queues the caller and takes a permit when it is its turn: woken
-// by a release or a grant that makes it first (only the first waiter is
-// told), by the first permit's expiry (the first waiter sleeps until then),
-// or by its own heartbeat refresh, about once a second. That refresh is
-// one script per waiter a second, as a lock's waiters cost before wait
-// rooms (wait_room.go); rooms are not used here because their heartbeat
-// judges "free" by the lock's TTL, which a semaphore has not.
+// by a release, grant or leave that names its ticket, by the first
+// permit's expiry (the first waiter sleeps until then), or by its
+// gateway's heartbeat when a permit is free for it and the notification
+// was lost (sem_room.go). Between those it runs no script at all.
 func (s *Redis) semWait(ctx context.Context, key string, a semArgs, req PermitRequest, start time.Time) (Permit, error) {
 	deadline := start.Add(req.Wait)
-	a.ticket = waitTicket{id: NewToken(), heartbeat: waitHeartbeat}
+	a.ticket = waitTicket{id: s.rooms.ticket(), heartbeat: waitHeartbeat}
+	// Listen before queueing, so a release between the two is not missed.
 	wake := make(chan struct{}, 1)
 	if err := s.notifier.listen(ctx, semChannel(key), a.ticket.id, wake); err != nil {
 		return Permit{}, err
 	}
 	defer s.notifier.stop(semChannel(key), a.ticket.id)
+	rm, w := s.enter(key, true, a.ticket.id, wake)
 	granted := false
 	defer func() {
+		s.part(rm, w) // first, so the heartbeat does not take the leave for a lost queue
 		if !granted {
 			s.semLeave(key, a.ticket.id)
 		}
@@ -145,7 +146,9 @@ func (s *Redis) semWait(ctx context.Context, key string, a semArgs, req PermitRe
 	backoff := 10 * time.Millisecond
 	for {
 		attempt := time.Now()
+		rm.trying(w)
 		r, err := s.semAcquire(ctx, key, a)
+		rm.tried(w, err == nil && r.code == semRefused)
 		if err != nil {
 			// As Redis.wait: a call that got no answer is tried again,
 			// same token and ticket, until the wait runs out (a grant
@@ -171,11 +174,13 @@ func (s *Redis) semWait(ctx context.Context, key string, a semArgs, req PermitRe
 		if left <= 0 {
 			return r.permit(key, req, attempt)
 		}
-		nap := waitRefresh - rand.N(waitRefresh/4)
+		// Sleep until told; the first waiter wakes when the first permit
+		// runs out, in case its holder died.
+		nap := left
 		if r.head && r.remaining > 0 {
 			nap = min(nap, r.remaining+time.Millisecond)
 		}
-		if _, ok := sleep.Until(ctx, min(nap, left), wake); !ok {
+		if _, ok := sleep.Until(ctx, nap, wake); !ok {
 			return Permit{}, ctx.Err()
 		}
 	}

@@ -33,7 +33,11 @@ var (
 // tickets are dropped from the queue by the next script that finds one
 // first, so they never hold up the line.
 type room struct {
-	key  string
+	key string
+	// sem: a semaphore's room (sem_room.go), whose heartbeat is
+	// sem_heartbeat.lua; rooms.byKey holds it under semQueueKey(key),
+	// which no lock key can be (they have no braces).
+	sem  bool
 	mu   sync.Mutex
 	byID map[string]*list.Element // ticket → its place in order
 	// order is the local waiters by arrival; its front is the oldest,
@@ -67,17 +71,32 @@ func newRooms() *rooms {
 // ticket is a new ticket of this gateway.
 func (rs *rooms) ticket() string { return rs.gateway + "." + randid.New(12) }
 
+// id is r's key in rooms.byKey.
+func (r *room) id() string { return roomID(r.key, r.sem) }
+
+func roomID(key string, sem bool) string {
+	if sem {
+		return semQueueKey(key)
+	}
+	return key
+}
+
 // join adds a waiter to key's room, starting the room's heartbeat when it
 // is the first.
 func (s *Redis) join(key, ticket string, wake chan struct{}) (*room, *roomWaiter) {
+	return s.enter(key, false, ticket, wake)
+}
+
+// enter is join for a lock's room or, sem true, a semaphore's.
+func (s *Redis) enter(key string, sem bool, ticket string, wake chan struct{}) (*room, *roomWaiter) {
 	rs := s.rooms
 	w := &roomWaiter{ticket: ticket, wake: wake}
 	rs.mu.Lock()
-	r := rs.byKey[key]
+	r := rs.byKey[roomID(key, sem)]
 	start := r == nil
 	if start {
-		r = &room{key: key, byID: make(map[string]*list.Element), order: list.New()}
-		rs.byKey[key] = r
+		r = &room{key: key, sem: sem, byID: make(map[string]*list.Element), order: list.New()}
+		rs.byKey[r.id()] = r
 	}
 	r.mu.Lock()
 	r.byID[ticket] = r.order.PushBack(w)
@@ -101,8 +120,8 @@ func (s *Redis) part(r *room, w *roomWaiter) {
 	}
 	empty := r.order.Len() == 0
 	r.mu.Unlock()
-	if empty && rs.byKey[r.key] == r {
-		delete(rs.byKey, r.key)
+	if empty && rs.byKey[r.id()] == r {
+		delete(rs.byKey, r.id())
 	}
 }
 
@@ -130,25 +149,46 @@ func (s *Redis) heartbeat(r *room) {
 		timer.Reset(waitRefresh - rand.N(waitRefresh/4))
 		<-timer.C
 		s.rooms.mu.Lock()
-		open := s.rooms.byKey[r.key] == r
+		open := s.rooms.byKey[r.id()] == r
 		s.rooms.mu.Unlock()
 		if !open {
 			return
 		}
-		s.beat(r)
+		if r.sem {
+			s.semBeat(r)
+		} else {
+			s.beat(r)
+		}
+	}
+}
+
+// oldest is r's oldest waiter (nil: none), as a heartbeat checks it: how
+// many tries it had made, and whether it was settled in the queue.
+func (r *room) oldest() (oldest *roomWaiter, tries int, settled bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.order.Front(); e != nil {
+		oldest = e.Value.(*roomWaiter)
+		tries, settled = oldest.tries, !oldest.busy && oldest.queued
+	}
+	return oldest, tries, settled
+}
+
+// lost is a heartbeat's answer that the oldest ticket is not in the queue.
+// If its waiter is still here, believed it queued and has not tried since
+// (a grant takes a ticket out), the queue was lost: everyone here queues
+// again, in the order they try. Called with r.mu held.
+func (r *room) lost(oldest *roomWaiter, tries int, settled bool) {
+	if e := r.byID[oldest.ticket]; e != nil && settled && !oldest.busy && oldest.tries == tries {
+		for e := r.order.Front(); e != nil; e = e.Next() {
+			poke(e.Value.(*roomWaiter).wake)
+		}
 	}
 }
 
 // beat is one heartbeat of r.
 func (s *Redis) beat(r *room) {
-	r.mu.Lock()
-	var oldest *roomWaiter
-	tries, settled := 0, false
-	if e := r.order.Front(); e != nil {
-		oldest = e.Value.(*roomWaiter)
-		tries, settled = oldest.tries, !oldest.busy && oldest.queued
-	}
-	r.mu.Unlock()
+	oldest, tries, settled := r.oldest()
 	if oldest == nil {
 		return
 	}
@@ -166,15 +206,7 @@ func (s *Redis) beat(r *room) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !queued {
-		// The oldest ticket is not in the queue. If its waiter is still
-		// here, believed it queued and has not tried since (a grant takes
-		// a ticket out), the queue was lost: everyone here queues again,
-		// in the order they try.
-		if e := r.byID[oldest.ticket]; e != nil && settled && !oldest.busy && oldest.tries == tries {
-			for e := r.order.Front(); e != nil; e = e.Next() {
-				poke(e.Value.(*roomWaiter).wake)
-			}
-		}
+		r.lost(oldest, tries, settled)
 		return
 	}
 	if head == "" || pttl != -2 {

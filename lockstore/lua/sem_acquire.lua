@@ -11,8 +11,11 @@
 -- ARGV[6]  Redlock's attempt id, "" for Redis
 -- ARGV[7]  fence seed in µs (0: Redis TIME)
 -- ARGV[8]  fence margin in ms (FenceMargin)
--- ARGV[9]  the waiter's id ("" when not waiting)
--- ARGV[10] the waiter's heartbeat in ms
+-- ARGV[9]  the waiter's ticket, "<gateway>.<id>" ("" when not waiting;
+--          an older gateway's has no "." and a heartbeat of its own)
+-- ARGV[10] the heartbeat in ms: the tickets of a gateway not seen again
+--          within it are dropped (sem_heartbeat.lua refreshes it for all
+--          of a gateway's waiters of the key)
 -- ARGV[11] the notification channel  ARGV[12] PUBLISH or SPUBLISH
 --
 -- Returns
@@ -58,7 +61,10 @@ end
 local function unqueue()
   if waiter ~= '' then
     redis.call('ZREM', KEYS[4], waiter)
-    redis.call('ZREM', KEYS[5], waiter)
+    redis.call('ZREM', KEYS[5], waiter) -- an older gateway's ticket has its own
+    if redis.call('EXISTS', KEYS[4]) == 0 then
+      redis.call('DEL', KEYS[5]) -- the heartbeats go with the last ticket
+    end
     -- The next waiter may take a permit still free, or must learn when
     -- the first one runs out.
     local next = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
@@ -97,32 +103,19 @@ if slot then
   return {2, value, tonumber(slot)}
 end
 
--- The queue, as acquire.lua kept it before wait rooms.
-if redis.call('EXISTS', KEYS[5]) == 1 then
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
-  if #dead > 0 then
-    batched('ZREM', KEYS[4], dead)
-    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-  end
-end
-local rank
+-- The queue (sem_common.lua): the caller's ticket joins it, and its
+-- gateway's heartbeat is refreshed, as acquire.lua does.
+forget_dead(KEYS[4], KEYS[5], now)
 if waiter ~= '' then
   local heartbeat = tonumber(ARGV[10])
   redis.call('ZADD', KEYS[4], 'NX', now_us, waiter)
-  redis.call('ZADD', KEYS[5], now + heartbeat, waiter)
+  redis.call('ZADD', KEYS[5], now + heartbeat, gateway_of(waiter))
   redis.call('PEXPIRE', KEYS[4], 2 * heartbeat)
   redis.call('PEXPIRE', KEYS[5], 2 * heartbeat)
-  rank = redis.call('ZRANK', KEYS[4], waiter)
-else
-  rank = redis.call('ZCARD', KEYS[4])
-end
-local head = 0
-if waiter ~= '' and rank == 0 then
-  head = 1
 end
 
 local free = limit - n
-local function refuse(ms)
+local function refuse(ms, head)
   local reply = {0, ms, head, math.max(free, 0)}
   if attempt and free > 0 then
     -- Some free slots, probing from the one asked for: at most 256
@@ -140,20 +133,43 @@ local function refuse(ms)
   end
   return reply
 end
-if rank >= free then
-  if free <= 0 then
-    return refuse(first(KEYS[2], now))
+-- How many live tickets stand ahead of the caller (all of them for a
+-- newcomer), counted up to free: the caller may take a permit only when
+-- fewer than free do. A waiter ranked below free, or a newcomer behind a
+-- queue shorter than free, needs no walk; otherwise the walk skips (and
+-- drops) the tickets of dead gateways.
+local ahead, head
+if waiter ~= '' then
+  ahead = redis.call('ZRANK', KEYS[4], waiter)
+  if ahead > 0 and ahead >= free then
+    local live = live_tickets(KEYS[4], KEYS[5], math.max(free, 1), waiter)
+    ahead = #live
   end
-  return refuse(0)
+  head = 0
+  if ahead == 0 then
+    head = 1
+  end
+else
+  ahead = redis.call('ZCARD', KEYS[4])
+  if ahead > 0 and ahead >= free and free > 0 then
+    ahead = #live_tickets(KEYS[4], KEYS[5], free, nil)
+  end
+  head = 0
+end
+if ahead >= free then
+  if free <= 0 then
+    return refuse(first(KEYS[2], now), head)
+  end
+  return refuse(0, head)
 end
 if want == 0 then
   want = 10000 + redis.call('HINCRBY', KEYS[1], 'seq', 1)
 elseif want > limit then
-  return refuse(0)
+  return refuse(0, head)
 else
   local other = parse(redis.call('HGET', KEYS[1], tostring(want)))
   if other then
-    return refuse(other.exp - now)
+    return refuse(other.exp - now, head)
   end
 end
 

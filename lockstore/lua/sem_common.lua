@@ -17,8 +17,9 @@
 --   lockgw:{sem:<key>}:fence    the fence counter, as for locks, as
 --                               "<fence>:<attempt>": on Redlock, the round
 --                               that set it (see sem_raise.lua)
---   lockgw:{sem:<key>}:queue    waiters by arrival (Redis only), and
---   lockgw:{sem:<key>}:alive    their heartbeats, as a lock's were
+--   lockgw:{sem:<key>}:queue    waiter tickets by arrival (Redis only), and
+--   lockgw:{sem:<key>}:alive    their gateways' heartbeats, as a lock's
+--                               (see "The wait queue" below)
 --
 -- Why slots rather than a plain sorted set of permits: the slot is what
 -- makes Redlock safe (docs/safety.md, "Semaphores"): each slot is a lease
@@ -155,4 +156,64 @@ local function counter(key)
   end
   local f, by = string.match(v, '^(%d+):?(.*)$')
   return tonumber(f) or 0, by or ''
+end
+
+-- The wait queue (Redis only). A ticket is "<gateway>.<id>"; the
+-- heartbeats (the alive set) are per gateway, refreshed for all of a
+-- gateway's waiters of the key at once (sem_heartbeat.lua). A ticket
+-- without "." is an older gateway's, with a heartbeat of its own under its
+-- own name (as acquire.lua).
+local function gateway_of(ticket)
+  return string.match(ticket, '^([^.]*)%.') or ticket
+end
+
+-- forget_dead drops the heartbeats not refreshed in time, with the older
+-- gateways' tickets named by them; a newer gateway's tickets go when
+-- live_tickets meets them.
+local function forget_dead(queue, alive, now)
+  if redis.call('EXISTS', alive) == 1 then
+    local dead = redis.call('ZRANGEBYSCORE', alive, '-inf', now)
+    if #dead > 0 then
+      batched('ZREM', queue, dead)
+      redis.call('ZREMRANGEBYSCORE', alive, '-inf', now)
+    end
+  end
+end
+
+-- live_tickets walks the queue from its head and returns the first upto
+-- tickets whose gateway is alive, stopping early at stop (not included;
+-- found is then true). Tickets of dead gateways met on the way are
+-- dropped, at most 100 per call (the rest at the next), so the script
+-- stays short; past that budget they count as live, which delays a grant
+-- and never adds one.
+local function live_tickets(queue, alive, upto, stop)
+  local out, gone, known = {}, {}, {}
+  local from = 0
+  while #out < upto do
+    local batch = redis.call('ZRANGE', queue, from, from + 99)
+    if #batch == 0 then
+      break
+    end
+    for _, t in ipairs(batch) do
+      if t == stop then
+        batched('ZREM', queue, gone)
+        return out, true
+      end
+      local gw = gateway_of(t)
+      if known[gw] == nil then
+        known[gw] = redis.call('ZSCORE', alive, gw) ~= false
+      end
+      if known[gw] or #gone >= 100 then
+        out[#out + 1] = t
+        if #out >= upto then
+          break
+        end
+      else
+        gone[#gone + 1] = t
+      end
+    end
+    from = from + #batch
+  end
+  batched('ZREM', queue, gone)
+  return out, false
 end
