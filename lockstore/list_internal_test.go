@@ -14,18 +14,18 @@ func TestKeyspace(t *testing.T) {
 		"lockgw:{quota:u}:locks":      "",
 		"lockgw:{}:lock":              "",
 		"lockgw:{a}:x}:lock":          "",
-		"lockgw:{sem:jobs/a}:permits": "",
+		"lockgw:{sem#jobs/a}:permits": "",
 		"lockgw:ready":                "",
 	} {
 		got, ok := locksKeyspace.key(redisKey)
 		assert.Equal(t, want, got, redisKey)
 		assert.Equal(t, want != "", ok, redisKey)
 	}
-	sem := keyspace{tag: "sem:", suffix: ":permits"}
-	got, ok := sem.key("lockgw:{sem:jobs/a}:permits")
+	sem := keyspace{tag: "sem#", suffix: ":permits"}
+	got, ok := sem.key("lockgw:{sem#jobs/a}:permits")
 	assert.True(t, ok)
 	assert.Equal(t, "jobs/a", got)
-	assert.Equal(t, "lockgw:{sem:jobs/*}:permits", sem.match("jobs/"))
+	assert.Equal(t, "lockgw:{sem#jobs/*}:permits", sem.match("jobs/"))
 	assert.Equal(t, `lockgw:{a\*\?\[x\]\\*}:lock`, locksKeyspace.match(`a*?[x]\`), "a prefix matches itself only")
 }
 

@@ -91,7 +91,7 @@ func (s *Redis) scanKeys(ctx context.Context, ks keyspace, q ListQuery) ([]strin
 // keyspace is how one kind of object is named in Redis: "lockgw:{" +
 // tag + key + "}" + suffix, one Redis key per object. Locks are
 // locksKeyspace; a listing of semaphores would scan theirs
-// ("lockgw:{sem:<key>}:permits") the same way.
+// ("lockgw:{sem#<key>}:permits") the same way.
 type keyspace struct{ tag, suffix string }
 
 var locksKeyspace = keyspace{tag: "", suffix: ":lock"}

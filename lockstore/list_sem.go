@@ -34,7 +34,7 @@ var (
 )
 
 // semKeyspace names a semaphore by its permits hash.
-var semKeyspace = keyspace{tag: "sem:", suffix: ":permits"}
+var semKeyspace = keyspace{tag: semTag, suffix: ":permits"}
 
 // ListSemaphores implements SemLister: one pass over the semaphores under
 // their mutex, as Memory.List does over the locks.

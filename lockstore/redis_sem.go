@@ -56,14 +56,20 @@ var (
 	semLeaveScript = redis.NewScript(semLeaveLua)
 )
 
-// A semaphore's Redis keys share the hash tag {sem:<key>}: one Cluster
-// slot, apart from the lock of the same name.
-func semPermitsKey(key string) string { return "lockgw:{sem:" + key + "}:permits" }
-func semExpiryKey(key string) string  { return "lockgw:{sem:" + key + "}:expiry" }
-func semFenceKey(key string) string   { return "lockgw:{sem:" + key + "}:fence" }
-func semQueueKey(key string) string   { return "lockgw:{sem:" + key + "}:queue" }
-func semAliveKey(key string) string   { return "lockgw:{sem:" + key + "}:alive" }
-func semChannel(key string) string    { return "lockgw:{sem:" + key + "}:released" }
+// A semaphore's Redis keys share the hash tag {sem#<key>}: one Cluster
+// slot, apart from the lock of the same name. '#' is not in the key
+// alphabet, so no lock's keys can be a semaphore's: with "{sem:<key>}",
+// the lock "sem:x" shared its fence counter, queue and channel with the
+// semaphore "x" (each overwrote the other's counter, and their waiters
+// queued as one).
+const semTag = "sem#"
+
+func semPermitsKey(key string) string { return "lockgw:{" + semTag + key + "}:permits" }
+func semExpiryKey(key string) string  { return "lockgw:{" + semTag + key + "}:expiry" }
+func semFenceKey(key string) string   { return "lockgw:{" + semTag + key + "}:fence" }
+func semQueueKey(key string) string   { return "lockgw:{" + semTag + key + "}:queue" }
+func semAliveKey(key string) string   { return "lockgw:{" + semTag + key + "}:alive" }
+func semChannel(key string) string    { return "lockgw:{" + semTag + key + "}:released" }
 
 var _ Semaphores = (*Redis)(nil)
 

@@ -48,7 +48,7 @@ func TestRedisSemWaitersDoNotPoll(t *testing.T) {
 		})
 	}
 	// The steady state, between joining the line and leaving it.
-	require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, "lockgw:{sem:busy}:queue").Val() == waiters },
+	require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, "lockgw:{sem#busy}:queue").Val() == waiters },
 		2*time.Second, 10*time.Millisecond)
 	time.Sleep(200 * time.Millisecond)
 	before := scripts()
@@ -62,7 +62,7 @@ func TestRedisSemWaitersDoNotPoll(t *testing.T) {
 	for _, p := range held {
 		require.NoError(t, s.SemRelease(ctx, "busy", p.Token))
 	}
-	n, err := srv.Client().Exists(ctx, "lockgw:{sem:busy}:queue", "lockgw:{sem:busy}:alive").Result()
+	n, err := srv.Client().Exists(ctx, "lockgw:{sem#busy}:queue", "lockgw:{sem#busy}:alive").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "no queue left behind")
 }
@@ -93,11 +93,11 @@ func TestRedisSemWaitersWokenWithoutNotification(t *testing.T) {
 				mu.Unlock()
 			}
 		})
-		require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, "lockgw:{sem:k}:queue").Val() == int64(i+1) },
+		require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, "lockgw:{sem#k}:queue").Val() == int64(i+1) },
 			2*time.Second, 5*time.Millisecond)
 	}
 	start := time.Now()
-	require.NoError(t, srv.Client().Del(ctx, "lockgw:{sem:k}:permits", "lockgw:{sem:k}:expiry").Err())
+	require.NoError(t, srv.Client().Del(ctx, "lockgw:{sem#k}:permits", "lockgw:{sem#k}:expiry").Err())
 	wg.Wait()
 	t.Logf("all granted %v after the permits vanished, with no notification", time.Since(start))
 	// With nobody holding a permit, the heartbeat wakes the first in line
@@ -130,9 +130,9 @@ func TestRedisSemWaitersRequeueAfterTheQueueIsLost(t *testing.T) {
 			granted <- p
 		}()
 	}
-	require.Eventually(t, func() bool { return rdb.ZCard(ctx, "lockgw:{sem:k}:queue").Val() == waiters }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return rdb.ZCard(ctx, "lockgw:{sem#k}:queue").Val() == waiters }, 5*time.Second, 10*time.Millisecond)
 	// Forget the queue and the permits, and tell nobody.
-	require.NoError(t, rdb.Del(ctx, "lockgw:{sem:k}:queue", "lockgw:{sem:k}:alive", "lockgw:{sem:k}:permits", "lockgw:{sem:k}:expiry").Err())
+	require.NoError(t, rdb.Del(ctx, "lockgw:{sem#k}:queue", "lockgw:{sem#k}:alive", "lockgw:{sem#k}:permits", "lockgw:{sem#k}:expiry").Err())
 	for range waiters {
 		select {
 		case p := <-granted:
@@ -161,10 +161,10 @@ func TestRedisSemDeadWaiterDoesNotBlock(t *testing.T) {
 	now, err := rdb.Time(ctx).Result()
 	require.NoError(t, err)
 	for i, m := range []string{"dead", "gone.1", "gone.2"} {
-		require.NoError(t, rdb.ZAdd(ctx, "lockgw:{sem:k}:queue", redis.Z{Score: float64(now.UnixMicro() - 1000 + int64(i)), Member: m}).Err())
+		require.NoError(t, rdb.ZAdd(ctx, "lockgw:{sem#k}:queue", redis.Z{Score: float64(now.UnixMicro() - 1000 + int64(i)), Member: m}).Err())
 	}
 	for _, m := range []string{"dead", "gone"} {
-		require.NoError(t, rdb.ZAdd(ctx, "lockgw:{sem:k}:alive", redis.Z{Score: float64(now.UnixMilli() + 300), Member: m}).Err())
+		require.NoError(t, rdb.ZAdd(ctx, "lockgw:{sem#k}:alive", redis.Z{Score: float64(now.UnixMilli() + 300), Member: m}).Err())
 	}
 
 	go func() {
@@ -176,7 +176,7 @@ func TestRedisSemDeadWaiterDoesNotBlock(t *testing.T) {
 	require.NoError(t, err, "the dead waiters were skipped")
 	t.Logf("granted %v after queueing behind dead waiters", time.Since(start))
 	for _, m := range []string{"dead", "gone.1", "gone.2"} {
-		_, err := rdb.ZScore(ctx, "lockgw:{sem:k}:queue", m).Result()
+		_, err := rdb.ZScore(ctx, "lockgw:{sem#k}:queue", m).Result()
 		assert.ErrorIs(t, err, redis.Nil, "the dead waiter %s is gone", m)
 	}
 }
@@ -192,8 +192,8 @@ func TestRedisSemOlderGatewaysTicketKeepsItsPlace(t *testing.T) {
 	rdb := srv.Client()
 	now, err := rdb.Time(ctx).Result()
 	require.NoError(t, err)
-	require.NoError(t, rdb.ZAdd(ctx, "lockgw:{sem:k}:queue", redis.Z{Score: float64(now.UnixMicro()), Member: "older"}).Err())
-	require.NoError(t, rdb.ZAdd(ctx, "lockgw:{sem:k}:alive", redis.Z{Score: float64(now.UnixMilli() + 60_000), Member: "older"}).Err())
+	require.NoError(t, rdb.ZAdd(ctx, "lockgw:{sem#k}:queue", redis.Z{Score: float64(now.UnixMicro()), Member: "older"}).Err())
+	require.NoError(t, rdb.ZAdd(ctx, "lockgw:{sem#k}:alive", redis.Z{Score: float64(now.UnixMilli() + 60_000), Member: "older"}).Err())
 
 	_, err = s.SemAcquire(ctx, "k", semRequest(1, 0))
 	require.ErrorIs(t, err, lockstore.ErrSemaphoreFull, "the free permit is the older waiter's")
@@ -201,7 +201,7 @@ func TestRedisSemOlderGatewaysTicketKeepsItsPlace(t *testing.T) {
 	require.NoError(t, err, "with two free, one is a newcomer's")
 	require.NoError(t, s.SemRelease(ctx, "k", p.Token))
 
-	require.NoError(t, rdb.ZRem(ctx, "lockgw:{sem:k}:queue", "older").Err())
+	require.NoError(t, rdb.ZRem(ctx, "lockgw:{sem#k}:queue", "older").Err())
 	_, err = s.SemAcquire(ctx, "k", semRequest(1, 0))
 	require.NoError(t, err, "the older waiter has gone")
 }

@@ -34,7 +34,7 @@ func TestRedisSemWaitWithoutReplicas(t *testing.T) {
 	}
 	_, err = s.SemInspect(bg, "lonely")
 	assert.ErrorIs(t, err, ErrNotHeld, "no permit left behind")
-	keys, err := srv.Client().Keys(bg, "lockgw:{sem:lonely}:[pe]*").Result()
+	keys, err := srv.Client().Keys(bg, "lockgw:{sem#lonely}:[pe]*").Result()
 	require.NoError(t, err)
 	assert.Empty(t, keys, "neither the permits nor their expiry set")
 }

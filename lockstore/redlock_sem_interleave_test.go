@@ -191,7 +191,7 @@ func TestRedlockSemFenceOvertaken(t *testing.T) {
 		ctx := context.Background()
 		var top int64
 		for _, srv := range srvs {
-			v, err := srv.Client().Get(ctx, "lockgw:{sem:k}:fence").Result()
+			v, err := srv.Client().Get(ctx, "lockgw:{sem#k}:fence").Result()
 			if err == nil {
 				f, _, _ := strings.Cut(v, ":")
 				n, _ := strconv.ParseInt(f, 10, 64)
@@ -201,7 +201,7 @@ func TestRedlockSemFenceOvertaken(t *testing.T) {
 		other := strings.Repeat("e", 64) // another token's digest
 		for i, srv := range srvs[1:] {
 			f := top + 100*int64(i+1)
-			assert.NoError(t, srv.Client().Set(ctx, "lockgw:{sem:k}:fence", strconv.FormatInt(f, 10)+":"+other, time.Minute).Err())
+			assert.NoError(t, srv.Client().Set(ctx, "lockgw:{sem#k}:fence", strconv.FormatInt(f, 10)+":"+other, time.Minute).Err())
 			overtaken.Store(f)
 		}
 	}
@@ -211,7 +211,7 @@ func TestRedlockSemFenceOvertaken(t *testing.T) {
 	// A counter ahead of the seed on one node, so the round's new fences
 	// differ and it needs its write-back.
 	ahead := time.Now().Add(5 * time.Second).UnixMicro()
-	require.NoError(t, srvs[0].Client().Set(testCtx(t), "lockgw:{sem:k}:fence", strconv.FormatInt(ahead, 10)+":", time.Minute).Err())
+	require.NoError(t, srvs[0].Client().Set(testCtx(t), "lockgw:{sem#k}:fence", strconv.FormatInt(ahead, 10)+":", time.Minute).Err())
 
 	staging.Store(true)
 	p, err := s.SemAcquire(testCtx(t), "k", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second, Limit: 3})

@@ -35,7 +35,7 @@ func TestRedlockSemaphoreNeedsOneSlotOnAMajority(t *testing.T) {
 			now, err := c.Time(context.Background()).Result()
 			require.NoError(t, err)
 			v := fmt.Sprintf("%d:%s:~planted:%d+10000:%s", now.UnixMilli()+10000, hex.EncodeToString(d[:]), fence, token[:4])
-			hash, zset := "lockgw:{sem:"+key+"}:permits", "lockgw:{sem:"+key+"}:expiry"
+			hash, zset := "lockgw:{sem#"+key+"}:permits", "lockgw:{sem#"+key+"}:expiry"
 			require.NoError(t, c.HSet(context.Background(), hash, "limit", 2, fmt.Sprint(slot), v, "t:"+hex.EncodeToString(d[:]), slot).Err())
 			require.NoError(t, c.ZAdd(context.Background(), zset, redis.Z{Score: float64(now.UnixMilli() + 10000), Member: fmt.Sprint(slot)}).Err())
 			require.NoError(t, c.PExpire(context.Background(), hash, 10*time.Second).Err())

@@ -133,3 +133,56 @@ func TestRedisPermitWaiterRidesOutAnOutage(t *testing.T) {
 	require.NoError(t, err, "the waiter gave up while Redis was away")
 	assert.Greater(t, time.Since(start), 2*time.Second, "granted only once Redis was back")
 }
+
+// TestSemaphoreAndLockKeysApart: the lock "sem:x" and the semaphore "x"
+// share no Redis key. They did when a semaphore's keys were tagged
+// {sem:<key>}: the lock's fence counter was the semaphore's (each script
+// overwrote the other's, and acquire.lua read "<fence>:<digest>" as 0, so a
+// lock fence no longer rested on its counter), and their waiters queued as
+// one. Both are held here, with waiters, while every key is read.
+func TestSemaphoreAndLockKeysApart(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv)
+	ctx := testCtx(t)
+
+	l, err := s.Acquire(ctx, "sem:x", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second})
+	require.NoError(t, err)
+	p, err := s.SemAcquire(ctx, "x", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second, Limit: 1})
+	require.NoError(t, err)
+	// A waiter on each, so the queues and heartbeats exist too.
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{}, 2)
+	go func() {
+		_, _ = s.Acquire(wctx, "sem:x", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second, Wait: 5 * time.Second})
+		done <- struct{}{}
+	}()
+	go func() {
+		_, _ = s.SemAcquire(wctx, "x", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Second, Limit: 1, Wait: 5 * time.Second})
+		done <- struct{}{}
+	}()
+	c := srv.Client()
+	require.Eventually(t, func() bool {
+		return c.Exists(ctx, "lockgw:{sem:x}:queue").Val() == 1 && c.Exists(ctx, "lockgw:{sem#x}:queue").Val() == 1
+	}, 5*time.Second, 10*time.Millisecond, "both waiters queued, each in its own queue")
+
+	lockKeys, err := c.Keys(ctx, "lockgw:{sem:x}:*").Result()
+	require.NoError(t, err)
+	semKeys, err := c.Keys(ctx, "lockgw:{sem#x}:*").Result()
+	require.NoError(t, err)
+	assert.Subset(t, lockKeys, []string{"lockgw:{sem:x}:lock", "lockgw:{sem:x}:fence", "lockgw:{sem:x}:queue", "lockgw:{sem:x}:alive"})
+	assert.Subset(t, semKeys, []string{"lockgw:{sem#x}:permits", "lockgw:{sem#x}:fence", "lockgw:{sem#x}:queue", "lockgw:{sem#x}:alive"})
+	assert.NotContains(t, lockKeys, "lockgw:{sem:x}:permits", "nothing of the semaphore's among the lock's keys")
+
+	// The lock's counter is its own: a plain fence, the lock's.
+	f, err := c.Get(ctx, "lockgw:{sem:x}:fence").Int64()
+	require.NoError(t, err, "the lock's counter holds a plain number")
+	assert.Equal(t, l.Fence, f)
+	st, err := s.SemInspect(ctx, "x")
+	require.NoError(t, err)
+	require.Len(t, st.Holders, 1)
+	assert.Equal(t, p.Fence, st.Holders[0].Fence)
+
+	stop()
+	<-done
+	<-done
+}

@@ -2,10 +2,10 @@
 -- prepends it to each sem_*.lua).
 --
 -- A semaphore of limit L is L slots, each an ordinary lease; all its Redis
--- keys share the hash tag {sem:<key>}, so one script sees them all (on a
+-- keys share the hash tag {sem#<key>}, so one script sees them all (on a
 -- Cluster too):
 --
---   lockgw:{sem:<key>}:permits  a hash: "limit" → the limit the holders
+--   lockgw:{sem#<key>}:permits  a hash: "limit" → the limit the holders
 --                               were granted under; "<slot>" → the slot's
 --                               permit, "<expiry ms>:<digest>:<field>:<fence>+<ms>:<owner>"
 --                               (expiry in Redis TIME; field "-" on Redis,
@@ -13,12 +13,12 @@
 --                               "~<id1>.<id2>…", "~!<id>" pinned);
 --                               "t:<digest>" → the digest's slot; "seq"
 --                               (Redis) → the last slot number handed out
---   lockgw:{sem:<key>}:expiry   a sorted set: slot → its expiry (ms)
---   lockgw:{sem:<key>}:fence    the fence counter, as for locks, as
+--   lockgw:{sem#<key>}:expiry   a sorted set: slot → its expiry (ms)
+--   lockgw:{sem#<key>}:fence    the fence counter, as for locks, as
 --                               "<fence>:<attempt>": on Redlock, the round
 --                               that set it (see sem_raise.lua)
---   lockgw:{sem:<key>}:queue    waiter tickets by arrival (Redis only), and
---   lockgw:{sem:<key>}:alive    their gateways' heartbeats, as a lock's
+--   lockgw:{sem#<key>}:queue    waiter tickets by arrival (Redis only), and
+--   lockgw:{sem#<key>}:alive    their gateways' heartbeats, as a lock's
 --                               (see "The wait queue" below)
 --
 -- Why slots rather than a plain sorted set of permits: the slot is what
