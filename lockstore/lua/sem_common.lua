@@ -15,7 +15,7 @@
 --                               (Redis) → the last slot number handed out
 --   lockgw:{sem#<key>}:expiry   a sorted set: slot → its expiry (ms)
 --   lockgw:{sem#<key>}:fence    the fence counter, as for locks, as
---                               "<fence>:<attempt>": on Redlock, the round
+--                               "<fence>:<digest>": on Redlock, the token
 --                               that set it (see sem_raise.lua)
 --   lockgw:{sem#<key>}:queue    waiter tickets by arrival (Redis only), and
 --   lockgw:{sem#<key>}:alive    their gateways' heartbeats, as a lock's
