@@ -510,6 +510,21 @@ type SemaphorePage struct {
 // Example: q3kVf1xZ8uQm2Rb7Lw0TnA
 type Token = string
 
+// UnroutedProblem A problem for a request Go's HTTP server refused before the gateway routed it
+// (`431` `headers-too-large`, `400` `malformed-request` for a request it could not
+// parse): as `Problem`, without `instance`, since the path was never read.
+type UnroutedProblem struct {
+	Detail string `json:"detail"`
+
+	// RequestId Same as the `X-Request-Id` response header, and in the access log.
+	RequestId string `json:"request_id"`
+	Status    int    `json:"status"`
+	Title     string `json:"title"`
+
+	// Type Example: https://lockgateway.dev/problems/headers-too-large
+	Type string `json:"type"`
+}
+
 // IfMatch defines model for IfMatch.
 type IfMatch = string
 
@@ -574,6 +589,11 @@ type Extended = APILease
 // Forbidden An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
 type Forbidden = Problem
+
+// HeadersTooLarge A problem for a request Go's HTTP server refused before the gateway routed it
+// (`431` `headers-too-large`, `400` `malformed-request` for a request it could not
+// parse): as `Problem`, without `instance`, since the path was never read.
+type HeadersTooLarge = UnroutedProblem
 
 // InspectNotFound An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
 // more members may be added.
@@ -3377,6 +3397,11 @@ type GetHealthResponse200Headers struct {
 	XRequestId string
 }
 
+// GetHealthResponse431Headers the declared response headers of an HTTP 431 response for GetHealth
+type GetHealthResponse431Headers struct {
+	XRequestId string
+}
+
 // GetHealthResponseDefaultHeaders the declared response headers of an HTTP default response for GetHealth
 type GetHealthResponseDefaultHeaders struct {
 	Allow      *string
@@ -3389,10 +3414,14 @@ type GetHealthResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Health
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeadersTooLarge
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetHealthResponse200Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetHealthResponse431Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
 	HeadersDefault *GetHealthResponseDefaultHeaders
 }
@@ -3400,6 +3429,11 @@ type GetHealthResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetHealthResponse) GetJSON200() *Health {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetHealthResponse) GetApplicationproblemJSON431() *HeadersTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -4489,6 +4523,11 @@ type MetricsResponse200Headers struct {
 	XRequestId string
 }
 
+// MetricsResponse431Headers the declared response headers of an HTTP 431 response for Metrics
+type MetricsResponse431Headers struct {
+	XRequestId string
+}
+
 // MetricsResponseDefaultHeaders the declared response headers of an HTTP default response for Metrics
 type MetricsResponseDefaultHeaders struct {
 	Allow      *string
@@ -4499,12 +4538,21 @@ type MetricsResponseDefaultHeaders struct {
 type MetricsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeadersTooLarge
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *MetricsResponse200Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *MetricsResponse431Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
 	HeadersDefault *MetricsResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSON431() *HeadersTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -4546,6 +4594,11 @@ type GetOpenAPIResponse200Headers struct {
 	XRequestId string
 }
 
+// GetOpenAPIResponse431Headers the declared response headers of an HTTP 431 response for GetOpenAPI
+type GetOpenAPIResponse431Headers struct {
+	XRequestId string
+}
+
 // GetOpenAPIResponseDefaultHeaders the declared response headers of an HTTP default response for GetOpenAPI
 type GetOpenAPIResponseDefaultHeaders struct {
 	Allow      *string
@@ -4558,10 +4611,14 @@ type GetOpenAPIResponse struct {
 	HTTPResponse *http.Response
 	// YAML200 the response for an HTTP 200 `application/yaml` response
 	YAML200 *map[string]interface{}
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeadersTooLarge
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetOpenAPIResponse200Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetOpenAPIResponse431Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
 	HeadersDefault *GetOpenAPIResponseDefaultHeaders
 }
@@ -4569,6 +4626,11 @@ type GetOpenAPIResponse struct {
 // GetYAML200 returns the response for an HTTP 200 `application/yaml` response
 func (r GetOpenAPIResponse) GetYAML200() *map[string]interface{} {
 	return r.YAML200
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetOpenAPIResponse) GetApplicationproblemJSON431() *HeadersTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -4759,6 +4821,11 @@ type GetReadinessResponse200Headers struct {
 	XRequestId string
 }
 
+// GetReadinessResponse431Headers the declared response headers of an HTTP 431 response for GetReadiness
+type GetReadinessResponse431Headers struct {
+	XRequestId string
+}
+
 // GetReadinessResponse503Headers the declared response headers of an HTTP 503 response for GetReadiness
 type GetReadinessResponse503Headers struct {
 	RetryAfter int
@@ -4777,12 +4844,16 @@ type GetReadinessResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Ready
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeadersTooLarge
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *NotReady
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetReadinessResponse200Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetReadinessResponse431Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetReadinessResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -4792,6 +4863,11 @@ type GetReadinessResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetReadinessResponse) GetJSON200() *Ready {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetReadinessResponse) GetApplicationproblemJSON431() *HeadersTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -6390,6 +6466,13 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6410,6 +6493,16 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetHealthResponse431Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers431 = &headers
 	case true:
 		var headers GetHealthResponseDefaultHeaders
 		if values := rsp.Header.Values("Allow"); len(values) > 0 {
@@ -8266,6 +8359,13 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8286,6 +8386,16 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 431:
+		var headers MetricsResponse431Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers431 = &headers
 	case true:
 		var headers MetricsResponseDefaultHeaders
 		if values := rsp.Header.Values("Allow"); len(values) > 0 {
@@ -8336,6 +8446,13 @@ func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
 		}
 		response.YAML200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8356,6 +8473,16 @@ func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetOpenAPIResponse431Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers431 = &headers
 	case true:
 		var headers GetOpenAPIResponseDefaultHeaders
 		if values := rsp.Header.Values("Allow"); len(values) > 0 {
@@ -8666,6 +8793,13 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest NotReady
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8693,6 +8827,16 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetReadinessResponse431Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetReadinessResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

@@ -34,6 +34,7 @@ var (
 	LimitMismatch    = Kind{"limit-mismatch", http.StatusConflict, "Semaphore limit mismatch"}
 	TokenMismatch    = Kind{"token-mismatch", http.StatusPreconditionFailed, "Lock token mismatch"}
 	BodyTooLarge     = Kind{"body-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
+	HeadersTooLarge  = Kind{"headers-too-large", http.StatusRequestHeaderFieldsTooLarge, "Request headers too large"}
 	UnsupportedMedia = Kind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type"}
 	Validation       = Kind{"validation", http.StatusUnprocessableEntity, "Validation failed"}
 	TokenRequired    = Kind{"token-required", http.StatusPreconditionRequired, "Lock token required"}
@@ -49,6 +50,6 @@ var (
 // All lists every kind.
 var All = []Kind{
 	Malformed, Unauthorized, Forbidden, NotFound, LockNotFound, MethodNotAllowed,
-	LockHeld, SemaphoreFull, LimitMismatch, TokenMismatch, BodyTooLarge, UnsupportedMedia, Validation, TokenRequired,
+	LockHeld, SemaphoreFull, LimitMismatch, TokenMismatch, BodyTooLarge, HeadersTooLarge, UnsupportedMedia, Validation, TokenRequired,
 	RateLimited, QuotaExceeded, Internal, Unavailable, Refused, TooManyLocks, TooManyWaiters,
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/http"
 
 	"github.com/rs/zerolog"
 
@@ -15,8 +16,10 @@ import (
 // net/http answers a request it cannot parse (a malformed percent-escape
 // in the path such as /locks/%zz, a header line without a colon, no Host)
 // itself, before any handler runs, with a text/plain "400 Bad Request" and
-// a closed connection. rawErrorListener's connections rewrite exactly that
-// response into the problem+json every other error is.
+// a closed connection; and headers over MaxHeaderBytes with a text/plain
+// "431 Request Header Fields Too Large". rawErrorListener's connections
+// rewrite exactly those responses into the problem+json every other error
+// is.
 //
 // net/http writes it with one Write straight to the connection (server.go,
 // conn.serve), and its headers come in an order net/http's own header
@@ -46,16 +49,16 @@ type rawErrorConn struct {
 func (c *rawErrorConn) NetConn() net.Conn { return c.Conn }
 
 func (c *rawErrorConn) Write(p []byte) (int, error) {
-	detail, ok := rawErrorDetail(p)
+	kind, detail, ok := rawErrorDetail(p)
 	if !ok {
 		return c.Conn.Write(p)
 	}
 	id := middleware.NewRequestID()
-	body := handlers.ProblemJSON(problem.Malformed, detail, id)
-	out := fmt.Appendf(nil, "%s\r\nContent-Type: application/problem+json\r\nContent-Length: %d\r\nX-Request-Id: %s\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n%s",
-		rawPrefix, len(body), id, body)
+	body := handlers.ProblemJSON(kind, detail, id)
+	out := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/problem+json\r\nContent-Length: %d\r\nX-Request-Id: %s\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n%s",
+		kind.Status, http.StatusText(kind.Status), len(body), id, body)
 	// The access line every request gets, with what is known of this one.
-	c.log.Info().Str("route", "unparsed").Int("status", 400).Int("bytes", len(out)).Str("request_id", id).Msg("request")
+	c.log.Info().Str("route", "unparsed").Int("status", kind.Status).Int("bytes", len(out)).Str("request_id", id).Msg("request")
 	if _, err := c.Conn.Write(out); err != nil {
 		return 0, err
 	}
@@ -63,26 +66,33 @@ func (c *rawErrorConn) Write(p []byte) (int, error) {
 }
 
 const (
-	rawPrefix  = "HTTP/1.1 400 Bad Request"
-	rawHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+	rawPrefix         = "HTTP/1.1 400 Bad Request"
+	rawTooLargePrefix = "HTTP/1.1 431 Request Header Fields Too Large"
+	rawHeaders        = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 )
 
-// rawErrorDetail recognises net/http's own 400 and words its problem
-// detail. The text after "400 Bad Request: " (when there is one) is a
+// rawErrorDetail recognises net/http's own 400 and 431 and words their
+// problem. The text after "400 Bad Request: " (when there is one) is a
 // fixed phrase of net/http's, such as "missing required Host header"; it
 // is quoted only when short and plain ASCII.
-func rawErrorDetail(p []byte) (string, bool) {
-	if len(p) > 512 || !bytes.HasPrefix(p, []byte(rawPrefix)) {
-		return "", false
+func rawErrorDetail(p []byte) (problem.Kind, string, bool) {
+	if len(p) > 512 {
+		return problem.Kind{}, "", false
+	}
+	if bytes.Equal(p, []byte(rawTooLargePrefix+rawHeaders+rawTooLargePrefix[len("HTTP/1.1 "):])) {
+		return problem.HeadersTooLarge, fmt.Sprintf("the request's headers are over the %d KiB limit; send fewer or shorter headers", maxHeaderBytes>>10), true
+	}
+	if !bytes.HasPrefix(p, []byte(rawPrefix)) {
+		return problem.Kind{}, "", false
 	}
 	status, _, ok := bytes.Cut(p, []byte(rawHeaders))
 	if !ok {
-		return "", false
+		return problem.Kind{}, "", false
 	}
 	if reason, ok := bytes.CutPrefix(status, []byte(rawPrefix+": ")); ok && len(reason) <= 80 && plainASCII(reason) {
-		return "the request could not be parsed: " + string(reason) + "; fix the request line or headers and retry", true
+		return problem.Malformed, "the request could not be parsed: " + string(reason) + "; fix the request line or headers and retry", true
 	}
-	return "the request could not be parsed: the path must be percent-encoded (% starts an escape such as %2F; write a literal % as %25) and each header line must be \"Name: value\"", true
+	return problem.Malformed, "the request could not be parsed: the path must be percent-encoded (% starts an escape such as %2F; write a literal % as %25) and each header line must be \"Name: value\"", true
 }
 
 func plainASCII(b []byte) bool {
@@ -93,3 +103,8 @@ func plainASCII(b []byte) bool {
 	}
 	return true
 }
+
+// maxHeaderBytes is the most request-header bytes a request may carry
+// (http.Server.MaxHeaderBytes); past it net/http answers 431 itself, which
+// rawErrorConn rewrites.
+const maxHeaderBytes = 32 << 10

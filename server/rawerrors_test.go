@@ -49,6 +49,26 @@ func TestUnparseableRequestsGetProblems(t *testing.T) {
 		})
 	}
 
+	// Headers over the limit: net/http's own 431, rewritten too.
+	t.Run("headers over the limit", func(t *testing.T) {
+		c := dialRaw(t, g.URL)
+		big := strings.Repeat("a", 40<<10)
+		_, err := io.WriteString(c.conn, "GET /locks/"+apitest.Key(t)+" HTTP/1.1\r\nHost: gateway\r\nX-Big: "+big+"\r\n\r\n")
+		require.NoError(t, err)
+		require.NoError(t, c.conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		resp, err := http.ReadResponse(c.br, nil)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		r := &apitest.Response{Status: resp.StatusCode, Header: resp.Header, Body: body}
+		require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, r.Status, "%s", body)
+		apitest.CheckProblem(t, r)
+		assert.Equal(t, "headers-too-large", r.ProblemType(t))
+		assert.Contains(t, r.Problem(t)["detail"], "32 KiB")
+		assert.NotContains(t, string(body), "aaaa", "nothing of the headers is echoed")
+		assert.True(t, resp.Close)
+	})
+
 	// A request that parses is untouched, on the same kind of connection.
 	c := dialRaw(t, g.URL)
 	assert.Equal(t, http.StatusOK, c.do("GET", "/healthz", ""))

@@ -178,7 +178,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// the connection cap; a client that wants it kept sends a request.
 		IdleTimeout:    cfg.IdleTimeout,
 		ConnState:      ln.track,
-		MaxHeaderBytes: 32 << 10,
+		MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog:       log.New(logWriter{logger}, "", 0),
 		// Lets an acquire see that its client left just before its grant.
 		ConnContext: handlers.ConnContext,
