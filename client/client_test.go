@@ -98,7 +98,10 @@ func TestOperations(t *testing.T) {
 					assert.Equal(t, "lock-held", e.Type)
 					assert.NotEmpty(t, e.RequestID)
 					assert.GreaterOrEqual(t, e.RetryAfter, time.Second)
-					assert.LessOrEqual(t, e.RetryAfter, 5*time.Second)
+					// A same-token renewal in the grant's millisecond moves the
+					// expiry 1 ms on (acquire.lua, reset_ttl: what tells it from
+					// the grant), so 5 s can be 5.001 s, and its ceiling 6 s.
+					assert.LessOrEqual(t, e.RetryAfter, 6*time.Second)
 
 					info, err := c.Inspect(ctx, key)
 					require.NoError(t, err)
@@ -106,7 +109,7 @@ func TestOperations(t *testing.T) {
 					assert.Equal(t, "worker-7", info.Owner)
 					assert.Equal(t, lease.Fence, info.Fence)
 					assert.Positive(t, info.TTL)
-					assert.LessOrEqual(t, info.TTL, 5*time.Second)
+					assert.LessOrEqual(t, info.TTL, 5*time.Second+time.Millisecond)
 
 					ext, err := c.Extend(ctx, key, lease.Token, 20*time.Second)
 					require.NoError(t, err)
