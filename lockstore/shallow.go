@@ -12,9 +12,30 @@ package lockstore
 // goes back to the runtime when it returns, so the parked one stays at
 // 8 KiB: 8 KiB less per waiter, 80 MiB at 10 000 waiters (issue 17), for
 // a goroutine start (about a microsecond) per Redis call of a wait. The
-// caller waits for f whatever happens, so its outcome is never lost.
+// caller waits for f whatever happens, so its outcome is never lost, and
+// a panic in f is raised again in the caller, where the request's
+// recoverer is.
 func aside[T any](f func() T) T {
-	done := make(chan T, 1)
-	go func() { done <- f() }()
-	return <-done
+	type outcome struct {
+		v        T
+		panicked bool
+		p        any
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		o := outcome{panicked: true}
+		defer func() {
+			if o.panicked {
+				o.p = recover()
+			}
+			done <- o
+		}()
+		o.v = f()
+		o.panicked = false
+	}()
+	o := <-done
+	if o.panicked {
+		panic(o.p)
+	}
+	return o.v
 }

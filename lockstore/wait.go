@@ -34,10 +34,8 @@ const (
 // which is on the heap, so that the stack it parks with stays small.
 func (s *Redis) acquireWaiting(ctx context.Context, key string, req *AcquireRequest) (Lease, error) {
 	q := &waiting{s: s, ctx: ctx, key: key, req: req}
+	defer q.leave()
 	p := aside(q.first)
-	if q.wake != nil { // listening, and in the room: both are undone when the wait ends
-		defer q.leave()
-	}
 	for !p.done {
 		if p.told {
 			if _, ok := sleep.Until(ctx, p.d, q.wake); !ok {
@@ -155,12 +153,18 @@ func (q *waiting) try() pause {
 	return pause{told: true, d: nap}
 }
 
-// leave undoes first's listening and joining when the wait ends.
+// leave undoes first's listening and joining, if it got that far, when
+// the wait ends.
 func (q *waiting) leave() {
+	if q.wake == nil {
+		return
+	}
 	id := q.a.ticket.id
-	q.s.part(q.r, q.w) // first, so the heartbeat does not take the leave for a lost queue
-	if !q.granted {
-		q.s.leave(q.key, id)
+	if q.r != nil {
+		q.s.part(q.r, q.w) // first, so the heartbeat does not take the leave for a lost queue
+		if !q.granted {
+			q.s.leave(q.key, id)
+		}
 	}
 	q.s.notifier.stop(channel(q.key), id)
 }
