@@ -99,29 +99,43 @@ func NewRedis(client redis.UniversalClient) *Redis {
 
 // Acquire implements Store.
 func (s *Redis) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
-	if err := checkAcquire(key, req); err != nil {
+	if req.Wait > 0 {
+		return s.acquireWaiting(ctx, key, &req) // wait.go
+	}
+	return s.acquireNow(ctx, key, &req)
+}
+
+// acquireNow is an acquire that does not wait. (Apart from Acquire, whose
+// frame is then small, for the waiting acquires parked under it.)
+func (s *Redis) acquireNow(ctx context.Context, key string, req *AcquireRequest) (Lease, error) {
+	a, start, err := s.prepare(ctx, key, req)
+	if err != nil {
 		return Lease{}, err
 	}
-	if err := checkQuota(req.Quota); err != nil {
-		return Lease{}, err
-	}
-	start := time.Now()
-	digest := digestHex(req.Token)
-	a := acquireArgs{digest: digest, ttl: req.TTL, owner: req.Owner, quota: newCounting(ctx, req.Quota), publish: s.publish}
 	r, err := s.acquire(ctx, key, &a)
 	if err != nil {
 		return Lease{}, err
 	}
 	switch r.code {
 	case acquireHeld:
-		if req.Wait > 0 {
-			return s.wait(ctx, key, a, req, start)
-		}
 		return Lease{}, &HeldError{Remaining: r.remaining}
 	case acquireOverQuota:
 		return Lease{}, r.capErr
 	}
 	return r.lease(key, req.Token, req.TTL, start), nil
+}
+
+// prepare checks an acquire and makes its script's arguments; start
+// is when the acquire began.
+func (s *Redis) prepare(ctx context.Context, key string, req *AcquireRequest) (a acquireArgs, start time.Time, err error) {
+	if err := checkAcquire(key, *req); err != nil {
+		return a, start, err
+	}
+	if err := checkQuota(req.Quota); err != nil {
+		return a, start, err
+	}
+	a = acquireArgs{digest: digestHex(req.Token), ttl: req.TTL, owner: req.Owner, quota: newCounting(ctx, req.Quota), publish: s.publish}
+	return a, time.Now(), nil
 }
 
 // acquire runs acquire.lua, again with the right quota set when the lock

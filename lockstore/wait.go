@@ -22,77 +22,151 @@ const (
 	waitRefresh   = time.Second
 )
 
-// wait queues the caller for key and takes the lock when it is the
-// caller's turn: woken by the release, grant or leave that makes it first
-// (pub/sub names its ticket), by the holder's expiry (the first waiter
-// sleeps until then), or by its gateway's heartbeat when a notification
-// was lost. Between those it runs no script at all.
-func (s *Redis) wait(ctx context.Context, key string, a acquireArgs, req AcquireRequest, start time.Time) (Lease, error) {
-	deadline := start.Add(req.Wait)
-	ticket := waitTicket{id: s.rooms.ticket(), heartbeat: waitHeartbeat}
-	a.ticket = ticket
-
-	// Listen before queueing, so a release between the two is not missed.
-	wake := make(chan struct{}, 1)
-	if err := s.notifier.listen(ctx, channel(key), ticket.id, wake); err != nil {
-		return Lease{}, err
-	}
-	defer s.notifier.stop(channel(key), ticket.id)
-
-	r, w := s.join(key, ticket.id, wake)
-	granted := false
-	defer func() {
-		s.part(r, w) // first, so the heartbeat does not take the leave for a lost queue
-		if !granted {
-			s.leave(key, ticket.id)
-		}
-	}()
-
-	backoff := 10 * time.Millisecond
-	for {
-		attempt := time.Now()
-		r.trying(w)
-		res, err := s.acquire(ctx, key, &a)
-		r.tried(w, err == nil && res.code == acquireHeld)
-		if err != nil {
-			// A call that got no answer (a burst of thousands of waiters
-			// joining at once, a Redis failing over) is tried again, with
-			// the same token and ticket, until the wait runs out: a grant
-			// whose answer was lost comes back as this token's renewal.
-			// A Redis that refuses writes, or a context that ended, ends it.
-			left := time.Until(deadline)
-			if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) || ctx.Err() != nil || left <= 0 {
-				return Lease{}, err
-			}
-			pause := min(backoff/2+rand.N(backoff/2), left)
-			backoff = min(2*backoff, waitRefresh)
-			if !sleep.For(ctx, pause) {
+// acquireWaiting is an acquire that may wait: a first try, and when the
+// key is held, queueing the caller for key and taking the lock when it is
+// the caller's turn: woken by the release, grant or leave that makes it
+// first (pub/sub names its ticket), by the holder's expiry (the first
+// waiter sleeps until then), or by its gateway's heartbeat when a
+// notification was lost. Between those it runs no script at all.
+//
+// Its goroutine (the request's) only sleeps: the tries, and the Redis
+// calls that queue the caller, run aside (shallow.go) on the wait's state,
+// which is on the heap, so that the stack it parks with stays small.
+func (s *Redis) acquireWaiting(ctx context.Context, key string, req *AcquireRequest) (Lease, error) {
+	q := &waiting{s: s, ctx: ctx, key: key, req: req}
+	defer q.leave()
+	p := aside(q.first)
+	for !p.done {
+		if p.told {
+			if _, ok := sleep.Until(ctx, p.d, q.wake); !ok {
 				return Lease{}, ctx.Err()
 			}
-			continue
-		}
-		backoff = 10 * time.Millisecond
-		switch res.code {
-		case acquireOverQuota: // the key was ours to take: leave makes way
-			return Lease{}, res.capErr
-		case acquireNew, acquireRenewed:
-			granted = true
-			return res.lease(key, req.Token, req.TTL, attempt), nil
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return Lease{}, &HeldError{Remaining: res.remaining}
-		}
-		// Sleep until told; the first waiter wakes when the holder's
-		// lease runs out, in case the holder died.
-		nap := left
-		if res.head && res.remaining > 0 {
-			nap = min(nap, res.remaining+time.Millisecond)
-		}
-		if _, ok := sleep.Until(ctx, nap, wake); !ok {
+		} else if !sleep.For(ctx, p.d) {
 			return Lease{}, ctx.Err()
 		}
+		p = aside(q.try)
 	}
+	return q.lease, q.err
+}
+
+// waiting is one waiting acquire.
+type waiting struct {
+	s   *Redis
+	ctx context.Context
+	key string
+	req *AcquireRequest
+	a   acquireArgs
+
+	deadline time.Time
+	wake     chan struct{} // buffered; set once the caller listens
+	r        *room
+	w        *roomWaiter
+	backoff  time.Duration
+	granted  bool
+
+	lease Lease // the outcome
+	err   error
+}
+
+// pause is what a waiter does after a try: done (the outcome is in
+// waiting), or sleep d, until told (told) or not (a backoff).
+type pause struct {
+	done bool
+	told bool
+	d    time.Duration
+}
+
+func (q *waiting) end(l Lease, err error) pause {
+	q.lease, q.err = l, err
+	return pause{done: true}
+}
+
+// first tries once without queueing, and when the key is held, listens,
+// joins the key's room and tries with a ticket.
+func (q *waiting) first() pause {
+	s, key := q.s, q.key
+	a, start, err := s.prepare(q.ctx, key, q.req)
+	if err != nil {
+		return q.end(Lease{}, err)
+	}
+	q.a = a
+	r, err := s.acquire(q.ctx, key, &q.a)
+	switch {
+	case err != nil:
+		return q.end(Lease{}, err)
+	case r.code == acquireOverQuota:
+		return q.end(Lease{}, r.capErr)
+	case r.code != acquireHeld:
+		return q.end(r.lease(key, q.req.Token, q.req.TTL, start), nil)
+	}
+	q.deadline = start.Add(q.req.Wait)
+	q.a.ticket = waitTicket{id: s.rooms.ticket(), heartbeat: waitHeartbeat}
+	// Listen before queueing, so a release between the two is not missed.
+	wake := make(chan struct{}, 1)
+	if err := s.notifier.listen(q.ctx, channel(key), q.a.ticket.id, wake); err != nil {
+		return q.end(Lease{}, err)
+	}
+	q.wake = wake
+	q.r, q.w = s.join(key, q.a.ticket.id, wake)
+	q.backoff = 10 * time.Millisecond
+	return q.try()
+}
+
+// try runs acquire.lua with the caller's ticket.
+func (q *waiting) try() pause {
+	attempt := time.Now()
+	q.r.trying(q.w)
+	res, err := q.s.acquire(q.ctx, q.key, &q.a)
+	q.r.tried(q.w, err == nil && res.code == acquireHeld)
+	if err != nil {
+		// A call that got no answer (a burst of thousands of waiters
+		// joining at once, a Redis failing over) is tried again, with the
+		// same token and ticket, until the wait runs out: a grant whose
+		// answer was lost comes back as this token's renewal. A Redis that
+		// refuses writes, or a context that ended, ends it.
+		left := time.Until(q.deadline)
+		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) || q.ctx.Err() != nil || left <= 0 {
+			return q.end(Lease{}, err)
+		}
+		d := min(q.backoff/2+rand.N(q.backoff/2), left)
+		q.backoff = min(2*q.backoff, waitRefresh)
+		return pause{d: d}
+	}
+	q.backoff = 10 * time.Millisecond
+	switch res.code {
+	case acquireOverQuota: // the key was ours to take: leave makes way
+		return q.end(Lease{}, res.capErr)
+	case acquireNew, acquireRenewed:
+		q.granted = true
+		return q.end(res.lease(q.key, q.req.Token, q.req.TTL, attempt), nil)
+	}
+	left := time.Until(q.deadline)
+	if left <= 0 {
+		return q.end(Lease{}, &HeldError{Remaining: res.remaining})
+	}
+	// Sleep until told; the first waiter wakes when the holder's lease
+	// runs out, in case the holder died.
+	nap := left
+	if res.head && res.remaining > 0 {
+		nap = min(nap, res.remaining+time.Millisecond)
+	}
+	return pause{told: true, d: nap}
+}
+
+// leave undoes first's listening and joining, if it got that far, when
+// the wait ends.
+func (q *waiting) leave() {
+	if q.wake == nil {
+		return
+	}
+	id := q.a.ticket.id
+	if q.r != nil {
+		q.s.part(q.r, q.w) // first, so the heartbeat does not take the leave for a lost queue
+		if !q.granted {
+			q.s.leave(q.key, id)
+		}
+	}
+	q.s.notifier.stop(channel(q.key), id)
 }
 
 // leave takes a waiter out of the queue with a context of its own: the

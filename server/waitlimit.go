@@ -15,9 +15,9 @@ const refusedWaiterRetry = 5 * time.Second
 
 // waitLimit is the store the handlers see: it lets at most max acquires
 // wait at once (those with AcquireRequest.Wait > 0), and refuses the others
-// at once with problem.TooManyWaiters. A waiting acquire holds a connection, a
-// goroutine, and with Redis a place in the key's queue refreshed every
-// second: about 35 KiB and a Redis call a second each. 3 000 of them past a
+// at once with problem.TooManyWaiters. A waiting acquire holds a connection,
+// two goroutines, and with Redis a place in the key's queue (its gateway's
+// one heartbeat a second keeps them all): about 28 KiB each. 3 000 of them past a
 // small memory limit made every other request seven times dearer (issue
 // 13). An acquire that does not wait is never refused here.
 type waitLimit struct {
