@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -239,17 +240,50 @@ type heldLease struct {
 func TestRedlockLivenessColdBurst(t *testing.T) {
 	const burst = 200
 	nodes, env := redlockEnv(t, 5)
-	delete(env, "LOCKGW_REDLOCK_NODE_TIMEOUT")
+	timeout := 50 * time.Millisecond // the default
 	if raceSlowdown > 1 {
-		env["LOCKGW_REDLOCK_NODE_TIMEOUT"] = (raceSlowdown * 50 * time.Millisecond).String()
+		timeout *= raceSlowdown
 	}
-	g := apitest.Start(t, env)
-	c := apitest.NewClient(g.URL)
-	tr := &http.Transport{MaxIdleConnsPerHost: burst}
-	c.HTTP.Transport = tr
-	t.Cleanup(tr.CloseIdleConnections)
-	waitReady(t, c)
+	// A cold burst that fails is judged by what the nodes saw and by a
+	// control: the same burst again on the same gateway, warm now. When no
+	// node accepted a connection during the failing burst (its pools were
+	// full: not the reported failure), or the warm burst fails too, the
+	// machine is too busy for this node timeout (parallel tests, another
+	// package's tests, two cores), so the whole test runs again on a fresh
+	// gateway with the node timeout doubled, at most three times. A cold
+	// burst that dialled while it failed, with a warm one that passes,
+	// fails the test at once.
+	for attempt := 1; ; attempt++ {
+		env["LOCKGW_REDLOCK_NODE_TIMEOUT"] = timeout.String()
+		g := apitest.Start(t, env)
+		c := apitest.NewClient(g.URL)
+		tr := &http.Transport{MaxIdleConnsPerHost: burst}
+		c.HTTP.Transport = tr
+		t.Cleanup(tr.CloseIdleConnections)
+		waitReady(t, c)
 
+		key := apitest.Key(t) + "/" + strconv.Itoa(attempt)
+		failures, dialled := coldBurst(t, g, c, nodes, key+"/cold", burst)
+		if len(failures) == 0 {
+			return
+		}
+		warmFailures, _ := coldBurst(t, g, c, nodes, key+"/warm", burst)
+		if dialled > 0 && len(warmFailures) == 0 || attempt == 3 {
+			assert.Empty(t, failures, "every acquire granted at node timeout %v (%d connections dialled during the burst; warm, the same burst had %d failures)",
+				timeout, dialled, len(warmFailures))
+			return
+		}
+		t.Logf("node timeout %v: %d failures with %d connections dialled, %d warm: the machine is too busy for it; again at %v on a fresh gateway",
+			timeout, len(failures), dialled, len(warmFailures), 2*timeout)
+		timeout *= 2
+	}
+}
+
+// coldBurst sends burst concurrent acquires on distinct free keys under
+// key through g and returns the failures and how many connections the
+// nodes accepted meanwhile, which it logs by node with the answers.
+func coldBurst(t *testing.T, g *apitest.Gateway, c *apitest.Client, nodes []*redistest.Server, key string, burst int) (failures []string, dialledAll int64) {
+	t.Helper()
 	// Open the client's connections first, so that the burst is a burst of
 	// requests, not of TCP handshakes: /healthz does not touch Redis.
 	var wg sync.WaitGroup
@@ -270,7 +304,6 @@ func TestRedlockLivenessColdBurst(t *testing.T) {
 	// The burst is sent with a plain client and its responses are checked
 	// against openapi.yaml after it: the checks cost the test's own CPU,
 	// which the gateway shares, and would land inside the node timeouts.
-	key := apitest.Key(t)
 	reqs := make([]*http.Request, burst)
 	resps := make([]*apitest.Response, burst)
 	for i := range burst {
@@ -301,9 +334,9 @@ func TestRedlockLivenessColdBurst(t *testing.T) {
 	dialled := make([]int64, len(nodes))
 	for i := range nodes {
 		dialled[i] = after[i] - before[i]
+		dialledAll += dialled[i]
 	}
 	byStatus := map[int]int{}
-	var failures []string
 	for i, r := range resps {
 		if r == nil {
 			continue
@@ -315,9 +348,9 @@ func TestRedlockLivenessColdBurst(t *testing.T) {
 			failures = append(failures, fmt.Sprintf("%d %s", r.Status, detail))
 		}
 	}
-	t.Logf("burst of %d: %v in %v; connections each node accepted meanwhile: %v",
-		burst, byStatus, took.Round(time.Millisecond), dialled)
-	assert.Equal(t, burst, byStatus[http.StatusCreated], "every acquire granted; failures: %q", failures)
+	t.Logf("burst of %d on %s: %v in %v; connections each node accepted meanwhile: %v",
+		burst, key, byStatus, took.Round(time.Millisecond), dialled)
+	return failures, dialledAll
 }
 
 // TestRedlockLivenessReadyOnlyWhenWarm: /readyz answers 503 until a
