@@ -193,11 +193,26 @@ func pausedNodeThenTwoDead(t *testing.T, clients int, pause time.Duration) {
 	nodes[0].Kill()
 	nodes[1].Kill()
 	ok := 0
-	var failures []string
+	var failures, retried []string
 	start := time.Now()
 	for i := range 50 {
-		r := c.Do(t, "PUT", fmt.Sprintf("%s-free-%d", path, i), []byte(`{"ttl_ms":10000}`), apitest.JSON...)
-		if r.Status == http.StatusCreated {
+		// A 503 is retried with the token it carries, as the contract
+		// tells a client to, at most twice, two node timeouts apart, and
+		// logged: on a loaded machine one call of a healthy node can miss
+		// the 50 ms node timeout, and the node is then skipped until its
+		// prober hears it (a few node timeouts). The reported failure, the
+		// resumed node not counting for a second, fails all three.
+		key := fmt.Sprintf("%s-free-%d", path, i)
+		r := c.Do(t, "PUT", key, []byte(`{"ttl_ms":10000}`), apitest.JSON...)
+		for try := 0; try < 2 && r.Status == http.StatusServiceUnavailable; try++ {
+			detail, _ := r.Problem(t)["detail"].(string)
+			retried = append(retried, detail)
+			token, _ := r.Problem(t)["token"].(string)
+			require.NotEmpty(t, token, "a 503 of an acquire carries its token: %s", r.Body)
+			time.Sleep(100 * time.Millisecond)
+			r = c.Do(t, "PUT", key, []byte(`{"ttl_ms":10000}`), append([]string{"Lock-Token", token}, apitest.JSON...)...)
+		}
+		if r.Status == http.StatusCreated || r.Status == http.StatusOK { // 200: the 503'd attempt had landed
 			ok++
 			continue
 		}
@@ -207,7 +222,8 @@ func pausedNodeThenTwoDead(t *testing.T, clients int, pause time.Duration) {
 		}
 		failures = append(failures, fmt.Sprintf("%d %s", r.Status, detail))
 	}
-	t.Logf("nodes 0 and 1 dead, 2 resumed: %d of 50 acquires granted in %v", ok, time.Since(start).Round(time.Millisecond))
+	t.Logf("nodes 0 and 1 dead, 2 resumed: %d of 50 acquires granted in %v; %d answered 503 and were retried with their token: %q",
+		ok, time.Since(start).Round(time.Millisecond), len(retried), retried)
 	if ok < 50 {
 		t.Logf("readyz: %s", c.Do(t, "GET", "/readyz", nil).Body)
 	}
