@@ -348,10 +348,29 @@ func testSemFIFO(t *testing.T, a, b lockstore.Semaphores, key string) {
 			time.Sleep(5 * time.Millisecond)
 			assert.NoError(t, s.SemRelease(ctx(t), key, p.Token))
 		})
-		time.Sleep(100 * time.Millisecond) // let waiter i queue first
+		// Let waiter i queue first: wait until the queue holds it, not a
+		// fixed 100 ms, which a loaded machine can outlast (as it did
+		// testWaitFIFO's 50 ms).
+		waitSemQueued(t, a, key, i+1)
 	}
 	require.NoError(t, a.SemRelease(ctx(t), key, second.Token))
 	wg.Wait()
 	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, order)
 	require.NoError(t, a.SemRelease(ctx(t), key, first.Token))
+}
+
+// waitSemQueued waits until n callers wait in key's queue, as the store's
+// listing counts them (every store with a queue lists).
+func waitSemQueued(t *testing.T, s lockstore.Semaphores, key string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		p, err := semLister(t, s).ListSemaphores(ctx(t), lockstore.ListQuery{Prefix: key, Limit: 10})
+		require.NoError(t, err)
+		for _, it := range p.Items {
+			if it.Key == key {
+				return it.Waiters == n
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond, "waiter %d did not queue for %s", n-1, key)
 }
