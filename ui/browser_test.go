@@ -117,6 +117,26 @@ func (b *browser) do(t *testing.T, actions ...chromedp.Action[chromedp.Void]) {
 	require.NoError(t, chromedp.Do(ctx, actions...))
 }
 
+// click clicks the element sel selects. The dashboard re-renders its
+// tables on every poll, so the node chromedp found can be replaced before
+// its click lands ("Could not find node with given id": once in three runs
+// on a loaded machine); that click did not happen, and is tried again on
+// the new node.
+func (b *browser) click(t *testing.T, sel string) {
+	t.Helper()
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+		err := chromedp.Do(ctx, chromedp.Click(sel))
+		cancel()
+		if err == nil || try == 5 || !strings.Contains(err.Error(), "Could not find node with given id") {
+			require.NoError(t, err, "click %s", sel)
+			return
+		}
+		t.Logf("click %s: %v; again", sel, err)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // eval runs a JavaScript expression in the page and returns its value.
 func eval[T any](t *testing.T, b *browser, expr string) T {
 	t.Helper()
@@ -202,7 +222,7 @@ func TestDashboard(t *testing.T) {
 	// Clicked, it is followed through its watch stream: its grant at once,
 	// then an extend the listing could not tell from nothing, then its
 	// release.
-	b.do(t, chromedp.Click(`#locks tr[data-key="`+key+`"] td.key`))
+	b.click(t, `#locks tr[data-key="`+key+`"] td.key`)
 	followed := `document.getElementById('follow-events').textContent`
 	within(t, b, time.Second, followed+`.includes('acquired')`, "the followed lock's acquired event")
 	assert.Equal(t, key, eval[string](t, b, `document.getElementById('follow-key').textContent`))

@@ -243,11 +243,18 @@ func (st *Sentinels) Rejoin(n *Server) {
 	n.Start()
 	st.waitSettled(master, n, 30*time.Second)
 	// In sync is not yet acknowledging: the sentinels may still reconfigure
-	// the node they knew as a master, which restarts its replication. Wait
-	// until a WAIT on the master is acknowledged, as a gateway's will be.
+	// the node they knew as a master, which restarts its replication, and
+	// after a full sync the master streams writes to the replica only once
+	// it has acknowledged the snapshot. Wait until a write on the master is
+	// acknowledged, as a gateway's will be. WAIT counts the replicas that
+	// acknowledged the last write of the connection it is sent on: on a
+	// connection that wrote nothing it counts any replica the master lists
+	// as online, one that has acknowledged nothing yet included (a gateway's
+	// first grant after such a WAIT timed out under load).
+	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		acked, err := master.Client().Do(context.Background(), "WAIT", 1, 200).Int64()
+		acked, err := ackedWrite(ctx, master)
 		if err == nil && acked >= 1 {
 			return
 		}
@@ -255,6 +262,20 @@ func (st *Sentinels) Rejoin(n *Server) {
 			st.fatalf("redistest: the rejoined replica %s did not acknowledge writes within 30s (WAIT: %d, %v)", n.Addr(), acked, err)
 		}
 	}
+}
+
+// ackedWrite writes a key of redistest's own on master and returns how
+// many replicas acknowledged that write within 200 ms (WAIT, on the
+// connection that wrote).
+func ackedWrite(ctx context.Context, master *Server) (int64, error) {
+	c := redis.NewClient(&redis.Options{Addr: master.Addr(), MaxRetries: -1, PoolSize: 1})
+	defer c.Close()
+	conn := c.Conn()
+	defer conn.Close()
+	if err := conn.Incr(ctx, "redistest:rejoin").Err(); err != nil {
+		return 0, err
+	}
+	return conn.Wait(ctx, 1, 200*time.Millisecond).Result()
 }
 
 // waitMaster waits until every sentinel names want and want reports

@@ -125,10 +125,26 @@ func testWaitFIFO(t *testing.T, s lockstore.Store, key string) {
 			time.Sleep(5 * time.Millisecond) // hold it briefly
 			assert.NoError(t, s.Release(ctx(t), key, l.Token))
 		})
-		// Let waiter i queue before waiter i+1 arrives.
-		time.Sleep(50 * time.Millisecond)
+		// Let waiter i queue before waiter i+1 arrives: wait until the
+		// queue holds it, not a fixed 50 ms, which a loaded machine
+		// outlasted (waiter 1 queued before waiter 0).
+		waitQueued(t, s, key, i+1)
 	}
 	require.NoError(t, s.Release(ctx(t), key, holder.Token))
 	wg.Wait()
 	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, order)
+}
+
+// waitQueued waits until n callers wait in key's queue, as the store's
+// listing counts them (every store with a queue lists).
+func waitQueued(t *testing.T, s lockstore.Store, key string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, it := range listAll(t, s, key, 10) {
+			if it.Key == key {
+				return it.Waiters == n
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond, "waiter %d did not queue for %s", n-1, key)
 }
