@@ -47,9 +47,7 @@ func TestRedisSemWaitWithoutReplicas(t *testing.T) {
 // the grant left it, and a later grant of the token is not that one.
 func TestSemUnwaitKeepsTwin(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := OpenRedis(srv.URL(), RedisOptions{Timeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openInternal(t, srv)
 	ctx := context.Background()
 	c := srv.Client()
 	token := NewToken()

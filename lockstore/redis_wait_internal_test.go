@@ -21,9 +21,7 @@ import (
 // left it.
 func TestUnwaitKeepsRenewedLease(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := OpenRedis(srv.URL(), RedisOptions{Timeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openInternal(t, srv)
 	ctx := context.Background()
 	c := srv.Client()
 
@@ -79,9 +77,7 @@ func TestUnwaitKeepsRenewedLease(t *testing.T) {
 // alike, now always move the expiry.
 func TestUnwaitKeepsTwinInTheSameMillisecond(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := OpenRedis(srv.URL(), RedisOptions{Timeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openInternal(t, srv)
 	ctx := context.Background()
 	c := srv.Client()
 	a := acquireArgs{digest: digestHex(NewToken()), ttl: time.Minute, owner: "o"}

@@ -20,9 +20,7 @@ import (
 // behind it, take it out of the line, and so let the next waiter through.
 func TestSemRoomDropsItsAbandonedTicket(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := OpenRedis(srv.URL(), RedisOptions{Timeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openInternal(t, srv)
 	ctx := context.Background()
 	c := srv.Client()
 
@@ -55,9 +53,7 @@ func TestSemRoomDropsItsAbandonedTicket(t *testing.T) {
 // third, owed nothing, keeps waiting until its wait runs out.
 func TestSemRoomWakesTheFirstK(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := OpenRedis(srv.URL(), RedisOptions{Timeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openInternal(t, srv)
 	ctx := context.Background()
 	c := srv.Client()
 

@@ -19,9 +19,7 @@ import (
 // take it out of the line, and so let the next waiter through.
 func TestRoomDropsItsAbandonedTicket(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := OpenRedis(srv.URL(), RedisOptions{Timeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openInternal(t, srv)
 	ctx := context.Background()
 	c := srv.Client()
 
@@ -43,4 +41,14 @@ func TestRoomDropsItsAbandonedTicket(t *testing.T) {
 	t.Logf("granted %v after queueing behind an abandoned ticket", time.Since(start))
 	_, err = c.ZScore(ctx, queueKey("k"), ghost).Result()
 	assert.ErrorIs(t, err, redis.Nil, "the abandoned ticket is gone")
+}
+
+// openInternal is a Redis store on srv for the package's internal tests,
+// closed when the test ends.
+func openInternal(t *testing.T, srv *redistest.Server) *Redis {
+	t.Helper()
+	s, err := OpenRedis(srv.URL(), RedisOptions{Timeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
