@@ -1116,7 +1116,7 @@ type ClientInterface interface {
 	// lock goes to the first waiter, so a `PUT` without a wait gets `409` too.
 	//
 	// A `PUT` with a `Lock-Token` that already holds the key is a success (`200`, the
-	// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
+	// same `fence`, the TTL `ttl_ms` from now, never shorter than the lease had left; `owner` stays the one given when
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
 	//
@@ -1156,7 +1156,7 @@ type ClientInterface interface {
 	// lock goes to the first waiter, so a `PUT` without a wait gets `409` too.
 	//
 	// A `PUT` with a `Lock-Token` that already holds the key is a success (`200`, the
-	// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
+	// same `fence`, the TTL `ttl_ms` from now, never shorter than the lease had left; `owner` stays the one given when
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
 	//
@@ -1321,7 +1321,7 @@ type ClientInterface interface {
 	// (memory and redis backends; redlock waits without a queue).
 	//
 	// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
-	// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+	// that permit (`200`, same `fence`, TTL from now, never shortened), so a lost response is safe to
 	// retry with the same token. A `503` leaves the outcome unknown, as for locks:
 	// without `Lock-Token` the problem carries `token`, to retry or release with.
 	// On redlock a permit needs a majority of the nodes, like a lock.
@@ -1348,7 +1348,7 @@ type ClientInterface interface {
 	// (memory and redis backends; redlock waits without a queue).
 	//
 	// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
-	// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+	// that permit (`200`, same `fence`, TTL from now, never shortened), so a lost response is safe to
 	// retry with the same token. A `503` leaves the outcome unknown, as for locks:
 	// without `Lock-Token` the problem carries `token`, to retry or release with.
 	// On redlock a permit needs a majority of the nodes, like a lock.
@@ -1529,7 +1529,7 @@ func (c *APIClient) ExtendLock(ctx context.Context, key Key, params *ExtendLockP
 // lock goes to the first waiter, so a `PUT` without a wait gets `409` too.
 //
 // A `PUT` with a `Lock-Token` that already holds the key is a success (`200`, the
-// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
+// same `fence`, the TTL `ttl_ms` from now, never shorter than the lease had left; `owner` stays the one given when
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
 //
@@ -1579,7 +1579,7 @@ func (c *APIClient) AcquireLockWithBody(ctx context.Context, key Key, params *Ac
 // lock goes to the first waiter, so a `PUT` without a wait gets `409` too.
 //
 // A `PUT` with a `Lock-Token` that already holds the key is a success (`200`, the
-// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
+// same `fence`, the TTL `ttl_ms` from now, never shorter than the lease had left; `owner` stays the one given when
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
 //
@@ -1844,7 +1844,7 @@ func (c *APIClient) ExtendPermit(ctx context.Context, key Key, params *ExtendPer
 // (memory and redis backends; redlock waits without a queue).
 //
 // A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
-// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+// that permit (`200`, same `fence`, TTL from now, never shortened), so a lost response is safe to
 // retry with the same token. A `503` leaves the outcome unknown, as for locks:
 // without `Lock-Token` the problem carries `token`, to retry or release with.
 // On redlock a permit needs a majority of the nodes, like a lock.
@@ -1881,7 +1881,7 @@ func (c *APIClient) AcquirePermitWithBody(ctx context.Context, key Key, params *
 // (memory and redis backends; redlock waits without a queue).
 //
 // A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
-// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+// that permit (`200`, same `fence`, TTL from now, never shortened), so a lost response is safe to
 // retry with the same token. A `503` leaves the outcome unknown, as for locks:
 // without `Lock-Token` the problem carries `token`, to retry or release with.
 // On redlock a permit needs a majority of the nodes, like a lock.
@@ -3135,7 +3135,7 @@ type ClientWithResponsesInterface interface {
 	// lock goes to the first waiter, so a `PUT` without a wait gets `409` too.
 	//
 	// A `PUT` with a `Lock-Token` that already holds the key is a success (`200`, the
-	// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
+	// same `fence`, the TTL `ttl_ms` from now, never shorter than the lease had left; `owner` stays the one given when
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
 	//
@@ -3175,7 +3175,7 @@ type ClientWithResponsesInterface interface {
 	// lock goes to the first waiter, so a `PUT` without a wait gets `409` too.
 	//
 	// A `PUT` with a `Lock-Token` that already holds the key is a success (`200`, the
-	// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
+	// same `fence`, the TTL `ttl_ms` from now, never shorter than the lease had left; `owner` stays the one given when
 	// the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 	// same token.
 	//
@@ -3354,7 +3354,7 @@ type ClientWithResponsesInterface interface {
 	// (memory and redis backends; redlock waits without a queue).
 	//
 	// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
-	// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+	// that permit (`200`, same `fence`, TTL from now, never shortened), so a lost response is safe to
 	// retry with the same token. A `503` leaves the outcome unknown, as for locks:
 	// without `Lock-Token` the problem carries `token`, to retry or release with.
 	// On redlock a permit needs a majority of the nodes, like a lock.
@@ -3381,7 +3381,7 @@ type ClientWithResponsesInterface interface {
 	// (memory and redis backends; redlock waits without a queue).
 	//
 	// A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
-	// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+	// that permit (`200`, same `fence`, TTL from now, never shortened), so a lost response is safe to
 	// retry with the same token. A `503` leaves the outcome unknown, as for locks:
 	// without `Lock-Token` the problem carries `token`, to retry or release with.
 	// On redlock a permit needs a majority of the nodes, like a lock.
@@ -6111,7 +6111,7 @@ func (c *ClientWithResponses) ExtendLockWithResponse(ctx context.Context, key Ke
 // lock goes to the first waiter, so a `PUT` without a wait gets `409` too.
 //
 // A `PUT` with a `Lock-Token` that already holds the key is a success (`200`, the
-// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
+// same `fence`, the TTL `ttl_ms` from now, never shorter than the lease had left; `owner` stays the one given when
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
 //
@@ -6157,7 +6157,7 @@ func (c *ClientWithResponses) AcquireLockWithBodyWithResponse(ctx context.Contex
 // lock goes to the first waiter, so a `PUT` without a wait gets `409` too.
 //
 // A `PUT` with a `Lock-Token` that already holds the key is a success (`200`, the
-// same `fence`, the TTL reset to `ttl_ms` from now; `owner` stays the one given when
+// same `fence`, the TTL `ttl_ms` from now, never shorter than the lease had left; `owner` stays the one given when
 // the lock was taken), so a `PUT` whose response was lost is safe to retry with the
 // same token.
 //
@@ -6396,7 +6396,7 @@ func (c *ClientWithResponses) ExtendPermitWithResponse(ctx context.Context, key 
 // (memory and redis backends; redlock waits without a queue).
 //
 // A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
-// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+// that permit (`200`, same `fence`, TTL from now, never shortened), so a lost response is safe to
 // retry with the same token. A `503` leaves the outcome unknown, as for locks:
 // without `Lock-Token` the problem carries `token`, to retry or release with.
 // On redlock a permit needs a majority of the nodes, like a lock.
@@ -6429,7 +6429,7 @@ func (c *ClientWithResponses) AcquirePermitWithBodyWithResponse(ctx context.Cont
 // (memory and redis backends; redlock waits without a queue).
 //
 // A `PUT` with a `Lock-Token` that already holds a permit of the key re-grants
-// that permit (`200`, same `fence`, TTL reset), so a lost response is safe to
+// that permit (`200`, same `fence`, TTL from now, never shortened), so a lost response is safe to
 // retry with the same token. A `503` leaves the outcome unknown, as for locks:
 // without `Lock-Token` the problem carries `token`, to retry or release with.
 // On redlock a permit needs a majority of the nodes, like a lock.

@@ -33,6 +33,7 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
 	require.NoError(t, acquireScript.Load(ctx, rdb).Err())
 	require.NoError(t, releaseScript.Load(ctx, rdb).Err())
+	require.NoError(t, inspectScript.Load(ctx, rdb).Err())
 	base := redistest.UsedMemory(t, rdb)
 
 	const cycles, batch, rate = 200_000, 500, 12_500
@@ -58,11 +59,22 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 		}
 		_, err := pipe.Exec(ctx)
 		require.NoError(t, err, "acquires from cycle %d (used memory %d KiB)", first, redistest.UsedMemory(t, rdb)>>10)
-		releases := make([]*redis.Cmd, batch)
+		reads := make([]*redis.Cmd, batch)
 		pipe = rdb.Pipeline()
 		for i := range batch {
 			require.Equal(t, int64(acquireNew), acquires[i].Val().([]any)[0], "cycle %d granted", first+i)
-			k, a := releaseCall(keys[i], digests[i], publishAll, nil)
+			reads[i] = pipe.EvalSha(ctx, inspectScript.Hash(), []string{lockKey(keys[i])})
+		}
+		_, err = pipe.Exec(ctx)
+		require.NoError(t, err, "reads from cycle %d", first)
+		releases := make([]*redis.Cmd, batch)
+		pipe = rdb.Pipeline()
+		for i := range batch {
+			read := reads[i].Val().([]any)
+			v, err := parseLockValue(read[0])
+			require.NoError(t, err)
+			v.expiry = read[2].(int64)
+			k, a := releaseCall(keys[i], digests[i], publishAll, v)
 			releases[i] = pipe.EvalSha(ctx, releaseScript.Hash(), k, a...)
 		}
 		_, err = pipe.Exec(ctx)
@@ -115,7 +127,7 @@ func TestFenceCounterLifetime(t *testing.T) {
 	pttl, err := rdb.PTTL(ctx, fenceKey("k")).Result()
 	require.NoError(t, err)
 	assert.InDelta(t, time.Minute+FenceMargin, pttl, float64(100*time.Millisecond), "the counter outlives the lease by the margin")
-	require.NoError(t, nodeRelease(ctx, rdb, "k", digest, nil))
+	require.NoError(t, releaseAsRead(ctx, rdb, "k", digest))
 	pttl, err = rdb.PTTL(ctx, fenceKey("k")).Result()
 	require.NoError(t, err)
 	assert.LessOrEqual(t, pttl, FenceMargin, "released: the counter has the margin left")
@@ -128,8 +140,18 @@ func TestFenceCounterLifetime(t *testing.T) {
 	ahead := now.Add(3 * time.Second).UnixMicro()
 	digest, fence := grant("ahead", ahead)
 	require.Equal(t, ahead, fence)
-	require.NoError(t, nodeRelease(ctx, rdb, "ahead", digest, nil))
+	require.NoError(t, releaseAsRead(ctx, rdb, "ahead", digest))
 	time.Sleep(FenceMargin + 100*time.Millisecond)
 	_, next := grant("ahead", 0)
 	assert.Greater(t, next, fence, "the counter lived until Redis's clock passed the fence")
+}
+
+// releaseAsRead reads digest's lease and releases it as read, as Release
+// does.
+func releaseAsRead(ctx context.Context, rdb *redis.Client, key, digest string) error {
+	v, _, err := nodeInspect(ctx, rdb, key)
+	if err != nil {
+		return err
+	}
+	return nodeRelease(ctx, rdb, key, digest, v)
 }

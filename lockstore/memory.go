@@ -137,11 +137,10 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 		if l.digest != digest {
 			return Lease{}, head, &HeldError{Remaining: l.expires.At.Sub(now)}
 		}
-		m.move(l, now.Add(req.TTL))
-		l.length = req.TTL
-		m.changed(key)
-		lease := l.lease(req.Token)
+		lease := m.lengthen(l, req.TTL, now).lease(req.Token)
+		lease.ExpiresAt = now.Add(req.TTL)
 		lease.Renewed = true
+		m.changed(key)
 		return lease, head, nil
 	}
 	if len(q) > 0 && !head { // free, but promised to the first waiter
@@ -272,10 +271,22 @@ func (m *Memory) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	if ttl == 0 {
 		ttl = l.length
 	}
-	l.length = ttl
-	m.move(l, now.Add(ttl))
+	lease := m.lengthen(l, ttl, now).lease(token)
+	lease.ExpiresAt = now.Add(ttl)
 	m.changed(key)
-	return l.lease(token), nil
+	return lease, nil
+}
+
+// lengthen is a renewal's or an extend's write: the lease's expiry moves to
+// now+ttl, or stays where it is when that is later. A lease is never
+// shortened, on any backend (docs/safety.md, "Late writes on redis", rule
+// V1); the holder is told now+ttl, the least it holds.
+func (m *Memory) lengthen(l *memLock, ttl time.Duration, now time.Time) *memLock {
+	l.length = ttl
+	if at := now.Add(ttl); at.After(l.expires.At) {
+		m.move(l, at)
+	}
+	return l
 }
 
 // Release implements Store.

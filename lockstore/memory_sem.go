@@ -121,11 +121,10 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 		return Permit{}, head, &LimitMismatchError{Limit: s.limit, Remaining: s.latest(now)}
 	}
 	if p, ok := s.permits[digest]; ok {
-		ss.expiry.Move(p.expires, now.Add(req.TTL))
-		p.length = req.TTL
-		ss.signals.notify(key)
-		out := p.permit(key, req.Token, s.limit)
+		out := ss.lengthen(p, req.TTL, now).permit(key, req.Token, s.limit)
+		out.ExpiresAt = now.Add(req.TTL)
 		out.Renewed = true
+		ss.signals.notify(key)
 		return out, head, nil
 	}
 	free := req.Limit - len(s.permits)
@@ -273,10 +272,10 @@ func (m *Memory) SemExtend(ctx context.Context, key, token string, ttl time.Dura
 	if ttl == 0 {
 		ttl = p.length
 	}
-	p.length = ttl
-	ss.expiry.Move(p.expires, now.Add(ttl))
+	out := ss.lengthen(p, ttl, now).permit(key, token, s.limit)
+	out.ExpiresAt = now.Add(ttl)
 	ss.signals.notify(key)
-	return p.permit(key, token, s.limit), nil
+	return out, nil
 }
 
 // SemRelease implements Semaphores.
@@ -339,4 +338,14 @@ func sortHolders(hs []Permit) {
 func (p *memPermit) permit(key, token string, limit int) Permit {
 	return Permit{Key: key, Token: token, Owner: p.owner, Limit: limit, Fence: p.fence,
 		Granted: p.length, ExpiresAt: p.expires.At}
+}
+
+// lengthen is a permit's renewal or extend: as a lock's (Memory.lengthen),
+// it never shortens the permit.
+func (ss *memSems) lengthen(p *memPermit, ttl time.Duration, now time.Time) *memPermit {
+	p.length = ttl
+	if at := now.Add(ttl); at.After(p.expires.At) {
+		ss.expiry.Move(p.expires, at)
+	}
+	return p
 }

@@ -187,32 +187,56 @@ func (s *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration
 	return Lease{}, errRecount
 }
 
-// Release implements Store.
+// Release implements Store, in two steps (docs/safety.md, "Late writes on
+// redis", rule V2): it reads the lease, then deletes it only as read, its
+// value and expiry unchanged. A release that lands late, after later
+// requests of the token were answered, so finds the lease changed and
+// deletes nothing.
 func (s *Redis) Release(ctx context.Context, key, token string) error {
 	if err := checkToken(key, token, MinTTL); err != nil {
 		return err
 	}
-	if s.onCluster() {
-		return s.clusterRelease(ctx, key, token)
+	digest := digestHex(token)
+	v, _, err := nodeInspect(ctx, s.client, key)
+	if err != nil {
+		return err
 	}
-	holder := escapeUser(userHint(ctx))
-	for range recountTries {
-		keys, args := releaseCall(key, digestHex(token), s.publish, nil)
-		reply, err := releaseScript.Run(ctx, s.client, quotaKeys(keys, holder), args...).Result()
+	for range releaseReads {
+		if v.digest != digest {
+			return ErrTokenMismatch
+		}
+		// The value names the user the lock counts against, and the
+		// delete happens only if the value is still v: on a single Redis
+		// the script takes it out of that user's set; on a Cluster, where
+		// the set lives in another slot, the caller does.
+		keys, args := releaseCall(key, digest, s.publish, v)
+		if !s.onCluster() {
+			keys = quotaKeys(keys, v.user)
+		}
+		reply, err := releaseScript.Run(ctx, s.client, keys, args...).Result()
 		if err != nil {
 			return redisErr(err)
 		}
-		if list, ok := reply.([]any); ok {
-			if user, ok := elsewhere(list, -3); ok {
-				holder = user
-				continue
+		if list, ok := reply.([]any); ok && len(list) == 2 && list[0] == int64(1) {
+			if user, ok := list[1].(string); ok && user != "" {
+				s.uncount(quotaKey(user), quotaMember(key, digest))
 			}
+			return nil
 		}
 		code, _ := reply.(int64)
-		return releaseCode(code)
+		if err := releaseCode(code); !errors.Is(err, errMoved) {
+			return err
+		}
+		if v, _, err = nodeInspect(ctx, s.client, key); err != nil {
+			return err
+		}
 	}
-	return errRecount
+	return fmt.Errorf("%w: the lease kept changing while it was released (a renewal or an extend of the same token at the same time); release again", ErrUnavailable)
 }
+
+// releaseReads bounds how often a release reads a lease that requests of
+// the same token keep changing under it.
+const releaseReads = 3
 
 // recountTries bounds the calls an operation makes to find the quota set
 // of the user its lock counts against: the hint, then the user the lock
@@ -455,15 +479,15 @@ func extendReply(reply []any) (lockValue, error) {
 	return lockValue{}, fmt.Errorf("lockstore: extend script replied %v", reply)
 }
 
-// errMoved is a Redlock node's answer to a release of the value it read
-// when an acquire round took the token's lease over since. It never leaves
-// the package.
-var errMoved = errors.New("lockstore: the lease was taken over by another attempt")
+// errMoved is release.lua's answer when the lease is no longer as the
+// caller read it: a write of the same token changed it since. It never
+// leaves the package.
+var errMoved = errors.New("lockstore: the lease changed since it was read")
 
-// nodeRelease deletes digest's lease. With attempt non-nil (Redlock) it
-// deletes it only if the value still carries that attempt field.
-func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string, attempt *string) error {
-	keys, args := releaseCall(key, digest, publishAll, attempt)
+// nodeRelease deletes digest's lease on a Redlock node if it is still as
+// read (v).
+func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string, v lockValue) error {
+	keys, args := releaseCall(key, digest, publishAll, v)
 	code, err := releaseScript.Run(ctx, c, keys, args...).Int64()
 	if err != nil {
 		return redisErr(err)
@@ -485,12 +509,10 @@ func releaseCode(code int64) error {
 	return fmt.Errorf("lockstore: release script replied %d", code)
 }
 
-// releaseCall is release.lua's KEYS and ARGV for key.
-func releaseCall(key, digest, publish string, attempt *string) (keys []string, args []any) {
-	args = []any{digest, channel(key), FenceMargin.Milliseconds(), publish}
-	if attempt != nil {
-		args = append(args, *attempt)
-	}
+// releaseCall is release.lua's KEYS and ARGV for key, to delete the lease
+// as read (v, from nodeInspect).
+func releaseCall(key, digest, publish string, v lockValue) (keys []string, args []any) {
+	args = []any{digest, channel(key), FenceMargin.Milliseconds(), publish, v.raw, v.expiry}
 	return []string{lockKey(key), queueKey(key), fenceKey(key)}, args
 }
 
@@ -502,11 +524,12 @@ func nodeInspect(ctx context.Context, c redis.Scripter, key string) (lockValue, 
 	if len(reply) == 0 {
 		return lockValue{}, 0, ErrNotHeld
 	}
-	if len(reply) != 2 {
+	if len(reply) != 3 {
 		return lockValue{}, 0, fmt.Errorf("lockstore: inspect script replied %v", reply)
 	}
 	v, err := parseLockValue(reply[0])
 	pttl, _ := reply[1].(int64)
+	v.expiry, _ = reply[2].(int64)
 	return v, pttlDuration(pttl), err
 }
 
@@ -546,6 +569,7 @@ func digestHex(token string) string {
 // user's quota) or "<digest>:<attempt>:<fence>:<owner>" (Redlock, the
 // attempt field starting with "~"; see acquire.lua).
 type lockValue struct {
+	raw     string // the value as stored
 	digest  string
 	attempt string // Redlock's attempt field; "" in Redis's values
 	fence   int64
@@ -555,6 +579,10 @@ type lockValue struct {
 	// length is the lease's length as last granted or extended, from the
 	// fence field's "+<ms>"; 0 in a value written by an older gateway.
 	length time.Duration
+	// expiry is when the lease expires, Unix ms by the node's clock, as
+	// nodeInspect read it with the value (0 otherwise): with raw, what a
+	// release deletes (release.lua).
+	expiry int64
 }
 
 func parseLockValue(reply any) (lockValue, error) {
@@ -580,7 +608,7 @@ func parseLockValue(reply any) (lockValue, error) {
 	if !ok1 || !ok2 || err != nil || len(digest) != 64 {
 		return lockValue{}, fmt.Errorf("lockstore: malformed lock value %q", redactDigest(s))
 	}
-	return lockValue{digest: digest, attempt: attempt, user: user, fence: f, owner: owner, length: time.Duration(ms) * time.Millisecond}, nil
+	return lockValue{raw: s, digest: digest, attempt: attempt, user: user, fence: f, owner: owner, length: time.Duration(ms) * time.Millisecond}, nil
 }
 
 func (v lockValue) lease(key, token string, ttl time.Duration, start time.Time) Lease {

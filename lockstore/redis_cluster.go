@@ -149,24 +149,6 @@ func (s *Redis) clusterExtend(ctx context.Context, key, token string, ttl time.D
 	return v.lease(key, token, ttl, start), nil
 }
 
-// clusterRelease is Release on a Cluster: see above.
-func (s *Redis) clusterRelease(ctx context.Context, key, token string) error {
-	digest := digestHex(token)
-	keys, args := releaseCall(key, digest, s.publish, nil)
-	reply, err := releaseScript.Run(ctx, s.client, keys, args...).Result()
-	if err != nil {
-		return redisErr(err)
-	}
-	if list, ok := reply.([]any); ok && len(list) == 2 && list[0] == int64(1) {
-		if user, ok := list[1].(string); ok && user != "" {
-			s.uncount(quotaKey(user), quotaMember(key, digest))
-		}
-		return nil
-	}
-	code, _ := reply.(int64)
-	return releaseCode(code)
-}
-
 // moveCount sets when a counted lock stops counting: ttl from now. A lock
 // its set no longer counts is left uncounted. A failure leaves the old
 // time, which is all a failed step may cost (see above).

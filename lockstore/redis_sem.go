@@ -35,6 +35,10 @@ var (
 	semReleaseLua    string
 	semReleaseScript = redis.NewScript(semCommonLua + semReleaseLua)
 
+	//go:embed lua/sem_read.lua
+	semReadLua    string
+	semReadScript = redis.NewScript(semCommonLua + semReadLua)
+
 	//go:embed lua/sem_inspect.lua
 	semInspectLua    string
 	semInspectScript = redis.NewScript(semCommonLua + semInspectLua)
@@ -231,7 +235,7 @@ func (s *Redis) SemRelease(ctx context.Context, key, token string) error {
 	if err := checkToken(key, token, MinTTL); err != nil {
 		return err
 	}
-	return nodeSemRelease(ctx, s.client, key, digestHex(token), s.publish, nil)
+	return nodeSemReleaseAsRead(ctx, s.client, key, digestHex(token), s.publish)
 }
 
 // SemInspect implements Semaphores.
@@ -387,13 +391,48 @@ func nodeSemExtend(ctx context.Context, c redis.Scripter, key, digest string, tt
 	return semValue{}, fmt.Errorf("lockstore: sem_extend script replied %v", reply)
 }
 
-// nodeSemRelease deletes digest's permit; with field non-nil (Redlock),
-// only if its attempt field is still *field.
-func nodeSemRelease(ctx context.Context, c redis.Scripter, key, digest, publish string, field *string) error {
-	args := []any{digest, semChannel(key), cmp.Or(publish, publishAll)}
-	if field != nil {
-		args = append(args, *field)
+// nodeSemReleaseAsRead releases digest's permit on one node in two steps,
+// as Redis.Release does a lock's (docs/safety.md, "Late writes on redis",
+// rule V2): it reads the permit, then deletes it only as read. When a
+// write of the same token changed it in between, it reads again, a few
+// times.
+func nodeSemReleaseAsRead(ctx context.Context, c redis.Scripter, key, digest, publish string) error {
+	for range releaseReads {
+		v, err := nodeSemRead(ctx, c, key, digest)
+		if err != nil {
+			return err
+		}
+		if err := nodeSemRelease(ctx, c, key, digest, publish, v); !errors.Is(err, errMoved) {
+			return err
+		}
 	}
+	return fmt.Errorf("%w: the permit kept changing while it was released (a renewal or an extend of the same token at the same time); release again", ErrUnavailable)
+}
+
+// nodeSemRead reads digest's permit on one node (sem_read.lua).
+func nodeSemRead(ctx context.Context, c redis.Scripter, key, digest string) (semValue, error) {
+	reply, err := semReadScript.Run(ctx, c, []string{semPermitsKey(key), semExpiryKey(key)}, digest).Slice()
+	if err != nil {
+		return semValue{}, redisErr(err)
+	}
+	if len(reply) == 2 {
+		slot, _ := reply[1].(int64)
+		return parseSemValue(int(slot), reply[0])
+	}
+	if len(reply) == 1 {
+		switch reply[0] {
+		case int64(0):
+			return semValue{}, ErrNotHeld
+		case int64(-1):
+			return semValue{}, ErrTokenMismatch
+		}
+	}
+	return semValue{}, fmt.Errorf("lockstore: sem_read script replied %v", reply)
+}
+
+// nodeSemRelease deletes digest's permit if it is still v, as read.
+func nodeSemRelease(ctx context.Context, c redis.Scripter, key, digest, publish string, v semValue) error {
+	args := []any{digest, semChannel(key), cmp.Or(publish, publishAll), v.raw}
 	code, err := semReleaseScript.Run(ctx, c, []string{semPermitsKey(key), semExpiryKey(key), semQueueKey(key)}, args...).Int64()
 	if err != nil {
 		return redisErr(err)

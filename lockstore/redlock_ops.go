@@ -425,7 +425,7 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 		held[i] = v.err == nil
 	}
 	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
-		return struct{}{}, releaseRead(ctx, n.batch, key, digest, reads[i].val.attempt)
+		return struct{}{}, releaseRead(ctx, n.batch, key, digest, reads[i].val)
 	})
 	deleted := 0
 	for _, v := range dels {
@@ -442,25 +442,24 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 	return fmt.Errorf("%w: redlock released the lease on %d of %d nodes; a majority of %d is needed", ErrUnavailable, deleted, len(r.nodes), r.quorum)
 }
 
-// releaseRead deletes digest's lease on one node if its attempt field is
-// still attempt. When an acquire round of the same token took the lease
-// over in between, it reads again and deletes what it finds, a few times:
+// releaseRead deletes digest's lease on one node if it is still as read
+// (v: its value, attempt field included, and its expiry). When an acquire
+// round of the same token took the lease over in between, or a renewal or
+// extend moved it, it reads again and deletes what it finds, a few times:
 // the token holds a majority, and a release concurrent with an acquire of
 // the same token may take either order.
-func releaseRead(ctx context.Context, c redis.Scripter, key, digest, attempt string) error {
-	for range 3 {
-		err := nodeRelease(ctx, c, key, digest, &attempt)
+func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v lockValue) error {
+	for range releaseReads {
+		err := nodeRelease(ctx, c, key, digest, v)
 		if !errors.Is(err, errMoved) {
 			return err
 		}
-		v, _, err := nodeInspect(ctx, c, key)
-		if err != nil {
+		if v, _, err = nodeInspect(ctx, c, key); err != nil {
 			return err
 		}
 		if v.digest != digest {
 			return ErrTokenMismatch
 		}
-		attempt = v.attempt
 	}
 	return errMoved
 }

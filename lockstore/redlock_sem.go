@@ -430,7 +430,7 @@ func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
 	}
 	digest := digestHex(token)
 	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (semValue, error) {
-		return semRead(ctx, n, key, digest)
+		return nodeSemRead(ctx, n.client, key, digest)
 	})
 	t := tallyOwned(reads)
 	switch {
@@ -448,17 +448,15 @@ func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
 		held[i] = v.err == nil
 	}
 	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
-		field := reads[i].val.field
-		for range 3 {
-			err := nodeSemRelease(ctx, n.client, key, digest, publishAll, &field)
+		v := reads[i].val
+		for range releaseReads {
+			err := nodeSemRelease(ctx, n.client, key, digest, publishAll, v)
 			if !errors.Is(err, errMoved) {
 				return struct{}{}, err
 			}
-			v, err := semRead(ctx, n, key, digest)
-			if err != nil {
+			if v, err = nodeSemRead(ctx, n.client, key, digest); err != nil {
 				return struct{}{}, err
 			}
-			field = v.field
 		}
 		return struct{}{}, errMoved
 	})
@@ -475,21 +473,6 @@ func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return fmt.Errorf("%w: redlock released the permit on %d of %d nodes; a majority of %d is needed", ErrUnavailable, deleted, len(r.nodes), r.quorum)
-}
-
-// semRead is digest's permit on one node: ErrNotHeld when the node holds
-// none at all, ErrTokenMismatch when it holds others only.
-func semRead(ctx context.Context, n *redlockNode, key, digest string) (semValue, error) {
-	_, vs, err := nodeSemInspect(ctx, n.client, key)
-	if err != nil {
-		return semValue{}, err
-	}
-	for _, v := range vs {
-		if v.digest == digest {
-			return v, nil
-		}
-	}
-	return semValue{}, ErrTokenMismatch
 }
 
 // SemInspect implements Semaphores: the permits held on a majority of the

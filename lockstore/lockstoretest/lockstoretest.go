@@ -28,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) lockstore.Store) {
 		{"AcquireSameTokenRenews", testSameToken},
 		{"Extend", testExtend},
 		{"ExtendWithoutTTLKeepsTheLeaseLength", testExtendOwnLength},
+		{"ExtendNeverShortens", testExtendNeverShortens},
 		{"ExtendAfterExpiryFails", testExtendAfterExpiry},
 		{"ExtendByStrangerFails", testExtendByStranger},
 		{"Release", testRelease},
@@ -164,6 +165,31 @@ func testExtendOwnLength(t *testing.T, s lockstore.Store, key string) {
 
 	_, err = s.Extend(ctx(t), key, lockstore.NewToken(), 0)
 	require.ErrorIs(t, err, lockstore.ErrTokenMismatch)
+}
+
+// An extend or a renewal asking for less time than the lease has left
+// does not shorten it: the holder is told the shorter time, the least it
+// holds, and the lease keeps its later expiry (docs/safety.md, "Late
+// writes on redis", rule V1: an extend that lands late must not cut a
+// lease a later extend was answered for).
+func testExtendNeverShortens(t *testing.T, s lockstore.Store, key string) {
+	l := acquire(t, s, key, 10*time.Second)
+	ext, err := s.Extend(ctx(t), key, l.Token, 100*time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, 100*time.Millisecond, ext.Granted)
+	assert.False(t, ext.ExpiresAt.After(time.Now().Add(100*time.Millisecond)), "the holder is told the time it asked for, no more")
+	renewed, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: l.Token, TTL: 100 * time.Millisecond})
+	require.NoError(t, err)
+	assert.True(t, renewed.Renewed)
+	assert.Equal(t, l.Fence, renewed.Fence)
+
+	time.Sleep(300 * time.Millisecond)
+	got, err := s.Inspect(ctx(t), key)
+	require.NoError(t, err, "the lease kept its later expiry")
+	assert.Equal(t, l.Fence, got.Fence)
+	assert.Greater(t, got.Left, 8*time.Second)
+	_, err = s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.ErrorIs(t, err, lockstore.ErrHeld)
 }
 
 func testExtendAfterExpiry(t *testing.T, s lockstore.Store, key string) {

@@ -171,10 +171,16 @@ func testQuotaExtend(t *testing.T, a, b lockstore.Store, key, user string) {
 	capErr := requireOverQuota(t, err, 1)
 	assert.Greater(t, capErr.Next, 9*time.Second, "the count follows the extended expiry")
 
-	// An extend that shortens the lease frees the place sooner too.
+	// An extend asking for less time than is left does not shorten the
+	// lease (docs/safety.md, "Late writes on redis", rule V1), and the
+	// count keeps following the lease; a release frees the place.
 	_, err = a.Extend(ctx(t), l.Key, l.Token, 50*time.Millisecond)
 	require.NoError(t, err)
 	time.Sleep(150 * time.Millisecond)
+	_, err = take(ctx(t), a, key+"/next", user, 1, time.Second)
+	capErr = requireOverQuota(t, err, 1)
+	assert.Greater(t, capErr.Next, 8*time.Second, "the lease kept its later expiry")
+	require.NoError(t, a.Release(ctx(t), l.Key, l.Token))
 	_, err = take(ctx(t), a, key+"/next", user, 1, time.Second)
 	require.NoError(t, err)
 }

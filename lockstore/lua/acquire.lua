@@ -114,12 +114,12 @@ local function counted_user(value)
   end
   return string.match(value, '^[^:]*:%^([^:]*):')
 end
--- Counts the lock in set until now + ttl; the set lives as long as its
--- last lock.
-local function count(set, now)
-  redis.call('ZADD', set, string.format('%.0f', now + ttl), KEYS[1])
-  if redis.call('PTTL', set) < ttl then
-    redis.call('PEXPIRE', set, ttl)
+-- Counts the lock in set until it expires (at ms, Redis TIME); the set
+-- lives as long as its last lock.
+local function count(set, at, now)
+  redis.call('ZADD', set, string.format('%.0f', at), KEYS[1])
+  if redis.call('PTTL', set) < at - now then
+    redis.call('PEXPIRE', set, at - now)
   end
 end
 -- with_length is value with the length in its fence field ("<fence>" or
@@ -152,19 +152,21 @@ local function raise_horizon(ms)
   end
 end
 
--- reset_ttl sets the lock's TTL to ms and makes sure its expiry moves, by
--- a millisecond if need be: a new grant that too few replicas acknowledged
--- is taken back only while its expiry is unchanged (unwait.lua), so a
--- renewal or extend by the same token, which may be answered 200, must
--- never leave it where the grant put it, even in the same millisecond with
--- the same TTL. PEXPIRETIME is Redis 7; an older Redis skips the check
--- (WAIT's take-back needs Redis 7 anyway).
-local function reset_ttl(key, ms)
-  local before = redis.pcall('PEXPIRETIME', key)
+-- lengthen moves key's expiry to max(expiry + 1 ms, now + ms) and returns
+-- it (Unix ms): a renewal never shortens a lease, and always moves its
+-- expiry forward, so a lease's value and expiry never repeat. A late
+-- renewal cannot cut a lease an extend answered since, and a release or a
+-- WAIT take-back that read the lease before a renewal finds it changed
+-- (docs/safety.md, "Late writes on redis", rule V1). Redis 7.
+local function lengthen(key, ms)
+  local before = redis.call('PEXPIRETIME', key)
   redis.call('PEXPIRE', key, ms)
-  if type(before) == 'number' and redis.call('PEXPIRETIME', key) == before then
-    redis.call('PEXPIRE', key, tonumber(ms) + 1)
+  local after = redis.call('PEXPIRETIME', key)
+  if after <= before then
+    redis.call('PEXPIREAT', key, before + 1)
+    after = before + 1
   end
+  return after
 end
 
 -- dequeue takes a granted waiter's ticket out of the queue (and its
@@ -196,9 +198,9 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
         value = cur
       end
     end
-    reset_ttl(KEYS[1], ARGV[2])
+    local at = lengthen(KEYS[1], ARGV[2])
     if user and not apart then
-      count(KEYS[6], clock_ms())
+      count(KEYS[6], at, clock_ms())
     end
     redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)
     return {2, value}
@@ -326,7 +328,7 @@ redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
 if cap > 0 and not apart then
   -- Forget the user's expired locks, then count this one.
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. now_s)
-  count(KEYS[5], now_ms)
+  count(KEYS[5], now_ms + ttl, now_ms)
 end
 if waiter ~= '' then
   dequeue(waiter)

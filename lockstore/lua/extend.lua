@@ -6,7 +6,8 @@
 --          "lockgw:{quota:<user>}:locks" (see acquire.lua, "Counting"); the
 --          lock's score there moves too
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
--- ARGV[2]  new TTL in milliseconds, counted from now; "0" for the lease's
+-- ARGV[2]  new TTL in milliseconds, counted from now (on Redis the lease
+--          is never shortened: see lengthen below); "0" for the lease's
 --          own length, the one it was last granted or extended with (the
 --          "+<ms>" of the value's fence field), which the value keeps
 -- ARGV[3]  Redlock only (absent for Redis): "1" to only ever lengthen the
@@ -30,19 +31,21 @@
 --               an older gateway): nothing changed; name a TTL
 --
 -- PEXPIRE only touches a key that exists, so an expired lock stays expired.
--- reset_ttl sets the lock's TTL to ms and makes sure its expiry moves, by
--- a millisecond if need be: a new grant that too few replicas acknowledged
--- is taken back only while its expiry is unchanged (unwait.lua), so a
--- renewal or extend by the same token, which may be answered 200, must
--- never leave it where the grant put it, even in the same millisecond with
--- the same TTL. PEXPIRETIME is Redis 7; an older Redis skips the check
--- (WAIT's take-back needs Redis 7 anyway).
-local function reset_ttl(key, ms)
-  local before = redis.pcall('PEXPIRETIME', key)
+-- On Redis an extend moves the expiry to max(expiry + 1 ms, now + ttl)
+-- (lengthen, as in acquire.lua): it never shortens a lease, so one that
+-- lands late cannot cut a lease a later extend was answered for, and it
+-- always moves the expiry, so a release or a WAIT take-back that read the
+-- lease before it finds it changed (docs/safety.md, "Late writes on
+-- redis", rule V1). Redis 7.
+local function lengthen(key, ms)
+  local before = redis.call('PEXPIRETIME', key)
   redis.call('PEXPIRE', key, ms)
-  if type(before) == 'number' and redis.call('PEXPIRETIME', key) == before then
-    redis.call('PEXPIRE', key, tonumber(ms) + 1)
+  local after = redis.call('PEXPIRETIME', key)
+  if after <= before then
+    redis.call('PEXPIREAT', key, before + 1)
+    after = before + 1
   end
+  return after
 end
 
 local cur = redis.call('GET', KEYS[1])
@@ -94,17 +97,18 @@ if value ~= cur then
     value = cur
   end
 end
+local at = nil
 if not redlock then
-  reset_ttl(KEYS[1], ms)
+  at = lengthen(KEYS[1], ms)
 elseif redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ms)
 end
 if user then
   local t = redis.call('TIME')
-  local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl
+  local left = at - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   redis.call('ZADD', KEYS[2], string.format('%.0f', at), KEYS[1])
-  if redis.call('PTTL', KEYS[2]) < ttl then
-    redis.call('PEXPIRE', KEYS[2], ttl)
+  if redis.call('PTTL', KEYS[2]) < left then
+    redis.call('PEXPIRE', KEYS[2], left)
   end
 end
 -- Tell watchers (watch.go) the lease moved, on the key's channel

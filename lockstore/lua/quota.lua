@@ -9,7 +9,8 @@
 --          has passed do not count
 -- ARGV[1]  "reserve": count a lock about to be taken, if the cap allows;
 --          "move": set when a counted lock stops counting (an extend or a
---          renewal reset its TTL)
+--          renewal moved its expiry; only ever later, as the lease's
+--          own: a lease is never shortened)
 -- ARGV[2]  the member
 -- ARGV[3]  milliseconds from now until the member stops counting: the
 --          lease's TTL
@@ -18,7 +19,8 @@
 -- Returns
 --   reserve: {1}      counted (a new member)
 --            {2}      already counted (the same token's lock: a renewal or
---                     a retry); its time moved to ARGV[3] from now
+--                     a retry); its time moved to ARGV[3] from now, if
+--                     that is later
 --            {4, ms}  not counted: the user has ARGV[4] live locks; the
 --                     earliest stops counting in ms
 --   move:    1 moved, 0 not counted (absent, or its time has passed: a
@@ -38,12 +40,12 @@ if ARGV[1] == 'move' then
   if score < now then
     return 0
   end
-  redis.call('ZADD', KEYS[1], at, ARGV[2])
+  redis.call('ZADD', KEYS[1], 'GT', at, ARGV[2])
   keep()
   return 1
 end
 if score >= now then
-  redis.call('ZADD', KEYS[1], at, ARGV[2])
+  redis.call('ZADD', KEYS[1], 'GT', at, ARGV[2])
   keep()
   return {2}
 end

@@ -14,18 +14,24 @@
 -- ARGV[4]  how to tell the next waiter: "PUBLISH", or "SPUBLISH" on a Redis
 --          Cluster (sharded pub/sub, Redis 7: the notification stays on
 --          this key's shard; ARGV[2] shares the lock's hash tag)
--- ARGV[5]  Redlock only (absent for Redis): the attempt field the value must
---          carry (see acquire.lua; "" for a value without one), as Release
---          read it a moment before. Any acquire round that takes the lease
---          over changes the field, so a delete that lands late cannot
---          remove a later grant to the same token.
+-- ARGV[5]  the lock's value as the caller read it a moment before
+--          (inspect.lua)
+-- ARGV[6]  the lock's expiry as read with it, Unix ms (PEXPIRETIME)
+--
+-- A release deletes only the lease it read: the same value and the same
+-- expiry. Every write to a lease changes one of them and no pair comes
+-- back (a renewal or extend moves the expiry forward, a new grant has a
+-- new fence; on Redlock an acquire round that takes the lease over
+-- changes its attempt field), so a release that lands late, after later
+-- requests were answered, deletes nothing they wrote (docs/safety.md,
+-- "Late writes on redis", rule V2, and Lemma 1 for Redlock).
 --
 -- Returns
 --   1   released
 --   0   not held (never taken, released, or expired)
 --   -1  held by another digest; left as it is
---   -2  held by the same digest, but its attempt field is no longer ARGV[5]
---       (an acquire round took it over since); left as it is
+--   -2  held by the same digest, but not as read (ARGV[5], ARGV[6]): a
+--       write changed it since; left as it is (read again)
 --   {-3, user}  the lock counts against user, whose set is not KEYS[4] (or
 --       none was passed); left as it is: call again with that user's set
 --   {1, user}  on a Cluster (ARGV[4] "SPUBLISH"), where a quota set lives in
@@ -51,14 +57,8 @@ if string.sub(cur, 66, 66) == '^' then
     return {-3, user}
   end
 end
-if ARGV[5] then
-  local field = ''
-  if string.sub(cur, 66, 66) == '~' then
-    field = string.match(string.sub(cur, 66), '^([^:]*):')
-  end
-  if field ~= ARGV[5] then
-    return -2
-  end
+if cur ~= ARGV[5] or redis.call('PEXPIRETIME', KEYS[1]) ~= tonumber(ARGV[6]) then
+  return -2
 end
 redis.call('DEL', KEYS[1])
 if user and not apart then

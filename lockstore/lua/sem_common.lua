@@ -126,16 +126,15 @@ local function drop(hash, zset, slot, digest)
   end
 end
 
--- moved is a Redis renewal's or extend's new expiry exp (now + ttl), a
--- millisecond later when it equals the permit's expiry before: every
--- write by the token after a grant changes the slot's value, even in the
--- grant's millisecond with its TTL, which is how sem_unwait.lua tells the
--- grant as it left it from a permit renewed or extended since.
+-- moved is a Redis renewal's or extend's new expiry: exp (now + ttl), or
+-- a millisecond past the permit's expiry before when that is as late. A
+-- permit is never shortened, so one that lands late cannot cut a permit a
+-- later extend was answered for; and every write by the token changes the
+-- slot's value, which carries the expiry, so a release (sem_release.lua)
+-- or a WAIT take-back (sem_unwait.lua) that read the permit before finds
+-- it changed (docs/safety.md, "Late writes on redis", rule V1).
 local function moved(before, exp)
-  if exp == before then
-    return exp + 1
-  end
-  return exp
+  return math.max(before + 1, exp)
 end
 
 -- first and last: ms until the first and the last permit expires.

@@ -3,12 +3,13 @@
 -- KEYS[1]  the permits hash   KEYS[2]  the expiry set   KEYS[3]  the wait queue
 -- ARGV[1]  SHA-256 of the token
 -- ARGV[2]  the notification channel  ARGV[3]  PUBLISH or SPUBLISH
--- ARGV[4]  Redlock only: the attempt field the caller read; the permit is
---          deleted only if it still carries it (see release.lua)
+-- ARGV[4]  the permit's value as the caller read it (sem_read.lua); the
+--          permit is deleted only if it still is that value, which carries
+--          its expiry and (Redlock) its attempt field: a release that lands
+--          late deletes nothing a later request wrote (see release.lua)
 --
 -- Returns 1 released; 0 no permit held at all; -1 permits held, none the
--- caller's; -2 (Redlock) the permit's attempt field changed since it was
--- read: nothing changed.
+-- caller's; -2 the permit changed since it was read: nothing changed.
 local now = clock()
 if open(KEYS[1], KEYS[2], now) == 0 then
   return 0
@@ -17,7 +18,7 @@ local slot, p = mine(KEYS[1], ARGV[1])
 if not slot then
   return -1
 end
-if ARGV[4] and p.field ~= ARGV[4] then
+if p.value ~= ARGV[4] then
   return -2
 end
 drop(KEYS[1], KEYS[2], slot, p.digest)

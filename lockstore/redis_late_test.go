@@ -1,0 +1,143 @@
+package lockstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// lateGateway is a Redis store whose path to Redis can turn slow: every
+// byte it sends from then on reaches Redis late seconds after it was sent,
+// long after the call gave up (a retransmission on an established
+// connection). It is the "slow gateway" of docs/safety.md, "Late writes on
+// redis".
+type lateGateway struct {
+	*lockstore.Redis
+	proxy *redistest.Proxy
+	late  time.Duration
+}
+
+func newLateGateway(t *testing.T, srv *redistest.Server, late time.Duration) *lateGateway {
+	t.Helper()
+	p := redistest.NewProxy(t, srv.Addr(), 0)
+	s := lockstore.NewRedis(redis.NewClient(&redis.Options{
+		Addr: p.Addr(), MaxRetries: -1, PoolSize: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		ContextTimeoutEnabled: true,
+	}))
+	t.Cleanup(func() { _ = s.Close() })
+	return &lateGateway{Redis: s, proxy: p, late: late}
+}
+
+// giveUp runs op with the path slow, so that op's calls time out and its
+// scripts land later; it checks that op failed as unavailable ("outcome
+// unknown": the 503 a client would see).
+func (g *lateGateway) giveUp(t *testing.T, op func(ctx context.Context) error) {
+	t.Helper()
+	// Open the connection (and load the scripts on Redis) while the path
+	// is fast, so only op's own bytes are late.
+	require.NoError(t, g.Ping(context.Background()))
+	g.proxy.SetDelay(g.late)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	err := op(ctx)
+	cancel()
+	require.ErrorIs(t, err, lockstore.ErrUnavailable, "the slow gateway gives up")
+}
+
+// TestRedisLateWrites stages the three holes of docs/safety.md, "Late
+// writes on redis": a write the gateway gave up on lands after later
+// requests were answered, and must not undo them.
+func TestRedisLateWrites(t *testing.T) {
+	const late = 1500 * time.Millisecond
+	srv := redistest.Start(t)
+	ctx := context.Background()
+
+	t.Run("extend does not shorten a later answer", func(t *testing.T) {
+		slow, fast := newLateGateway(t, srv, late), newRedisStore(t, srv)
+		l, err := fast.Acquire(ctx, "late/extend", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
+		require.NoError(t, err)
+		slow.giveUp(t, func(ctx context.Context) error {
+			_, err := slow.Extend(ctx, l.Key, l.Token, 300*time.Millisecond)
+			return err
+		})
+		extended, err := fast.Extend(ctx, l.Key, l.Token, 30*time.Second)
+		require.NoError(t, err)
+
+		time.Sleep(late + 800*time.Millisecond) // the late extend landed, and 300 ms more passed
+		_, err = fast.Acquire(ctx, l.Key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		require.ErrorIs(t, err, lockstore.ErrHeld, "another client took the key while the holder was told it holds it until %v", extended.ExpiresAt)
+	})
+
+	t.Run("release does not remove a later grant", func(t *testing.T) {
+		slow, fast := newLateGateway(t, srv, late), newRedisStore(t, srv)
+		token := lockstore.NewToken()
+		l, err := fast.Acquire(ctx, "late/release", lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second})
+		require.NoError(t, err)
+		// The slow gateway's release may give up at its read or at its
+		// delete; either must be harmless.
+		slow.giveUp(t, func(ctx context.Context) error { return slow.Release(ctx, l.Key, token) })
+		require.NoError(t, fast.Release(ctx, l.Key, token))
+		again, err := fast.Acquire(ctx, l.Key, lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second})
+		require.NoError(t, err)
+		assert.False(t, again.Renewed, "a new grant")
+
+		time.Sleep(late + 300*time.Millisecond)
+		_, err = fast.Acquire(ctx, l.Key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		require.ErrorIs(t, err, lockstore.ErrHeld, "the late release removed the grant answered after it")
+	})
+
+	t.Run("release does not remove a later renewal", func(t *testing.T) {
+		slow, fast := newLateGateway(t, srv, late), newRedisStore(t, srv)
+		token := lockstore.NewToken()
+		l, err := fast.Acquire(ctx, "late/renewal", lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second})
+		require.NoError(t, err)
+		slow.giveUp(t, func(ctx context.Context) error { return slow.Release(ctx, l.Key, token) })
+		renewed, err := fast.Acquire(ctx, l.Key, lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second})
+		require.NoError(t, err)
+		require.True(t, renewed.Renewed)
+
+		time.Sleep(late + 300*time.Millisecond)
+		_, err = fast.Acquire(ctx, l.Key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		require.ErrorIs(t, err, lockstore.ErrHeld, "the late release removed the lease a renewal answered after it")
+	})
+
+	t.Run("semaphore release does not remove a later permit", func(t *testing.T) {
+		slow, fast := newLateGateway(t, srv, late), newRedisStore(t, srv)
+		token := lockstore.NewToken()
+		p, err := fast.SemAcquire(ctx, "late/sem", lockstore.PermitRequest{Token: token, Limit: 1, TTL: 10 * time.Second})
+		require.NoError(t, err)
+		slow.giveUp(t, func(ctx context.Context) error { return slow.SemRelease(ctx, p.Key, token) })
+		require.NoError(t, fast.SemRelease(ctx, p.Key, token))
+		_, err = fast.SemAcquire(ctx, p.Key, lockstore.PermitRequest{Token: token, Limit: 1, TTL: 10 * time.Second})
+		require.NoError(t, err)
+
+		time.Sleep(late + 300*time.Millisecond)
+		_, err = fast.SemAcquire(ctx, p.Key, lockstore.PermitRequest{Token: lockstore.NewToken(), Limit: 1, TTL: time.Second})
+		require.True(t, errors.Is(err, lockstore.ErrSemaphoreFull), "a second holder of a semaphore of limit 1: %v", err)
+	})
+
+	t.Run("semaphore extend does not shorten a later answer", func(t *testing.T) {
+		slow, fast := newLateGateway(t, srv, late), newRedisStore(t, srv)
+		token := lockstore.NewToken()
+		p, err := fast.SemAcquire(ctx, "late/sem-extend", lockstore.PermitRequest{Token: token, Limit: 1, TTL: 10 * time.Second})
+		require.NoError(t, err)
+		slow.giveUp(t, func(ctx context.Context) error {
+			_, err := slow.SemExtend(ctx, p.Key, token, 300*time.Millisecond)
+			return err
+		})
+		_, err = fast.SemExtend(ctx, p.Key, token, 30*time.Second)
+		require.NoError(t, err)
+
+		time.Sleep(late + 800*time.Millisecond)
+		_, err = fast.SemAcquire(ctx, p.Key, lockstore.PermitRequest{Token: lockstore.NewToken(), Limit: 1, TTL: time.Second})
+		require.True(t, errors.Is(err, lockstore.ErrSemaphoreFull), "a second holder of a semaphore of limit 1: %v", err)
+	})
+}
