@@ -397,6 +397,18 @@ var scenarios = []scenario{
 	},
 
 	{
+		name: "late-writes", backends: redisOnly, maxTTL: 4 * time.Second,
+		desc: "a write the gateway gave up on lands after later requests were answered (docs/safety.md, \"Late writes on redis\"): everything gateway 0 sends Redis is held 300-500 ms (its backend timeout is 150 ms), or (every third staging) only the request that deletes the lock. In turn: H's extend to 100 ms through gateway 0 (503), then to 3 s through gateway 1 (200); or H's release through gateway 0 (503), through gateway 1 (204), and a new grant to the same token through gateway 1 (201). Once the late write landed, Q tries to take the key through gateway 1 while H's last answer says it holds it (before the fix, the late extend cut the lease to 100 ms and the late release deleted the new grant). Each variant staged 6 times (up to 3 tries each), during contention through both gateways",
+		env: map[string]string{"LOCKGW_BACKEND_TIMEOUT": "150ms"},
+		fault: func(t *testing.T, r *run) {
+			r.at(500 * time.Millisecond)
+			for i := range 6 {
+				staged(t, r, "late write", func(_ int, key string) (bool, bool) { return lateWrite(t, r, key, i%3) })
+			}
+			r.at(8 * time.Second)
+		},
+	},
+	{
 		name: "failover-wait", backends: sentinel, maxTTL: failoverTTL,
 		env:  map[string]string{"LOCKGW_REDIS_WAIT_REPLICAS": "1"},
 		desc: "Sentinel with `LOCKGW_REDIS_WAIT_REPLICAS=1`: H holds `s` (granted once the replica acknowledged it), the master is killed (SIGKILL), the sentinels promote the replica, the old master rejoins as its replica, and Q tries to take `s` through the other gateway while H's lease is valid: it must not be granted. Then the control's staging (replica stopped before H asks): H is answered 503 and the grant taken back",
@@ -846,6 +858,66 @@ func releaseReacquire(t *testing.T, r *run, key string, onlyDelete bool) (exerci
 		return false, false
 	}
 	return true, contend(t, r, key, re)
+}
+
+// lateWrite stages one late write on the redis backend (the scenario
+// late-writes): variant 0 a late extend to 100 ms after an extend to 3 s
+// was answered; 1 a late release (everything gateway 0 sends held) after
+// a release and a new grant to the same token were answered; 2 the same
+// with only the release's delete held, so its read is answered and its
+// delete lands late. It reports whether the staging ran as intended (the
+// late request answered 503 and the later ones were answered before it
+// could land) and whether Q was granted while H's last answer was valid.
+func lateWrite(t *testing.T, r *run, key string, variant int) (exercised, doubled bool) {
+	lat := time.Duration(300+rand.IntN(201)) * time.Millisecond
+	warm(r, 0)
+	h := r.record(r.Client.Acquire(r.URLs[1], key, lockstore.NewToken(), 3*time.Second, 0, 2*time.Second), 1)
+	if h.Result != chaos.Granted {
+		t.Logf("%s: H not granted: %s", key, h.Result)
+		return false, false
+	}
+	slow := r.Links[0][0]
+	var held atomic.Int64
+	if variant == 2 {
+		require.NoError(t, slow.OnSend("lockgw:{"+key+"}:released", func() {
+			held.Store(time.Now().UnixNano())
+			time.Sleep(lat)
+		}))
+	} else {
+		require.NoError(t, slow.Delay(int(lat.Milliseconds())))
+	}
+	start := time.Now()
+	defer func() {
+		time.Sleep(time.Until(start.Add(lat + 200*time.Millisecond)))
+		slow.Clear()
+		slow.RemoveTaps()
+	}()
+	var late, lease chaos.Op
+	if variant == 0 {
+		late = r.record(r.Client.Extend(r.URLs[0], key, h.Token, 100*time.Millisecond, 2*time.Second), 0)
+		lease = r.record(r.Client.Extend(r.URLs[1], key, h.Token, 3*time.Second, 2*time.Second), 1)
+	} else {
+		late = release(r.Cluster, 0, h)
+		if rel := release(r.Cluster, 1, h); rel.Result != chaos.Released {
+			t.Logf("%s: release through gateway 1: %s", key, rel.Result)
+			return false, false
+		}
+		lease = r.record(r.Client.Acquire(r.URLs[1], key, h.Token, 3*time.Second, 0, 2*time.Second), 1)
+	}
+	landed := start.Add(lat).UnixNano()
+	if variant == 2 {
+		landed = held.Load() + int64(lat)
+	}
+	if late.Status != 503 || (variant == 2 && held.Load() == 0) || !(lease.Result == chaos.Extended || lease.Result == chaos.Granted) || lease.Return >= landed {
+		t.Logf("%s: variant %d: late request %s (%d), later one %s; the late part lands %v after the start",
+			key, variant, late.Result, late.Status, lease.Result, time.Duration(landed-start.UnixNano()).Round(time.Millisecond))
+		if lease.Token != "" && lease.Fence != 0 {
+			release(r.Cluster, 1, lease)
+		}
+		return false, false
+	}
+	time.Sleep(time.Until(time.Unix(0, landed).Add(50 * time.Millisecond)))
+	return true, contend(t, r, key, lease)
 }
 
 // extendReacquire stages an extend that finds its lease gone racing a
