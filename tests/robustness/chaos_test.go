@@ -399,7 +399,7 @@ var scenarios = []scenario{
 	{
 		name: "late-writes", backends: redisOnly, maxTTL: 4 * time.Second,
 		desc: "a write the gateway gave up on lands after later requests were answered (docs/safety.md, \"Late writes on redis\"): everything gateway 0 sends Redis is held 300-500 ms (its backend timeout is 150 ms), or (every third staging) only the request that deletes the lock. In turn: H's extend to 100 ms through gateway 0 (503), then to 3 s through gateway 1 (200); or H's release through gateway 0 (503), through gateway 1 (204), and a new grant to the same token through gateway 1 (201). Once the late write landed, Q tries to take the key through gateway 1 while H's last answer says it holds it (before the fix, the late extend cut the lease to 100 ms and the late release deleted the new grant). Each variant staged 6 times (up to 3 tries each), during contention through both gateways",
-		env: map[string]string{"LOCKGW_BACKEND_TIMEOUT": "150ms"},
+		env:  map[string]string{"LOCKGW_BACKEND_TIMEOUT": "150ms"},
 		fault: func(t *testing.T, r *run) {
 			r.at(500 * time.Millisecond)
 			for i := range 6 {
