@@ -370,7 +370,6 @@ func (a acquireArgs) call(key string) (keys []string, args []any) {
 	keys = []string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)}
 	switch {
 	case a.attempt != "":
-		keys = append(keys, horizonKey)
 		args = append(args, a.attempt)
 	case a.publish == publishShard:
 		// On a Cluster the caller counts (redis_cluster.go); the script
@@ -428,7 +427,7 @@ func acquireReply(reply []any, a acquireArgs) (acquireResult, error) {
 func nodeExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool) (lockValue, error) {
 	keys, args := []string{lockKey(key)}, []any{digest, ttl.Milliseconds()}
 	if longer {
-		keys, args = append(keys, horizonKey), append(args, "1")
+		args = append(args, "1")
 	}
 	reply, err := extendScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
@@ -509,11 +508,6 @@ func nodeInspect(ctx context.Context, c redis.Scripter, key string) (lockValue, 
 	pttl, _ := reply[1].(int64)
 	return v, pttlDuration(pttl), err
 }
-
-// horizonKey, on each Redlock node, lives as long as the longest lease
-// the node granted or lengthened (acquire.lua, extend.lua): what bounds the
-// quarantine of a peer that restarted (redlock_node.go).
-const horizonKey = "lockgw:redlock:horizon"
 
 // These name a lock's Redis keys. The hash tag {key} puts a lock, its fence
 // counter and its wait queue in one Redis Cluster slot, so one script can

@@ -186,10 +186,10 @@ type RedlockOptions struct {
 // connection to a node first runs INFO server (go-redis's OnConnect, before
 // the connection carries any command, and failing the connection when INFO
 // fails). A run_id different from the one seen before means the process
-// restarted: the node is quarantined, at most for MaxTTL + drift, and one
-// warning is logged; the quarantine then ends as soon as its peers' lease
-// horizons show no lease it voted for can still be valid (boundQuarantine;
-// docs/safety.md, "Restarted nodes"). No restart can slip between two
+// restarted: the node is quarantined for MaxTTL + drift from that moment,
+// which nothing shortens (docs/safety.md, "Restarted nodes", says why), and
+// one warning is logged saying until when and what an operator can do;
+// Nodes says the same for /readyz. No restart can slip between two
 // operations: the old process's
 // connections die with it, so every reply from the new process comes over a
 // connection whose OnConnect already saw its run_id, and a node's vote is
@@ -206,7 +206,8 @@ type Redlock struct {
 	nodes       []*redlockNode
 	quorum      int
 	nodeTimeout time.Duration
-	quarantine  time.Duration
+	maxTTL      time.Duration
+	quarantine  time.Duration // maxTTL + drift
 	log         zerolog.Logger
 	onVote      func(node, vote string)
 
@@ -268,6 +269,7 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 	r := &Redlock{
 		quorum:      len(nodes)/2 + 1,
 		nodeTimeout: cmp.Or(opts.NodeTimeout, DefaultNodeTimeout),
+		maxTTL:      maxTTL,
 		quarantine:  maxTTL + drift(maxTTL),
 		log:         opts.Logger,
 		onVote:      opts.OnVote,

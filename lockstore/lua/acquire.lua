@@ -37,13 +37,6 @@
 --          later grant. See redlock.go for why. "" for Redis when the
 --          arguments below follow.
 --
--- Redlock only:
--- KEYS[5]  the node's lease horizon, "lockgw:redlock:horizon": a key that
---          lives as long as the longest lease this node granted or
---          lengthened, raised before the lease is written. When a node
---          restarts and forgets its leases, its peers' horizons bound how
---          long it must stay quarantined (see redlock_node.go).
---
 -- Redis only, with per-user quotas (see "Counting" below); Redlock never
 -- passes them:
 -- KEYS[5]  (absent without a quota) the caller's quota set,
@@ -139,19 +132,6 @@ local function clock_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- raise_horizon makes the Redlock horizon outlive a lease of ms: PEXPIRE
--- needs no memory when the key exists, so only the first grant on a node
--- can be refused for memory, before it writes anything. A key with no TTL
--- (PTTL -1) is left alone: it reads as "unbounded".
-local function raise_horizon(ms)
-  local p = redis.call('PTTL', KEYS[5])
-  if p == -2 then
-    redis.call('SET', KEYS[5], '1', 'PX', ms)
-  elseif p >= 0 and p < tonumber(ms) then
-    redis.call('PEXPIRE', KEYS[5], ms)
-  end
-end
-
 -- reset_ttl sets the lock's TTL to ms and makes sure its expiry moves, by
 -- a millisecond if need be: a new grant that too few replicas acknowledged
 -- is taken back only while its expiry is unchanged (unwait.lua), so a
@@ -218,7 +198,6 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
     field = field .. '.' .. attempt
   end
   local value = with_length(ARGV[1] .. ':' .. field .. ':' .. rest, ARGV[2])
-  raise_horizon(ARGV[2])
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
   else
@@ -318,9 +297,6 @@ if attempt then
   value = ARGV[1] .. ':~' .. attempt .. ':' .. fence .. ':' .. ARGV[3]
 elseif cap > 0 then
   value = ARGV[1] .. ':^' .. ARGV[11] .. ':' .. fence .. ':' .. ARGV[3]
-end
-if attempt then
-  raise_horizon(ARGV[2])
 end
 redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
 if cap > 0 and not apart then
