@@ -549,6 +549,9 @@ type lockValue struct {
 	// length is the lease's length as last granted or extended, from the
 	// fence field's "+<ms>"; 0 in a value written by an older gateway.
 	length time.Duration
+	// confirmed: a Redlock write-back confirmed the fence ("<fence>++<ms>",
+	// raise_fence.lua).
+	confirmed bool
 }
 
 func parseLockValue(reply any) (lockValue, error) {
@@ -566,6 +569,7 @@ func parseLockValue(reply any) (lockValue, error) {
 	}
 	fence, owner, ok2 := strings.Cut(rest, ":")
 	fence, length, hasLength := strings.Cut(fence, "+")
+	length, confirmed := strings.CutPrefix(length, "+")
 	f, err := strconv.ParseInt(fence, 10, 64)
 	var ms int64
 	if err == nil && hasLength {
@@ -574,7 +578,7 @@ func parseLockValue(reply any) (lockValue, error) {
 	if !ok1 || !ok2 || err != nil || len(digest) != 64 {
 		return lockValue{}, fmt.Errorf("lockstore: malformed lock value %q", redactDigest(s))
 	}
-	return lockValue{digest: digest, attempt: attempt, user: user, fence: f, owner: owner, length: time.Duration(ms) * time.Millisecond}, nil
+	return lockValue{digest: digest, attempt: attempt, user: user, fence: f, owner: owner, length: time.Duration(ms) * time.Millisecond, confirmed: confirmed}, nil
 }
 
 func (v lockValue) lease(key, token string, ttl time.Duration, start time.Time) Lease {

@@ -122,9 +122,12 @@ type RedlockOptions struct {
 // carry, else the highest of all; each is at least the fences of a
 // majority of the granting nodes.
 // Before Acquire returns, raise_fence.lua raises the counter to at least F
-// and stores F in the value on each granting node whose fence differs,
-// and the grant stands only if a majority of counted nodes confirmed F (and
-// the validity, measured after that, is still positive).
+// and stores F, marked confirmed, in the value on each granting node that
+// does not carry F confirmed yet, and the grant stands only if a majority
+// of counted nodes confirmed F (and the validity, measured after that, is
+// still positive). A confirmed fence among the maker's values is preferred
+// to the highest, so a retry after the answer keeps F over votes that
+// landed late.
 //
 // Guaranteed: if Acquire A returned fence F before Acquire B started, and B
 // grants the key to another holder, then B's fence > F. The majority of

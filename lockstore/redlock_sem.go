@@ -217,7 +217,7 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 		if v.code == semRenewed {
 			renewed++
 		}
-		picked = append(picked, fenceVote{v.value.fence, v.code == semRenewed, makerOf(v.value.field)})
+		picked = append(picked, fenceVote{v.value.fence, v.code == semRenewed, makerOf(v.value.field), false})
 	}
 	fence, kept := pickFence(picked, r.quorum)
 

@@ -7,7 +7,11 @@
 --          older gateways),
 --          "<digest>:^<user>:<fence>:<owner>" (Redis, counted against a
 --          user's quota; see "Counting") or
---          "<digest>:<attempt>:<fence>:<owner>" (Redlock, see ARGV[9])
+--          "<digest>:<attempt>:<fence>:<owner>" (Redlock, see ARGV[9]),
+--          where Redlock's fence field becomes "<fence>++<ms>" once a
+--          write-back confirmed the fence (raise_fence.lua); every script
+--          that rewrites the value keeps the mark (an older gateway reads
+--          "+<ms>" as the length, and drops the mark)
 -- KEYS[2]  the key's fence counter, "lockgw:{<key>}:fence"
 -- KEYS[3]  the wait queue, "lockgw:{<key>}:queue": waiter ids by arrival (µs)
 -- KEYS[4]  the waiters' heartbeats, "lockgw:{<key>}:alive": gateway id by
@@ -115,8 +119,9 @@ local function count(set, now)
     redis.call('PEXPIRE', set, ttl)
   end
 end
--- with_length is value with the length in its fence field ("<fence>" or
--- "<fence>+<ms>") set to ms: the length an extend without a TTL reuses.
+-- with_length is value with the length in its fence field ("<fence>",
+-- "<fence>+<ms>" or, confirmed, "<fence>++<ms>") set to ms: the length an
+-- extend without a TTL reuses. The confirmed mark is kept.
 local function with_length(value, ms)
   local head, rest = string.sub(value, 1, 65), string.sub(value, 66)
   local c = string.sub(rest, 1, 1)
@@ -124,8 +129,11 @@ local function with_length(value, ms)
     local f, r = string.match(rest, '^([^:]*:)(.*)$')
     head, rest = head .. f, r
   end
-  local fence, owner = string.match(rest, '^([^:+]*)[^:]*:(.*)$')
-  return head .. fence .. '+' .. ms .. ':' .. owner
+  local fence, plus, owner = string.match(rest, '^([^:+]*)(%+*)[^:]*:(.*)$')
+  if plus ~= '++' then
+    plus = '+'
+  end
+  return head .. fence .. plus .. ms .. ':' .. owner
 end
 local function clock_ms()
   local t = redis.call('TIME')

@@ -64,7 +64,11 @@ if c == '~' or c == '^' then
   local f, r = string.match(rest, '^([^:]*:)(.*)$')
   head, rest = head .. f, r
 end
-local fence, length, owner = string.match(rest, '^([^:+]*)%+?([^:]*):(.*)$')
+-- "<fence>++<ms>": a Redlock fence marked confirmed (acquire.lua), kept.
+local fence, plus, length, owner = string.match(rest, '^([^:+]*)(%+*)([^:]*):(.*)$')
+if plus ~= '++' then
+  plus = '+'
+end
 local ttl = tonumber(ARGV[2])
 if ttl == 0 then
   ttl = tonumber(length)
@@ -73,7 +77,7 @@ if ttl == 0 then
   end
 end
 local ms = string.format('%.0f', ttl)
-local value = head .. fence .. '+' .. ms .. ':' .. owner
+local value = head .. fence .. plus .. ms .. ':' .. owner
 if value ~= cur then
   -- Recording a new length is a write that needs memory; a Redis out of
   -- memory refuses it, and the extend still happens (PEXPIRE needs none),
