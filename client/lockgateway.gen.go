@@ -450,14 +450,13 @@ type ReadyNode struct {
 	// Example: 127.0.0.1:7001
 	Addr string `json:"addr"`
 
-	// Quarantine Present with `quarantined_until`: why the node is quarantined, and what the end
-	// is based on (the longest lease its peers hold, or the maximum TTL while too few
-	// peers answer). For people; do not parse.
+	// Quarantine Present with `quarantined_until`: why the node is quarantined, until when, and
+	// what an operator can do about it. For people; do not parse.
 	Quarantine *string `json:"quarantine,omitempty"`
 
 	// QuarantinedUntil Present while the node is quarantined: it restarted, so it may have lost the
 	// leases it granted, and its votes do not count until every such lease can have
-	// expired. See `quarantine` for what bounds it.
+	// expired: `LOCKGW_MAX_TTL` plus 1% after the restart was seen.
 	QuarantinedUntil *time.Time `json:"quarantined_until,omitempty"`
 
 	// Up The node answered the last readiness check.

@@ -394,7 +394,6 @@ func (a acquireArgs) call(key string) (keys []string, args []any) {
 	keys = []string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)}
 	switch {
 	case a.attempt != "":
-		keys = append(keys, horizonKey)
 		args = append(args, a.attempt)
 	case a.publish == publishShard:
 		// On a Cluster the caller counts (redis_cluster.go); the script
@@ -452,7 +451,7 @@ func acquireReply(reply []any, a acquireArgs) (acquireResult, error) {
 func nodeExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool) (lockValue, error) {
 	keys, args := []string{lockKey(key)}, []any{digest, ttl.Milliseconds()}
 	if longer {
-		keys, args = append(keys, horizonKey), append(args, "1")
+		args = append(args, "1")
 	}
 	reply, err := extendScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
@@ -533,11 +532,6 @@ func nodeInspect(ctx context.Context, c redis.Scripter, key string) (lockValue, 
 	return v, pttlDuration(pttl), err
 }
 
-// horizonKey, on each Redlock node, lives as long as the longest lease
-// the node granted or lengthened (acquire.lua, extend.lua): what bounds the
-// quarantine of a peer that restarted (redlock_node.go).
-const horizonKey = "lockgw:redlock:horizon"
-
 // These name a lock's Redis keys. The hash tag {key} puts a lock, its fence
 // counter and its wait queue in one Redis Cluster slot, so one script can
 // touch them all. Lock keys cannot contain braces, so the tag is the key.
@@ -583,6 +577,9 @@ type lockValue struct {
 	// nodeInspect read it with the value (0 otherwise): with raw, what a
 	// release deletes (release.lua).
 	expiry int64
+	// confirmed: a Redlock write-back confirmed the fence ("<fence>++<ms>",
+	// raise_fence.lua).
+	confirmed bool
 }
 
 func parseLockValue(reply any) (lockValue, error) {
@@ -600,6 +597,7 @@ func parseLockValue(reply any) (lockValue, error) {
 	}
 	fence, owner, ok2 := strings.Cut(rest, ":")
 	fence, length, hasLength := strings.Cut(fence, "+")
+	length, confirmed := strings.CutPrefix(length, "+")
 	f, err := strconv.ParseInt(fence, 10, 64)
 	var ms int64
 	if err == nil && hasLength {
@@ -608,7 +606,7 @@ func parseLockValue(reply any) (lockValue, error) {
 	if !ok1 || !ok2 || err != nil || len(digest) != 64 {
 		return lockValue{}, fmt.Errorf("lockstore: malformed lock value %q", redactDigest(s))
 	}
-	return lockValue{raw: s, digest: digest, attempt: attempt, user: user, fence: f, owner: owner, length: time.Duration(ms) * time.Millisecond}, nil
+	return lockValue{raw: s, digest: digest, attempt: attempt, user: user, fence: f, owner: owner, length: time.Duration(ms) * time.Millisecond, confirmed: confirmed}, nil
 }
 
 func (v lockValue) lease(key, token string, ttl time.Duration, start time.Time) Lease {

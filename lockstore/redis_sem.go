@@ -309,9 +309,6 @@ func (r semResult) permit(key string, req PermitRequest, start time.Time) (Permi
 
 func nodeSemAcquire(ctx context.Context, c redis.Scripter, key string, a semArgs) (semResult, error) {
 	keys := []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key), semQueueKey(key), semAliveKey(key)}
-	if a.attempt != "" {
-		keys = append(keys, horizonKey)
-	}
 	args := []any{a.digest, a.ttl.Milliseconds(), a.owner, a.limit, a.slot, a.attempt, a.seed,
 		FenceMargin.Milliseconds(), a.ticket.id, a.ticket.heartbeat.Milliseconds(), semChannel(key), cmp.Or(a.publish, publishAll)}
 	reply, err := semAcquireScript.Run(ctx, c, keys, args...).Slice()
@@ -368,7 +365,7 @@ func nodeSemAcquire(ctx context.Context, c redis.Scripter, key string, a semArgs
 func nodeSemExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool, publish string) (semValue, error) {
 	keys, args := []string{semPermitsKey(key), semExpiryKey(key)}, []any{digest, ttl.Milliseconds(), ""}
 	if longer {
-		keys, args[2] = append(keys, horizonKey), "1"
+		args[2] = "1"
 	}
 	args = append(args, cmp.Or(publish, publishAll))
 	reply, err := semExtendScript.Run(ctx, c, keys, args...).Slice()

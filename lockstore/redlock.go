@@ -122,9 +122,12 @@ type RedlockOptions struct {
 // carry, else the highest of all; each is at least the fences of a
 // majority of the granting nodes.
 // Before Acquire returns, raise_fence.lua raises the counter to at least F
-// and stores F in the value on each granting node whose fence differs,
-// and the grant stands only if a majority of counted nodes confirmed F (and
-// the validity, measured after that, is still positive).
+// and stores F, marked confirmed, in the value on each granting node that
+// does not carry F confirmed yet, and the grant stands only if a majority
+// of counted nodes confirmed F (and the validity, measured after that, is
+// still positive). A confirmed fence among the maker's values is preferred
+// to the highest, so a retry after the answer keeps F over votes that
+// landed late.
 //
 // Guaranteed: if Acquire A returned fence F before Acquire B started, and B
 // grants the key to another holder, then B's fence > F. The majority of
@@ -186,10 +189,10 @@ type RedlockOptions struct {
 // connection to a node first runs INFO server (go-redis's OnConnect, before
 // the connection carries any command, and failing the connection when INFO
 // fails). A run_id different from the one seen before means the process
-// restarted: the node is quarantined, at most for MaxTTL + drift, and one
-// warning is logged; the quarantine then ends as soon as its peers' lease
-// horizons show no lease it voted for can still be valid (boundQuarantine;
-// docs/safety.md, "Restarted nodes"). No restart can slip between two
+// restarted: the node is quarantined for MaxTTL + drift from that moment,
+// which nothing shortens (docs/safety.md, "Restarted nodes", says why), and
+// one warning is logged saying until when and what an operator can do;
+// Nodes says the same for /readyz. No restart can slip between two
 // operations: the old process's
 // connections die with it, so every reply from the new process comes over a
 // connection whose OnConnect already saw its run_id, and a node's vote is
@@ -206,7 +209,8 @@ type Redlock struct {
 	nodes       []*redlockNode
 	quorum      int
 	nodeTimeout time.Duration
-	quarantine  time.Duration
+	maxTTL      time.Duration
+	quarantine  time.Duration // maxTTL + drift
 	log         zerolog.Logger
 	onVote      func(node, vote string)
 
@@ -268,6 +272,7 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 	r := &Redlock{
 		quorum:      len(nodes)/2 + 1,
 		nodeTimeout: cmp.Or(opts.NodeTimeout, DefaultNodeTimeout),
+		maxTTL:      maxTTL,
 		quarantine:  maxTTL + drift(maxTTL),
 		log:         opts.Logger,
 		onVote:      opts.OnVote,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -326,4 +327,45 @@ func twinFences(t *testing.T, n int, acquire func(j int) (int64, error)) map[int
 		fences[got[j]] = true
 	}
 	return fences
+}
+
+// Issue 26, hole 3: a retry sent after the answer arrived, answered 200,
+// carries the answered fence. Nodes 3 and 4 vote 3 s ahead of the gateway's
+// seed (a counter planted ahead stands for their clocks: the vote is the
+// same) and are paused during the grant, so it is granted on 0-2 with F;
+// resumed, they run the round's acquire late and make values above F. A
+// retry re-granted on all five took the highest of the values its maker
+// made, above F.
+func TestRedlockRetryKeepsConfirmedFence(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	ctx := testCtx(t)
+	require.NoError(t, s.Ping(ctx))
+	ahead := strconv.FormatInt(time.Now().Add(3*time.Second).UnixMicro(), 10)
+	for _, srv := range srvs[3:] {
+		require.NoError(t, srv.Client().Set(ctx, "lockgw:{k}:fence", ahead, time.Minute).Err())
+		srv.Pause()
+	}
+	req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute}
+	first, err := s.Acquire(ctx, "k", req)
+	require.NoError(t, err, "0-2 are a majority")
+	for _, srv := range srvs[3:] {
+		srv.Resume()
+	}
+	// The late acquires land: values of the token above F on 3 and 4.
+	for _, srv := range srvs[3:] {
+		require.Eventually(t, func() bool {
+			v, err := srv.Client().Get(ctx, "lockgw:{k}:lock").Result()
+			return err == nil && strings.HasPrefix(v, digest(req.Token))
+		}, 5*time.Second, 10*time.Millisecond, "the late acquire landed on %s", srv.Addr())
+	}
+
+	again, err := s.Acquire(ctx, "k", req)
+	require.NoError(t, err)
+	assert.True(t, again.Renewed, "re-granted on a majority: 200")
+	assert.Equal(t, first.Fence, again.Fence, "a retry after the answer keeps the fence (%d ahead of it)", again.Fence-first.Fence)
+	l, err := s.Inspect(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, first.Fence, l.Fence, "the lock carries it")
 }

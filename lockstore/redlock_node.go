@@ -32,8 +32,8 @@ type redlockNode struct {
 	down             bool      // calls are skipped until the prober hears it
 	warm             bool      // connections opened and scripts loaded once
 	runID            string
-	quarantinedUntil time.Time
-	bounded          bool // quarantinedUntil comes from the peers' horizons
+	restartSeen      time.Time // when the last restart was seen
+	quarantinedUntil time.Time // restartSeen + r.quarantine
 }
 
 // errNodeDown is the answer of a node that is down: it was not asked.
@@ -62,14 +62,22 @@ func (r *Redlock) Nodes() []NodeStatus {
 		out[i] = NodeStatus{Addr: n.addr, Up: n.up && !n.down}
 		if now.Before(n.quarantinedUntil) {
 			out[i].QuarantinedUntil = n.quarantinedUntil.Round(0)
-			out[i].Quarantine = "restarted, and may have lost the leases it granted: it counts again after the maximum TTL (LOCKGW_MAX_TTL + 1 %), or sooner once enough of its peers report their longest lease"
-			if n.bounded {
-				out[i].Quarantine = "restarted, and may have lost the leases it granted: it counts again once the longest lease its peers hold has expired"
-			}
+			out[i].Quarantine = r.quarantineReason(n.restartSeen, n.quarantinedUntil)
 		}
 		n.mu.Unlock()
 	}
 	return out
+}
+
+// quarantineReason says why a node seen to restart at seen does not count
+// until until, and what an operator can do: for /readyz and the log.
+// docs/safety.md, "Restarted nodes", argues the rule.
+func (r *Redlock) quarantineReason(seen, until time.Time) string {
+	return fmt.Sprintf("restarted (a new run_id, seen at %s), so it may have lost leases it granted: its votes count again at %s, "+
+		"LOCKGW_MAX_TTL (%s) plus 1%% after the restart was seen; until then a grant needs a majority of all the nodes among the others. "+
+		"To avoid this: lower LOCKGW_MAX_TTL to the longest lease clients need; run Redis with appendonly yes and appendfsync always, "+
+		"or keep a crashed node down for LOCKGW_MAX_TTL before starting it (with either, restarting the gateway ends the quarantine safely)",
+		seen.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339), r.maxTTL)
 }
 
 // observe records whether the node answered, unless the caller's own
@@ -254,104 +262,19 @@ func (r *Redlock) onConnect(n *redlockNode, next func(context.Context, *redis.Co
 		prev := n.runID
 		n.runID = runID
 		restarted := prev != "" && prev != runID
-		var until time.Time
+		var seen, until time.Time
 		if restarted {
-			until = time.Now().Add(r.quarantine)
-			n.quarantinedUntil, n.bounded = until, false
+			seen = time.Now()
+			until = seen.Add(r.quarantine)
+			n.restartSeen, n.quarantinedUntil = seen, until
 		}
 		n.mu.Unlock()
 		if restarted {
 			r.log.Warn().Str("node", n.addr).Time("until", until).
-				Msg("redlock: node restarted and may have lost its locks; its votes do not count until then, or until its peers show when the longest lease ends")
-			r.background(func() { r.boundQuarantine(n, runID) })
+				Msg("redlock: node quarantined: " + r.quarantineReason(seen, until))
 		}
 		return nil
 	}
-}
-
-// boundQuarantine shortens the quarantine of n, seen to restart as runID,
-// from MaxTTL to the leases that can still be live: those end when the
-// lease horizons of its peers do (horizonKey). A lease n voted for was
-// granted by a majority, so at least quorum-1 of n's peers recorded it;
-// any N-quorum+1 of the peers include one of those, unless a peer has
-// itself restarted since, which is why quarantined peers are not asked.
-// Until that many peers answer, it asks again, and the quarantine stays
-// MaxTTL long.
-func (r *Redlock) boundQuarantine(n *redlockNode, runID string) {
-	need := len(r.nodes) - r.quorum + 1
-	t := time.NewTicker(max(r.nodeTimeout, 250*time.Millisecond))
-	defer t.Stop()
-	for {
-		horizon, ok := r.peerHorizon(n, need)
-		now := time.Now() // after the replies: their TTLs ran from no later
-		if ok {
-			until := now.Add(horizon + drift(horizon))
-			n.mu.Lock()
-			shorter := n.runID == runID && until.Before(n.quarantinedUntil)
-			if shorter {
-				n.quarantinedUntil, n.bounded = until, true
-			}
-			n.mu.Unlock()
-			if shorter {
-				r.log.Info().Str("node", n.addr).Time("until", until).
-					Msg("redlock: restarted node's quarantine shortened to the longest lease its peers hold")
-			}
-			return
-		}
-		if !n.quarantined(now) {
-			return
-		}
-		select {
-		case <-r.stop:
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// peerHorizon asks n's peers that are not quarantined for the remaining
-// life of their lease horizon, and returns the longest; ok is false unless
-// at least need of them answered, and every answer was bounded.
-func (r *Redlock) peerHorizon(n *redlockNode, need int) (longest time.Duration, ok bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.nodeTimeout)
-	defer cancel()
-	type answer struct {
-		pttl time.Duration
-		err  error
-	}
-	answers := make([]answer, len(r.nodes))
-	var wg sync.WaitGroup
-	for i, p := range r.nodes {
-		if p == n || p.quarantined(time.Now()) {
-			answers[i].err = errSkipped
-			continue
-		}
-		wg.Go(func() {
-			// PTTL in milliseconds: -2 for no key (no lease granted in a
-			// horizon's lifetime), -1 for a key without a TTL.
-			ms, err := p.probe.Do(ctx, "PTTL", horizonKey).Int64()
-			answers[i] = answer{time.Duration(ms) * time.Millisecond, err}
-			if err == nil && ms == -1 {
-				answers[i].err = errors.New("lockstore: the lease horizon has no TTL")
-			}
-		})
-	}
-	wg.Wait()
-	answered := 0
-	for _, a := range answers {
-		if a.err == errSkipped {
-			continue
-		}
-		if a.err != nil {
-			if !errors.Is(redisErr(a.err), ErrUnavailable) {
-				return 0, false // an unbounded horizon: keep MaxTTL
-			}
-			continue
-		}
-		answered++
-		longest = max(longest, a.pttl)
-	}
-	return longest, answered >= need
 }
 
 // sameRedis returns another node whose server has runID, or nil; it then

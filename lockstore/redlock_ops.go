@@ -1,6 +1,7 @@
 package lockstore
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -172,20 +173,23 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 		if v.code == acquireRenewed {
 			renewed++
 		}
-		picked = append(picked, fenceVote{v.value.fence, v.code == acquireRenewed, makerOf(v.value.attempt)})
+		picked = append(picked, fenceVote{v.value.fence, v.code == acquireRenewed, makerOf(v.value.attempt), v.value.confirmed})
 	}
 	isRenewed := renewed >= r.quorum
 	fence, _ := pickFence(picked, r.quorum)
 
-	// Write F back to every node that granted (quarantined ones too, so they
-	// agree when they count again) and does not carry F yet.
+	// Write F back, marked confirmed, to every node that granted (quarantined
+	// ones too, so they agree when they count again) and does not carry F
+	// confirmed yet: so a new grant always writes back. A retry after the
+	// answer finds the mark on a node of the majority, and keeps F over
+	// votes that landed after the answer (pickFence).
 	confirmed := 0
 	rewrite := make([]bool, len(votes))
 	for i, v := range votes {
 		if v.err != nil || v.val.code == acquireHeld {
 			continue
 		}
-		if v.val.value.fence == fence {
+		if v.val.value.fence == fence && v.val.value.confirmed {
 			if v.counted && slices.Contains(granted, i) {
 				confirmed++
 			}
@@ -243,9 +247,10 @@ func failedVote(err error) string {
 
 // fenceVote is one granting node's value, as pickFence sees it.
 type fenceVote struct {
-	fence   int64
-	renewed bool   // re-granted: a value an earlier round of the token made
-	maker   string // the round that made the value (makerOf)
+	fence     int64
+	renewed   bool   // re-granted: a value an earlier round of the token made
+	maker     string // the round that made the value (makerOf)
+	confirmed bool   // a write-back confirmed its fence (locks only)
 }
 
 // pickFence is the fence of a round granted on a majority, for a lock and a
@@ -254,11 +259,15 @@ type fenceVote struct {
 // the first round to reach it and re-grants the others;
 // TestRedlockTwinsShareOneFence, TestRedlockSemTwinsShareOnePermit):
 //   - Values one round made on a majority (the round's own new votes, or a
-//     twin's it was re-granted on): the highest fence among them. That is
-//     the maker's own pick, so a twin reading those values, before or after
-//     the maker's write-back, picks it too. The maker's new fences can
-//     differ from node to node (a counter left ahead by another round gives
-//     its successor), so "most of them agree" is not the maker's pick.
+//     twin's it was re-granted on): the highest fence confirmed among them
+//     (a lock's write-back marks it), else the highest fence among them.
+//     The confirmed one is what the maker answered, which a retry after
+//     that answer keeps, above votes of the maker that landed late
+//     (TestRedlockRetryKeepsConfirmedFence). The highest is the maker's own
+//     pick, so a twin reading those values before the maker's write-back
+//     picks it too. The maker's new fences can differ from node to node (a
+//     counter left ahead by another round gives its successor), so "most
+//     of them agree" is not the maker's pick.
 //   - Else a fence a majority of the values carry, new or re-granted: the
 //     lease's own (a retry, after the write-backs), or what every twin
 //     finds when several made the values (two twins can share a seed: it
@@ -276,22 +285,30 @@ type fenceVote struct {
 // is above it. What may be answered is the confirmation's to decide.
 func pickFence(votes []fenceVote, quorum int) (fence int64, kept bool) {
 	var all, renewed []int64
-	made := make(map[string][]int64, 2)
+	made := make(map[string][]fenceVote, 2)
 	for _, v := range votes {
 		fence = max(fence, v.fence)
 		all = append(all, v.fence)
 		if v.renewed {
 			renewed = append(renewed, v.fence)
 		}
-		made[v.maker] = append(made[v.maker], v.fence)
+		made[v.maker] = append(made[v.maker], v)
 	}
 	if f, ok := quorumFence(all, quorum); ok {
 		fence = f
 	}
-	for _, fs := range made {
-		if len(fs) >= quorum {
-			fence = slices.Max(fs)
+	for _, vs := range made {
+		if len(vs) < quorum {
+			continue
 		}
+		var highest, confirmed int64
+		for _, v := range vs {
+			highest = max(highest, v.fence)
+			if v.confirmed {
+				confirmed = max(confirmed, v.fence)
+			}
+		}
+		fence = cmp.Or(confirmed, highest)
 	}
 	return fence, countOf(renewed, fence) >= quorum
 }

@@ -15,7 +15,7 @@ import (
 // Semaphores on Redlock. A semaphore of limit L is L slots, and a permit
 // is one slot held on a majority of nodes, under the rules of a lock's
 // lease (attempt ids, discard of a failed round, release of what was read,
-// extends that only lengthen, the horizon, quarantine, the fence
+// extends that only lengthen, quarantine, the fence
 // write-back): each slot has at most one holder by the lock's argument, so
 // a key has at most L. docs/safety.md, "Semaphores", has the argument and
 // why "a majority of nodes each below L" would not be safe.
@@ -217,7 +217,7 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 		if v.code == semRenewed {
 			renewed++
 		}
-		picked = append(picked, fenceVote{v.value.fence, v.code == semRenewed, makerOf(v.value.field)})
+		picked = append(picked, fenceVote{v.value.fence, v.code == semRenewed, makerOf(v.value.field), false})
 	}
 	fence, kept := pickFence(picked, r.quorum)
 

@@ -342,8 +342,7 @@ func TestRedlockRestartWhileContending(t *testing.T) {
 	t.Logf("restarts: %v; %d grants between the restarts", stats, rec.count(first, second))
 	assert.Empty(t, rec.violations())
 	// A node that refused many dials is probed by go-redis once a second;
-	// the restart is seen at the first connection after that.
-	// The quarantines are as short as the 200 ms leases, so look in the log.
+	// the restart is seen at the first connection after that, and logged.
 	require.Eventually(t, func() bool {
 		_ = s.Ping(context.Background())
 		return strings.Contains(logs.String(), srvs[0].Addr()) && strings.Contains(logs.String(), srvs[1].Addr())
@@ -410,25 +409,16 @@ func TestRedlockRestartGuard(t *testing.T) {
 			require.ErrorIs(t, err, lockstore.ErrUnavailable, "C alone holds it; A and B do not count")
 
 			require.NoError(t, s.Ping(ctx)) // C, D, E
-			// C, D and E answer for the horizon: C's is the first lease's
-			// 10 s, which bounds the quarantine (not MaxTTL, an hour).
-			require.Eventually(t, func() bool {
-				n := s.Nodes()
-				return n[0].Quarantine != "" && n[1].Quarantine != "" &&
-					n[0].QuarantinedUntil.Before(detected.Add(time.Minute)) && n[1].QuarantinedUntil.Before(detected.Add(time.Minute))
-			}, 5*time.Second, 10*time.Millisecond, "quarantines bounded by the peers' longest lease: %+v", s.Nodes())
+			// MaxTTL (an hour) from when each restart was seen, however
+			// short the leases live on the peers.
 			for i, n := range s.Nodes() {
 				if i > 1 {
 					assert.Zero(t, n.QuarantinedUntil, "node %d", i)
 					continue
 				}
 				assert.True(t, n.Up)
-				// At least to the end of the first lease's validity, which
-				// A and B may have granted: from its grant, not from the
-				// restarts, which can take a second on a loaded machine
-				// (detected+9s failed so, 224 ms short).
-				assert.WithinRange(t, n.QuarantinedUntil, first.ExpiresAt, time.Now().Add(10*time.Second+drift(10*time.Second)))
-				assert.Contains(t, n.Quarantine, "longest lease its peers hold")
+				assert.WithinRange(t, n.QuarantinedUntil, detected.Add(time.Hour), time.Now().Add(time.Hour+drift(time.Hour)), "node %d", i)
+				assert.Contains(t, n.Quarantine, "LOCKGW_MAX_TTL (1h0m0s) plus 1%")
 			}
 			warnings := strings.Count(logs.String(), `"level":"warn"`)
 			assert.Equal(t, 2, warnings, "one warning per restart: %s", logs.String())
@@ -440,66 +430,6 @@ func TestRedlockRestartGuard(t *testing.T) {
 
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
-// A restarted node stays quarantined as long as a lease it may have granted
-// can be live, and no longer: docs/backends.md's Redlock demo (stop two nodes,
-// start them again) used to lock every client out for MaxTTL, 24 h by
-// default. Extends count: they raise the horizon too. When too few peers
-// answer to be sure of the longest lease, the quarantine stays MaxTTL long
-// until they do.
-func TestRedlockQuarantineEndsWithTheLongestLease(t *testing.T) {
-	t.Parallel()
-	srvs := startNodes(t, 5)
-	var logs syncBuffer
-	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: time.Hour, Logger: zerolog.New(&logs)})
-	ctx := testCtx(t)
-	require.NoError(t, s.Ping(ctx))
-
-	short, err := s.Acquire(ctx, "short", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 200 * time.Millisecond})
-	require.NoError(t, err)
-	long, err := s.Acquire(ctx, "long", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 300 * time.Millisecond})
-	require.NoError(t, err)
-	_, err = s.Extend(ctx, "long", long.Token, 3*time.Second)
-	require.NoError(t, err)
-	extended := time.Now()
-	require.Less(t, short.Granted, long.Granted)
-
-	// Too few peers to be sure: with C, D and E paused only B answers (of
-	// the three needed), and the quarantine stays an hour.
-	srvs[2].Pause()
-	srvs[3].Pause()
-	srvs[4].Pause()
-	srvs[0].Restart()
-	require.Eventually(t, func() bool { _ = s.Ping(ctx); return !s.Nodes()[0].QuarantinedUntil.IsZero() },
-		5*time.Second, 10*time.Millisecond, "restart detected")
-	time.Sleep(3 * roomy) // a few rounds of asking the peers
-	n := s.Nodes()[0]
-	assert.Greater(t, time.Until(n.QuarantinedUntil), 50*time.Minute, "bounded with one peer of three: %+v", n)
-	assert.Contains(t, n.Quarantine, "maximum TTL")
-
-	// The peers answer again: the quarantine ends with the longest lease
-	// they hold, the extended one, about 3 s after the extend.
-	srvs[2].Resume()
-	srvs[3].Resume()
-	srvs[4].Resume()
-	require.Eventually(t, func() bool { return time.Until(s.Nodes()[0].QuarantinedUntil) < time.Minute },
-		10*time.Second, 20*time.Millisecond, "bounded once enough peers answer: %+v", s.Nodes()[0])
-	n = s.Nodes()[0]
-	if !n.QuarantinedUntil.IsZero() { // not over yet, as it should not be
-		assert.WithinRange(t, n.QuarantinedUntil, extended.Add(3*time.Second-roomy), time.Now().Add(3*time.Second+drift(3*time.Second)))
-		assert.Contains(t, n.Quarantine, "longest lease its peers hold")
-	}
-	assert.Contains(t, logs.String(), "quarantine shortened")
-
-	// Then A counts again: with B paused, A, C and D are the majority.
-	require.Eventually(t, func() bool { return s.Nodes()[0].QuarantinedUntil.IsZero() }, 10*time.Second, 50*time.Millisecond)
-	srvs[1].Pause()
-	srvs[4].Pause()
-	_, err = s.Acquire(ctx, "after", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
-	require.NoError(t, err, "A counts again")
-	srvs[1].Resume()
-	srvs[4].Resume()
-}
-
 // A quarantined node's votes count in neither direction.
 func TestRedlockQuarantinedVotesDoNotCount(t *testing.T) {
 	t.Parallel()
@@ -510,8 +440,6 @@ func TestRedlockQuarantinedVotesDoNotCount(t *testing.T) {
 			s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: time.Hour, DisableRestartGuard: !guard})
 			ctx := testCtx(t)
 			require.NoError(t, s.Ping(ctx))
-			// A live lease, which the restarted node may have granted,
-			// keeps it quarantined for the minute the lease may live.
 			_, err := s.Acquire(ctx, "live", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
 			require.NoError(t, err)
 
@@ -566,7 +494,8 @@ func TestRedlockFenceWriteBack(t *testing.T) {
 	for i, srv := range srvs {
 		v, err := srv.Client().Get(ctx, "lockgw:{k}:lock").Result()
 		require.NoError(t, err)
-		assert.True(t, strings.HasSuffix(v, ":"+strconv.FormatInt(first.Fence, 10)+"+60000:a:b"), "node %d: %s", i, v)
+		// "++": the write-back marked the fence confirmed.
+		assert.True(t, strings.HasSuffix(v, ":"+strconv.FormatInt(first.Fence, 10)+"++60000:a:b"), "node %d: %s", i, v)
 		c, err := srv.Client().Get(ctx, "lockgw:{k}:fence").Int64()
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, c, first.Fence, "node %d", i)
@@ -915,4 +844,64 @@ func TestRedlockSameRedisTwice(t *testing.T) {
 	b.Kill()
 	_, err = s.Acquire(testCtx(t), "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
 	require.ErrorIs(t, err, lockstore.ErrUnavailable)
+}
+
+// Issue 26, hole 1: three nodes; X's lease rests on A and B (C was down
+// during the grant); A and B crash and come back empty one after the other
+// while the gateway is idle. A's restart is seen while B is still down, B's
+// only later. Nothing a peer answers may end a quarantine early: a peer
+// that restarted unseen answers as if it never held a lease. So A and B
+// stay out of every quorum for MaxTTL, and nobody else gets the key while
+// X's 60 s run; /readyz (Nodes) and the log say why, until when, and what an
+// operator can do.
+func TestRedlockRestartsOneAfterTheOther(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 3)
+	a, b, c := srvs[0], srvs[1], srvs[2]
+	c.Kill() // before the store ever reaches it: it trusts C's first run_id
+	var logs syncBuffer
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: time.Hour, Logger: zerolog.New(&logs)})
+	ctx := testCtx(t)
+
+	var rec recorder
+	x, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err, "A and B are a majority")
+	rec.add(x, time.Now())
+	c.Start()
+
+	b.Kill()
+	a.Restart()
+	require.Eventually(t, func() bool { _ = s.Ping(ctx); return !s.Nodes()[0].QuarantinedUntil.IsZero() },
+		5*time.Second, 10*time.Millisecond, "A's restart seen")
+	seenA := time.Now()
+	b.Start()
+	time.Sleep(time.Second) // idle: nothing of the gateway's reaches B but what reads its peers
+
+	y := lockstore.NewToken()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		l, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: y, TTL: time.Minute})
+		if err == nil {
+			rec.add(l, time.Now())
+			break
+		}
+		require.ErrorIs(t, err, lockstore.ErrUnavailable)
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Empty(t, rec.violations(), "two holders; log: %s", &logs)
+
+	nodes := s.Nodes()
+	for i, n := range nodes[:2] {
+		assert.WithinRange(t, n.QuarantinedUntil, seenA.Add(-roomy).Add(time.Hour), time.Now().Add(time.Hour+drift(time.Hour)), "node %d", i)
+		for _, says := range []string{"restarted", "LOCKGW_MAX_TTL", "appendfsync always", n.QuarantinedUntil.UTC().Format(time.RFC3339)} {
+			assert.Contains(t, n.Quarantine, says, "node %d", i)
+		}
+	}
+	assert.Zero(t, nodes[2].QuarantinedUntil)
+	var qe *lockstore.QuorumError
+	require.ErrorAs(t, s.Ping(ctx), &qe)
+	assert.Equal(t, 2, qe.Quarantined)
+	for _, srv := range []*redistest.Server{a, b} {
+		assert.Regexp(t, `"level":"warn","node":"`+srv.Addr()+`","until":"[^"]+".*appendfsync always`, logs.String())
+	}
 }

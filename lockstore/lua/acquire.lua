@@ -7,7 +7,11 @@
 --          older gateways),
 --          "<digest>:^<user>:<fence>:<owner>" (Redis, counted against a
 --          user's quota; see "Counting") or
---          "<digest>:<attempt>:<fence>:<owner>" (Redlock, see ARGV[9])
+--          "<digest>:<attempt>:<fence>:<owner>" (Redlock, see ARGV[9]),
+--          where Redlock's fence field becomes "<fence>++<ms>" once a
+--          write-back confirmed the fence (raise_fence.lua); every script
+--          that rewrites the value keeps the mark (an older gateway reads
+--          "+<ms>" as the length, and drops the mark)
 -- KEYS[2]  the key's fence counter, "lockgw:{<key>}:fence"
 -- KEYS[3]  the wait queue, "lockgw:{<key>}:queue": waiter ids by arrival (µs)
 -- KEYS[4]  the waiters' heartbeats, "lockgw:{<key>}:alive": gateway id by
@@ -36,13 +40,6 @@
 --          ever lengthens the lease here: a late renewal must not shorten a
 --          later grant. See redlock.go for why. "" for Redis when the
 --          arguments below follow.
---
--- Redlock only:
--- KEYS[5]  the node's lease horizon, "lockgw:redlock:horizon": a key that
---          lives as long as the longest lease this node granted or
---          lengthened, raised before the lease is written. When a node
---          restarts and forgets its leases, its peers' horizons bound how
---          long it must stay quarantined (see redlock_node.go).
 --
 -- Redis only, with per-user quotas (see "Counting" below); Redlock never
 -- passes them:
@@ -122,8 +119,9 @@ local function count(set, at, now)
     redis.call('PEXPIRE', set, at - now)
   end
 end
--- with_length is value with the length in its fence field ("<fence>" or
--- "<fence>+<ms>") set to ms: the length an extend without a TTL reuses.
+-- with_length is value with the length in its fence field ("<fence>",
+-- "<fence>+<ms>" or, confirmed, "<fence>++<ms>") set to ms: the length an
+-- extend without a TTL reuses. The confirmed mark is kept.
 local function with_length(value, ms)
   local head, rest = string.sub(value, 1, 65), string.sub(value, 66)
   local c = string.sub(rest, 1, 1)
@@ -131,25 +129,15 @@ local function with_length(value, ms)
     local f, r = string.match(rest, '^([^:]*:)(.*)$')
     head, rest = head .. f, r
   end
-  local fence, owner = string.match(rest, '^([^:+]*)[^:]*:(.*)$')
-  return head .. fence .. '+' .. ms .. ':' .. owner
+  local fence, plus, owner = string.match(rest, '^([^:+]*)(%+*)[^:]*:(.*)$')
+  if plus ~= '++' then
+    plus = '+'
+  end
+  return head .. fence .. plus .. ms .. ':' .. owner
 end
 local function clock_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- raise_horizon makes the Redlock horizon outlive a lease of ms: PEXPIRE
--- needs no memory when the key exists, so only the first grant on a node
--- can be refused for memory, before it writes anything. A key with no TTL
--- (PTTL -1) is left alone: it reads as "unbounded".
-local function raise_horizon(ms)
-  local p = redis.call('PTTL', KEYS[5])
-  if p == -2 then
-    redis.call('SET', KEYS[5], '1', 'PX', ms)
-  elseif p >= 0 and p < tonumber(ms) then
-    redis.call('PEXPIRE', KEYS[5], ms)
-  end
 end
 
 -- lengthen moves key's expiry to max(expiry + 1 ms, now + ms) and returns
@@ -220,7 +208,6 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
     field = field .. '.' .. attempt
   end
   local value = with_length(ARGV[1] .. ':' .. field .. ':' .. rest, ARGV[2])
-  raise_horizon(ARGV[2])
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
   else
@@ -320,9 +307,6 @@ if attempt then
   value = ARGV[1] .. ':~' .. attempt .. ':' .. fence .. ':' .. ARGV[3]
 elseif cap > 0 then
   value = ARGV[1] .. ':^' .. ARGV[11] .. ':' .. fence .. ':' .. ARGV[3]
-end
-if attempt then
-  raise_horizon(ARGV[2])
 end
 redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
 if cap > 0 and not apart then

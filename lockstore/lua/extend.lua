@@ -13,9 +13,7 @@
 -- ARGV[3]  Redlock only (absent for Redis): "1" to only ever lengthen the
 --          lease. An extend still on its way to a slow node when its answer
 --          was sent may land after the token released and took the key
---          again; it must not shorten that later grant. KEYS[2] is then the
---          node's lease horizon, "lockgw:redlock:horizon", raised to outlive
---          the lease (see acquire.lua).
+--          again; it must not shorten that later grant.
 -- ARGV[4]  Redis on a Cluster only (ARGV[3] then ""): "1": a user's quota
 --          set lives in another slot, so none is passed and a counted lock
 --          is extended like any other; the caller moves its count
@@ -69,7 +67,11 @@ if c == '~' or c == '^' then
   local f, r = string.match(rest, '^([^:]*:)(.*)$')
   head, rest = head .. f, r
 end
-local fence, length, owner = string.match(rest, '^([^:+]*)%+?([^:]*):(.*)$')
+-- "<fence>++<ms>": a Redlock fence marked confirmed (acquire.lua), kept.
+local fence, plus, length, owner = string.match(rest, '^([^:+]*)(%+*)([^:]*):(.*)$')
+if plus ~= '++' then
+  plus = '+'
+end
 local ttl = tonumber(ARGV[2])
 if ttl == 0 then
   ttl = tonumber(length)
@@ -78,16 +80,7 @@ if ttl == 0 then
   end
 end
 local ms = string.format('%.0f', ttl)
-if redlock then
-  -- Before any write, as in acquire.lua; PEXPIRE needs no memory.
-  local p = redis.call('PTTL', KEYS[2])
-  if p == -2 then
-    redis.call('SET', KEYS[2], '1', 'PX', ms)
-  elseif p >= 0 and p < ttl then
-    redis.call('PEXPIRE', KEYS[2], ms)
-  end
-end
-local value = head .. fence .. '+' .. ms .. ':' .. owner
+local value = head .. fence .. plus .. ms .. ':' .. owner
 if value ~= cur then
   -- Recording a new length is a write that needs memory; a Redis out of
   -- memory refuses it, and the extend still happens (PEXPIRE needs none),

@@ -14,8 +14,8 @@
 --
 -- Returns
 --   1  the round still holds the value (its id is in the attempt field,
---      see acquire.lua): it now carries F (its TTL is kept), and the
---      counter is at least F
+--      see acquire.lua): it now carries F, marked confirmed ("<F>++<ms>",
+--      see acquire.lua; its TTL is kept), and the counter is at least F
 --   0  the value is gone, another token's, or no longer this round's
 --      (released and taken again, or pinned by later rounds): nothing
 --      changed
@@ -23,8 +23,10 @@ local cur = redis.call('GET', KEYS[1])
 if not cur or string.sub(cur, 1, 64) ~= ARGV[1] then
   return 0
 end
--- The fence field may carry the lease's length, "<fence>+<ms>": kept.
-local field, length, owner = string.match(string.sub(cur, 66), '^([^:]*):[^:+]*([^:]*):(.*)$')
+-- The fence field may carry the lease's length, "<fence>+<ms>": kept, and
+-- the fence marked confirmed, "<fence>++<ms>" (a value from an older
+-- gateway, without a length, takes no mark).
+local field, length, owner = string.match(string.sub(cur, 66), '^([^:]*):[^:+]*%+*([^:]*):(.*)$')
 if not field or string.sub(field, 1, 1) ~= '~' or string.sub(field, 2, 2) == '!' then
   return 0
 end
@@ -43,6 +45,9 @@ if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[3]) then
   local ahead = math.ceil((tonumber(ARGV[3]) - (tonumber(t[1]) * 1000000 + tonumber(t[2]))) / 1000)
   local lease = math.max(redis.call('PTTL', KEYS[1]), 0)
   redis.call('SET', KEYS[2], ARGV[3], 'PX', math.max(lease, ahead) + tonumber(ARGV[4]))
+end
+if length ~= '' then
+  length = '++' .. length
 end
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. field .. ':' .. ARGV[3] .. length .. ':' .. owner, 'KEEPTTL')
 return 1

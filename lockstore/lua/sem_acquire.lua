@@ -3,7 +3,6 @@
 -- KEYS[1]  the permits hash     KEYS[2]  the expiry set
 -- KEYS[3]  the fence counter    KEYS[4]  the wait queue
 -- KEYS[5]  the waiters' heartbeats
--- KEYS[6]  Redlock only: the node's lease horizon (see acquire.lua)
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
 -- ARGV[2]  TTL in ms            ARGV[3]  owner
 -- ARGV[4]  the limit L          ARGV[5]  Redlock: the slot to take, 1 … L;
@@ -50,14 +49,6 @@ end
 local waiter = ARGV[9]
 local n = open(KEYS[1], KEYS[2], now)
 
-local function raise_horizon(ms)
-  local p = redis.call('PTTL', KEYS[6])
-  if p == -2 then
-    redis.call('SET', KEYS[6], '1', 'PX', ms)
-  elseif p >= 0 and p < ms then
-    redis.call('PEXPIRE', KEYS[6], ms)
-  end
-end
 local function unqueue()
   if waiter ~= '' then
     redis.call('ZREM', KEYS[4], waiter)
@@ -92,7 +83,6 @@ if slot then
       p.field = p.field .. '.' .. attempt
     end
     p.exp = math.max(p.exp, now + ttl)
-    raise_horizon(ttl)
   else
     p.exp = moved(p.exp, now + ttl)
   end
@@ -194,7 +184,6 @@ redis.call('SET', KEYS[3], fence .. ':' .. by, 'PX', math.max(life, pttl))
 local field = '-'
 if attempt then
   field = '~' .. attempt
-  raise_horizon(ttl)
 end
 redis.call('HSET', KEYS[1], 'limit', ARGV[4])
 local value = put(KEYS[1], KEYS[2], tostring(want), {exp = now + ttl, digest = digest,

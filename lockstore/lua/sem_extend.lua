@@ -2,7 +2,6 @@
 -- sem_common.lua).
 --
 -- KEYS[1]  the permits hash   KEYS[2]  the expiry set
--- KEYS[3]  Redlock only: the node's lease horizon
 -- ARGV[1]  SHA-256 of the token
 -- ARGV[2]  new TTL in ms from now; "0" for the permit's own length
 -- ARGV[3]  Redlock only: "1" to only ever lengthen (see extend.lua)
@@ -28,12 +27,6 @@ else
 end
 if ARGV[3] == '1' then
   p.exp = math.max(p.exp, now + ttl)
-  local h = redis.call('PTTL', KEYS[3])
-  if h == -2 then
-    redis.call('SET', KEYS[3], '1', 'PX', ttl)
-  elseif h >= 0 and h < ttl then
-    redis.call('PEXPIRE', KEYS[3], ttl)
-  end
 else
   p.exp = moved(p.exp, now + ttl)
 end
