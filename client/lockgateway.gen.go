@@ -126,6 +126,18 @@ func (e CheckRateLimitParamsRefuseStatus) Valid() bool {
 
 // AcquireRequest Every field is optional. `null`, unknown or duplicate fields are `400`; out-of-range values are `422`.
 type AcquireRequest struct {
+	// LockDelayMs A hold only (`Accept: text/event-stream`; `422` otherwise): when the client
+	// goes away without releasing (the stream closed, not a `DELETE`), keep the key
+	// for this long rather than releasing it, so that a holder that vanished but may
+	// still be at work cannot race its successor (Consul's lock-delay). Same bounds
+	// as `ttl_ms`. Default 0: released at once.
+	LockDelayMs *int64 `json:"lock_delay_ms,omitempty"`
+
+	// MaxHoldMs A hold only (`Accept: text/event-stream`; `422` otherwise): end the hold after
+	// this long (event `ended`, `reason` `max-hold`; the lease is released). The
+	// server caps every hold (`LOCKGW_MAX_HOLD`, default 24 h).
+	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
+
 	// Owner Free-form label of the holder, shown by `GET`; at most 128 printable characters.
 	//
 	// Example: worker-7
@@ -1128,6 +1140,15 @@ type ClientInterface interface {
 	// A lock granted to a client that has gone (a waiter that disconnected) is
 	// released at once.
 	//
+	// **Hold.** With `Accept: text/event-stream` the lock is held for as long as the
+	// connection lives: the request acquires as above (waiting included; refusals are
+	// the usual problem responses), then answers `201` (`200` when the `Lock-Token`
+	// already held it) with a stream of events while the gateway renews the lease
+	// (see the `text/event-stream` response). `ttl_ms` defaults to the hold TTL
+	// (`LOCKGW_HOLD_TTL`, 5 s): it bounds how long the key outlives a gateway that died
+	// while holding it. The client closing the stream releases the lease at once.
+	// `max_hold_ms` and `lock_delay_ms` apply to holds only.
+	//
 	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 	// included) is `400` (problem `malformed-request`) and takes nothing. A request
 	// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
@@ -1167,6 +1188,15 @@ type ClientInterface interface {
 	// gateway releases that token itself until the backend has answered for a second.
 	// A lock granted to a client that has gone (a waiter that disconnected) is
 	// released at once.
+	//
+	// **Hold.** With `Accept: text/event-stream` the lock is held for as long as the
+	// connection lives: the request acquires as above (waiting included; refusals are
+	// the usual problem responses), then answers `201` (`200` when the `Lock-Token`
+	// already held it) with a stream of events while the gateway renews the lease
+	// (see the `text/event-stream` response). `ttl_ms` defaults to the hold TTL
+	// (`LOCKGW_HOLD_TTL`, 5 s): it bounds how long the key outlives a gateway that died
+	// while holding it. The client closing the stream releases the lease at once.
+	// `max_hold_ms` and `lock_delay_ms` apply to holds only.
 	//
 	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 	// included) is `400` (problem `malformed-request`) and takes nothing. A request
@@ -1541,6 +1571,15 @@ func (c *APIClient) ExtendLock(ctx context.Context, key Key, params *ExtendLockP
 // A lock granted to a client that has gone (a waiter that disconnected) is
 // released at once.
 //
+// **Hold.** With `Accept: text/event-stream` the lock is held for as long as the
+// connection lives: the request acquires as above (waiting included; refusals are
+// the usual problem responses), then answers `201` (`200` when the `Lock-Token`
+// already held it) with a stream of events while the gateway renews the lease
+// (see the `text/event-stream` response). `ttl_ms` defaults to the hold TTL
+// (`LOCKGW_HOLD_TTL`, 5 s): it bounds how long the key outlives a gateway that died
+// while holding it. The client closing the stream releases the lease at once.
+// `max_hold_ms` and `lock_delay_ms` apply to holds only.
+//
 // An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 // included) is `400` (problem `malformed-request`) and takes nothing. A request
 // whose `If-Match` fails must not be carried out (RFC 9110), so the header is
@@ -1590,6 +1629,15 @@ func (c *APIClient) AcquireLockWithBody(ctx context.Context, key Key, params *Ac
 // gateway releases that token itself until the backend has answered for a second.
 // A lock granted to a client that has gone (a waiter that disconnected) is
 // released at once.
+//
+// **Hold.** With `Accept: text/event-stream` the lock is held for as long as the
+// connection lives: the request acquires as above (waiting included; refusals are
+// the usual problem responses), then answers `201` (`200` when the `Lock-Token`
+// already held it) with a stream of events while the gateway renews the lease
+// (see the `text/event-stream` response). `ttl_ms` defaults to the hold TTL
+// (`LOCKGW_HOLD_TTL`, 5 s): it bounds how long the key outlives a gateway that died
+// while holding it. The client closing the stream releases the lease at once.
+// `max_hold_ms` and `lock_delay_ms` apply to holds only.
 //
 // An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 // included) is `400` (problem `malformed-request`) and takes nothing. A request
@@ -3147,6 +3195,15 @@ type ClientWithResponsesInterface interface {
 	// A lock granted to a client that has gone (a waiter that disconnected) is
 	// released at once.
 	//
+	// **Hold.** With `Accept: text/event-stream` the lock is held for as long as the
+	// connection lives: the request acquires as above (waiting included; refusals are
+	// the usual problem responses), then answers `201` (`200` when the `Lock-Token`
+	// already held it) with a stream of events while the gateway renews the lease
+	// (see the `text/event-stream` response). `ttl_ms` defaults to the hold TTL
+	// (`LOCKGW_HOLD_TTL`, 5 s): it bounds how long the key outlives a gateway that died
+	// while holding it. The client closing the stream releases the lease at once.
+	// `max_hold_ms` and `lock_delay_ms` apply to holds only.
+	//
 	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 	// included) is `400` (problem `malformed-request`) and takes nothing. A request
 	// whose `If-Match` fails must not be carried out (RFC 9110), so the header is
@@ -3186,6 +3243,15 @@ type ClientWithResponsesInterface interface {
 	// gateway releases that token itself until the backend has answered for a second.
 	// A lock granted to a client that has gone (a waiter that disconnected) is
 	// released at once.
+	//
+	// **Hold.** With `Accept: text/event-stream` the lock is held for as long as the
+	// connection lives: the request acquires as above (waiting included; refusals are
+	// the usual problem responses), then answers `201` (`200` when the `Lock-Token`
+	// already held it) with a stream of events while the gateway renews the lease
+	// (see the `text/event-stream` response). `ttl_ms` defaults to the hold TTL
+	// (`LOCKGW_HOLD_TTL`, 5 s): it bounds how long the key outlives a gateway that died
+	// while holding it. The client closing the stream releases the lease at once.
+	// `max_hold_ms` and `lock_delay_ms` apply to holds only.
 	//
 	// An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 	// included) is `400` (problem `malformed-request`) and takes nothing. A request
@@ -6123,6 +6189,15 @@ func (c *ClientWithResponses) ExtendLockWithResponse(ctx context.Context, key Ke
 // A lock granted to a client that has gone (a waiter that disconnected) is
 // released at once.
 //
+// **Hold.** With `Accept: text/event-stream` the lock is held for as long as the
+// connection lives: the request acquires as above (waiting included; refusals are
+// the usual problem responses), then answers `201` (`200` when the `Lock-Token`
+// already held it) with a stream of events while the gateway renews the lease
+// (see the `text/event-stream` response). `ttl_ms` defaults to the hold TTL
+// (`LOCKGW_HOLD_TTL`, 5 s): it bounds how long the key outlives a gateway that died
+// while holding it. The client closing the stream releases the lease at once.
+// `max_hold_ms` and `lock_delay_ms` apply to holds only.
+//
 // An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 // included) is `400` (problem `malformed-request`) and takes nothing. A request
 // whose `If-Match` fails must not be carried out (RFC 9110), so the header is
@@ -6168,6 +6243,15 @@ func (c *ClientWithResponses) AcquireLockWithBodyWithResponse(ctx context.Contex
 // gateway releases that token itself until the backend has answered for a second.
 // A lock granted to a client that has gone (a waiter that disconnected) is
 // released at once.
+//
+// **Hold.** With `Accept: text/event-stream` the lock is held for as long as the
+// connection lives: the request acquires as above (waiting included; refusals are
+// the usual problem responses), then answers `201` (`200` when the `Lock-Token`
+// already held it) with a stream of events while the gateway renews the lease
+// (see the `text/event-stream` response). `ttl_ms` defaults to the hold TTL
+// (`LOCKGW_HOLD_TTL`, 5 s): it bounds how long the key outlives a gateway that died
+// while holding it. The client closing the stream releases the lease at once.
+// `max_hold_ms` and `lock_delay_ms` apply to holds only.
 //
 // An acquire is not conditional: a `PUT` with `If-Match` (any value, `*`
 // included) is `400` (problem `malformed-request`) and takes nothing. A request
@@ -7988,6 +8072,12 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSONDefault = &dest
+
+	case rsp.StatusCode == 200:
+	// Content-type (text/event-stream) unsupported
+
+	case rsp.StatusCode == 201:
+		// Content-type (text/event-stream) unsupported
 
 	}
 

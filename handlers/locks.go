@@ -37,6 +37,10 @@ type Limits struct {
 	// proxy). Needed with a cap.
 	MaxLocksPerUser int
 	User            func(r *http.Request) (user string, ok bool)
+	// HoldTTL is a hold's lease length when its request names none (see
+	// hold.go): short, since it bounds how long a key outlives a gateway
+	// that died while holding it. MaxHold caps every hold (0: no cap).
+	HoldTTL, MaxHold time.Duration
 }
 
 // Locks serves /locks/{key}. Build it with NewLocks.
@@ -71,6 +75,11 @@ type Observer interface {
 	// Refused: the backend refused op's write, for reason (see
 	// lockstore.RefusedError).
 	Refused(op, reason string)
+	// HoldStarted and HoldEnded: a hold's stream began, and ended for
+	// reason (hold.go: released, max-hold, shutdown, client-gone,
+	// backend-unavailable, expired, taken).
+	HoldStarted()
+	HoldEnded(reason string)
 }
 
 type nopObserver struct{}
@@ -82,6 +91,8 @@ func (nopObserver) Released(string)                      {}
 func (nopObserver) LockGone(string)                      {}
 func (nopObserver) BackendError(string)                  {}
 func (nopObserver) Refused(string, string)               {}
+func (nopObserver) HoldStarted()                         {}
+func (nopObserver) HoldEnded(string)                     {}
 
 // NewLocks returns the lock endpoints over store. When stopping closes
 // (the server is shutting down) waiting acquires give up at once.
@@ -162,6 +173,9 @@ func (h *Locks) Acquire() http.Handler {
 		TTLms  *int64  `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
 		WaitMs *int64  `json:"wait_ms" validate:"omitnil,gte=0,maxwait"`
 		Owner  *string `json:"owner" validate:"omitnil,max=128,printable"`
+		// A hold's own (Accept: text/event-stream; hold.go).
+		MaxHoldMs   *int64 `json:"max_hold_ms" validate:"omitnil,gte=1"`
+		LockDelayMs *int64 `json:"lock_delay_ms" validate:"omitnil,gte=0,maxttl"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req request
@@ -170,7 +184,15 @@ func (h *Locks) Acquire() http.Handler {
 			WriteError(w, r, h.log, err)
 			return
 		}
+		holding := wantsStream(r)
+		if err := holdFields(holding, req.MaxHoldMs, req.LockDelayMs); err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
 		ar := lockstore.AcquireRequest{TTL: h.limits.DefaultTTL}
+		if holding && h.limits.HoldTTL > 0 {
+			ar.TTL = h.limits.HoldTTL
+		}
 		if h.limits.MaxLocksPerUser > 0 {
 			user, ok := h.limits.User(r)
 			if !ok {
@@ -226,8 +248,39 @@ func (h *Locks) Acquire() http.Handler {
 			return
 		}
 		h.obs.Granted(token, lease.ExpiresAt)
-		encodeLease(w, grantHeaders(w, LocksPrefix, key, token, lease.Renewed), newLeaseBody(lease))
+		status := grantHeaders(w, LocksPrefix, key, token, lease.Renewed)
+		if holding {
+			h.hold(w, r, status, lease, ar.Quota.User, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs)})
+			return
+		}
+		encodeLease(w, status, newLeaseBody(lease))
 	})
+}
+
+// millis is an optional request field in ms as a duration (0 when absent).
+func millis(ms *int64) time.Duration {
+	if ms == nil {
+		return 0
+	}
+	return time.Duration(*ms) * time.Millisecond
+}
+
+// holdFields refuses a hold's own fields in a PUT that does not hold.
+func holdFields(holding bool, fields ...*int64) error {
+	if holding {
+		return nil
+	}
+	names := []string{"max_hold_ms", "lock_delay_ms"}
+	e := newError(problem.Validation, "the request has values out of range; see errors")
+	for i, f := range fields {
+		if f != nil {
+			e.Fields = append(e.Fields, FieldError{Field: names[i], Message: "applies only to a hold (a PUT with Accept: text/event-stream)"})
+		}
+	}
+	if len(e.Fields) == 0 {
+		return nil
+	}
+	return e
 }
 
 // grantHeaders sets the headers of a grant of a lock or a permit (the

@@ -51,7 +51,8 @@ type Metrics struct {
 	series    atomic.Pointer[map[requestSeries]prometheus.Observer]
 	addSeries sync.Mutex
 
-	holds *holds
+	holds   *holds
+	streams *holdStreams // holds on a stream (holdstreams.go)
 
 	// Semaphore permits' (semaphores.go), made by the first Semaphores call.
 	permitsOnce   sync.Once
@@ -131,6 +132,7 @@ func New() *Metrics {
 	}
 	reg.MustRegister(m.acquire, m.wait, m.hold, m.conflicts, m.gone, m.backend, m.refused, m.ratelimit, m.votes, m.requests,
 		m.replaced, m.crowded)
+	m.streams = newHoldStreams(reg)
 	m.series.Store(&map[requestSeries]prometheus.Observer{})
 	m.outcomes = make(map[string]prometheus.Observer)
 	for _, o := range []string{"acquired", "renewed", "held", "over_quota", "full", "too_many_waiters", "unavailable", "error"} {

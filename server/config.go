@@ -45,6 +45,8 @@ type Config struct {
 	DefaultTTL       time.Duration
 	MaxTTL           time.Duration
 	MaxWait          time.Duration
+	HoldTTL          time.Duration // a hold's lease length by default
+	MaxHold          time.Duration // longest hold
 	MaxBodyBytes     int64
 	BackendTimeout   time.Duration
 	ShutdownTimeout  time.Duration
@@ -206,6 +208,8 @@ var settings = []setting{
 	{"default-ttl", "30s", "lease length when a request names none", duration(10*time.Millisecond, func(c *Config) *time.Duration { return &c.DefaultTTL })},
 	{"max-ttl", "24h", "longest lease a request may ask for", duration(10*time.Millisecond, func(c *Config) *time.Duration { return &c.MaxTTL })},
 	{"max-wait", "60s", "longest wait_ms a request may ask for", duration(0, func(c *Config) *time.Duration { return &c.MaxWait })},
+	{"hold-ttl", "5s", "lease length of a hold (a PUT with Accept: text/event-stream) when it names none: how long a key outlives a gateway that died while holding it", duration(time.Second, func(c *Config) *time.Duration { return &c.HoldTTL })},
+	{"max-hold", "24h", "longest a hold may last; max_hold_ms asks for less", duration(time.Second, func(c *Config) *time.Duration { return &c.MaxHold })},
 	{"max-body-bytes", "65536", "request body limit in bytes", func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1024 {

@@ -2,6 +2,7 @@ package apitest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -103,6 +104,79 @@ func (c *Client) Stream(t testing.TB, path string, headers ...string) (*Events, 
 				data = strings.TrimPrefix(line, "data: ")
 			default:
 				t.Errorf("stream: unexpected line %q", line)
+			}
+		}
+	}()
+	return &Events{C: ch, cancel: cancel}, nil
+}
+
+// Hold sends PUT path with Accept: text/event-stream and body: a hold. A
+// 200 or 201 is checked against openapi.yaml (status and headers) and its
+// events are delivered on Events.C, each event's data checked against the
+// schema the spec's x-event-data names for it; any other status is
+// returned as a Response, checked like Do's, with nil Events.
+func (c *Client) Hold(t testing.TB, path string, body []byte, headers ...string) (*Events, *Response) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.Base+path, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	client := *c.HTTP
+	client.Timeout = 0 // a stream lasts
+	hresp, err := client.Do(req)
+	require.NoError(t, err)
+	if hresp.StatusCode != http.StatusOK && hresp.StatusCode != http.StatusCreated {
+		defer cancel()
+		defer hresp.Body.Close()
+		b, err := io.ReadAll(hresp.Body)
+		require.NoError(t, err)
+		resp := &Response{Status: hresp.StatusCode, Header: hresp.Header, Body: b}
+		CheckResponse(t, req, resp)
+		return nil, resp
+	}
+	CheckResponse(t, req, &Response{Status: hresp.StatusCode, Header: hresp.Header})
+	require.Equal(t, "text/event-stream", hresp.Header.Get("Content-Type"))
+
+	doc, _ := Spec(t)
+	schemas := map[string]string{"acquired": "Lease", "renewed": "HoldRenewed", "released": "HoldEnd", "ended": "HoldEnd", "lost": "HoldEnd"}
+	ch := make(chan Event, 64)
+	go func() {
+		defer close(ch)
+		defer hresp.Body.Close()
+		sc := bufio.NewScanner(hresp.Body)
+		var ev Event
+		var data string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev.Name == "" {
+					continue // a comment's blank line
+				}
+				ev.At = time.Now()
+				var v any
+				if err := json.Unmarshal([]byte(data), &v); err != nil {
+					t.Errorf("event %s: data %q is not JSON: %v", ev.Name, data, err)
+				}
+				_ = json.Unmarshal([]byte(data), &ev.Data)
+				if schema, ok := schemas[ev.Name]; !ok {
+					t.Errorf("hold: unexpected event %q", ev.Name)
+				} else if err := doc.Components.Schemas[schema].Value.VisitJSON(v); err != nil {
+					t.Errorf("event %s: data %s does not match %s: %v", ev.Name, data, schema, err)
+				}
+				ch <- ev
+				ev, data = Event{}, ""
+			case strings.HasPrefix(line, ":"):
+			case strings.HasPrefix(line, "event: "):
+				ev.Name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				data = strings.TrimPrefix(line, "data: ")
+			default:
+				t.Errorf("hold stream: unexpected line %q", line)
 			}
 		}
 	}()

@@ -1,0 +1,181 @@
+package server_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/apitest"
+	"github.com/lockgateway/lockgateway/internal/redistest"
+)
+
+// nextEvent waits for the stream's next event, failing after within.
+func nextEvent(t *testing.T, events *apitest.Events, within time.Duration) (apitest.Event, bool) {
+	t.Helper()
+	select {
+	case e, ok := <-events.C:
+		return e, ok
+	case <-time.After(within):
+		t.Fatalf("no event within %v", within)
+		return apitest.Event{}, false
+	}
+}
+
+// held reports whether key is held, by a GET.
+func held(t *testing.T, c *apitest.Client, path string) bool {
+	return c.Do(t, "GET", path, nil).Status == http.StatusOK
+}
+
+// TestHold: a hold outlives many TTLs while its stream is open, and the
+// key is free again as soon as the client closes it.
+func TestHold(t *testing.T) {
+	backends(t, func(t *testing.T, g *apitest.Gateway) {
+		c := apitest.NewClient(g.URL)
+		path := lockPath(apitest.Key(t))
+		events, resp := c.Hold(t, path, []byte(`{"ttl_ms":300,"owner":"cron"}`))
+		require.Nil(t, resp)
+		acq, _ := nextEvent(t, events, 2*time.Second)
+		require.Equal(t, "acquired", acq.Name)
+		require.NotEmpty(t, acq.Data["token"], "the grant carries the token")
+		fence := acq.Data["fence"]
+
+		deadline := time.Now().Add(1500 * time.Millisecond) // five TTLs
+		renewals := 0
+		for time.Now().Before(deadline) {
+			e, ok := nextEvent(t, events, time.Second)
+			require.True(t, ok, "the stream stays open")
+			require.Equal(t, "renewed", e.Name)
+			assert.Equal(t, fence, e.Data["fence"])
+			assert.NotContains(t, e.Data, "token")
+			renewals++
+		}
+		assert.GreaterOrEqual(t, renewals, 10, "renewed about every third of the TTL")
+		other := c.Do(t, "PUT", path, []byte(`{"ttl_ms":1000}`), apitest.JSON...)
+		require.Equal(t, http.StatusConflict, other.Status, "held all along")
+
+		closed := time.Now()
+		events.Close()
+		require.Eventually(t, func() bool { return !held(t, c, path) }, 2*time.Second, 5*time.Millisecond,
+			"the key is free once the client went away")
+		t.Logf("free %v after the client closed the stream", time.Since(closed).Round(time.Millisecond))
+		assert.Less(t, time.Since(closed), 300*time.Millisecond, "released at once, well before its TTL")
+	})
+}
+
+// TestHoldEnds: each way a hold ends sends its final event and closes the
+// stream.
+func TestHoldEnds(t *testing.T) {
+	backends(t, func(t *testing.T, g *apitest.Gateway) {
+		c := apitest.NewClient(g.URL)
+
+		t.Run("released by the holder", func(t *testing.T) {
+			path := lockPath(apitest.Key(t))
+			events, resp := c.Hold(t, path, []byte(`{"ttl_ms":1000}`))
+			require.Nil(t, resp)
+			defer events.Close()
+			acq, _ := nextEvent(t, events, 2*time.Second)
+			token := acq.Data["token"].(string)
+			require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", path, nil, "Lock-Token", token).Status)
+			for {
+				e, ok := nextEvent(t, events, 3*time.Second)
+				require.True(t, ok, "a final event before the stream closes")
+				if e.Name == "renewed" {
+					continue
+				}
+				assert.Equal(t, "released", e.Name)
+				assert.Equal(t, "released", e.Data["reason"])
+				break
+			}
+			_, ok := nextEvent(t, events, 2*time.Second)
+			assert.False(t, ok, "closed after the final event")
+		})
+
+		t.Run("max_hold_ms", func(t *testing.T) {
+			path := lockPath(apitest.Key(t))
+			start := time.Now()
+			events, resp := c.Hold(t, path, []byte(`{"ttl_ms":1000,"max_hold_ms":400}`))
+			require.Nil(t, resp)
+			defer events.Close()
+			for {
+				e, ok := nextEvent(t, events, 3*time.Second)
+				require.True(t, ok)
+				if e.Name == "acquired" || e.Name == "renewed" {
+					continue
+				}
+				assert.Equal(t, "ended", e.Name)
+				assert.Equal(t, "max-hold", e.Data["reason"])
+				assert.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond)
+				break
+			}
+			assert.False(t, held(t, c, path), "released at the cap")
+		})
+
+		t.Run("lock delay", func(t *testing.T) {
+			path := lockPath(apitest.Key(t))
+			events, resp := c.Hold(t, path, []byte(`{"ttl_ms":300,"lock_delay_ms":1000}`))
+			require.Nil(t, resp)
+			_, _ = nextEvent(t, events, 2*time.Second)
+			gone := time.Now()
+			events.Close()
+			time.Sleep(500 * time.Millisecond) // past the hold's TTL
+			assert.True(t, held(t, c, path), "kept for its lock delay after the client vanished")
+			require.Eventually(t, func() bool { return !held(t, c, path) }, 2*time.Second, 10*time.Millisecond)
+			assert.Less(t, time.Since(gone), 1500*time.Millisecond, "and not much longer")
+		})
+
+		t.Run("hold fields without a stream", func(t *testing.T) {
+			r := c.Do(t, "PUT", lockPath(apitest.Key(t)), []byte(`{"max_hold_ms":1000}`), apitest.JSON...)
+			require.Equal(t, http.StatusUnprocessableEntity, r.Status)
+			assert.Contains(t, string(r.Body), "max_hold_ms")
+		})
+	})
+}
+
+// TestHoldLostBeforeExpiry: Redis paused past the lease's end; the stream
+// says lost before the expires_at it last told, and another client gets the
+// key only after that moment.
+func TestHoldLostBeforeExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	g := apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL(), "LOCKGW_BACKEND_TIMEOUT": "200ms"})
+	c := apitest.NewClient(g.URL)
+	path := lockPath(apitest.Key(t))
+	events, resp := c.Hold(t, path, []byte(`{"ttl_ms":1000}`))
+	require.Nil(t, resp)
+	defer events.Close()
+	acq, _ := nextEvent(t, events, 2*time.Second)
+	lastExpiry, err := time.Parse(time.RFC3339Nano, acq.Data["expires_at"].(string))
+	require.NoError(t, err)
+	e, _ := nextEvent(t, events, 2*time.Second)
+	require.Equal(t, "renewed", e.Name)
+	lastExpiry, err = time.Parse(time.RFC3339Nano, e.Data["expires_at"].(string))
+	require.NoError(t, err)
+
+	srv.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	for {
+		e, ok := nextEvent(t, events, 3*time.Second)
+		require.True(t, ok)
+		if e.Name == "renewed" {
+			lastExpiry, err = time.Parse(time.RFC3339Nano, e.Data["expires_at"].(string))
+			require.NoError(t, err)
+			continue
+		}
+		require.Equal(t, "lost", e.Name)
+		assert.Equal(t, "backend-unavailable", e.Data["reason"])
+		assert.True(t, e.At.Before(lastExpiry), "lost at %v, before the expires_at told (%v)", e.At.Format("15:04:05.000"), lastExpiry.Format("15:04:05.000"))
+		break
+	}
+	time.Sleep(time.Until(lastExpiry) + 1200*time.Millisecond) // Redis expires it by its own clock, once resumed
+	srv.Resume()
+	resumed = true
+	r := c.Do(t, "PUT", path, []byte(`{"ttl_ms":1000}`), apitest.JSON...)
+	require.Equal(t, http.StatusCreated, r.Status, "the key is free once the lost lease ran out")
+}
