@@ -179,6 +179,13 @@ type AcquireOptions struct {
 	// from crypto/rand). Either way every request of one Acquire carries the
 	// same token, so retrying after a lost response is safe.
 	Token string
+	// HoldAtLeast (Hold, HoldPermit) keeps the lock at least this long
+	// after it was granted, even when fn returns sooner: instead of
+	// releasing, Hold extends the lease to what is left of it (the lease
+	// may then last up to its TTL). ShedLock's lockAtLeastFor: a job that
+	// finished in a second still keeps a second host whose cron fires a
+	// second later from running it again.
+	HoldAtLeast time.Duration
 }
 
 // Client talks to one gateway. It is safe for concurrent use.
@@ -432,6 +439,7 @@ func hold[G any](ctx context.Context, c *Client, opts AcquireOptions, k holdKind
 	if err != nil {
 		return err
 	}
+	granted := time.Now() // after the grant: HoldAtLeast counts no less
 	kept := k.lease(g)
 	if opts.Wait > 0 {
 		// A waited-for lease began when the wait ended, somewhere inside
@@ -468,7 +476,16 @@ func hold[G any](ctx context.Context, c *Client, opts AcquireOptions, k holdKind
 	// until its TTL runs out.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer rcancel()
-	if err := k.release(rctx, kept.Key, kept.Token); err != nil {
+	let := func() error { return k.release(rctx, kept.Key, kept.Token) }
+	if left := time.Until(granted.Add(opts.HoldAtLeast)); left > 0 {
+		// Held less than HoldAtLeast: keep it that much longer (an extend
+		// never shortens a lease) and let it expire then.
+		let = func() error {
+			_, err := k.extend(rctx, kept.Key, kept.Token, max(left, 10*time.Millisecond))
+			return err
+		}
+	}
+	if err := let(); err != nil {
 		if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrTokenMismatch) {
 			// Lost between the last extend and the end of fn.
 			err = fmt.Errorf("%w: the %s was no longer held when fn returned: %w", ErrLockLost, k.noun, err)

@@ -51,7 +51,8 @@ Commands:
         print each change of the lock as a line (acquired, extended,
         released, expired; the first line is the current state), as JSON
         with --json, until interrupted (exit status 0)
-  run [--ttl D] [--wait D] [--owner S] [--grace D] [-n N] KEY -- COMMAND [ARG...]
+  run [--ttl D] [--wait D] [--owner S] [--grace D] [-n N] [--hold-at-least D] [--quiet]
+      KEY -- COMMAND [ARG...]
         take the lock (waiting up to --wait), run COMMAND with LOCK_KEY,
         LOCK_TOKEN and LOCK_FENCE in its environment, keep the lock alive
         (extend every TTL/3), forward SIGINT/SIGTERM to COMMAND, release the
@@ -75,6 +76,13 @@ Flags (before or after COMMAND):
                (default 5s)
   -n N         run: take a permit of a semaphore of limit N (1-10000)
                instead of the lock
+  --hold-at-least D
+               run: keep the lock at least D after it was granted, even when
+               COMMAND exits sooner (it may then last up to its TTL): a job
+               that took a second still keeps a host whose cron fired a
+               second later from running it again
+  --quiet      run: print nothing when the lock is held by another (exit
+               status 75 all the same): cron mails any output
 
 Exit status:
   0    success; run: COMMAND exited 0

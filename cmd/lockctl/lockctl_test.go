@@ -477,3 +477,38 @@ func TestRunWaitLongerThanTTL(t *testing.T) {
 	_, err = c.Inspect(t.Context(), key)
 	require.ErrorIs(t, err, client.ErrNotHeld, "released when the command exited")
 }
+
+// TestCronRunsTheJobOnce is the cron recipe of docs/clients.md, run as two
+// hosts whose cron fires a second apart: the job runs once, the second
+// host exits 75 without a word (cron would mail any output), and the lock
+// stays held for --hold-at-least after the job.
+func TestCronRunsTheJobOnce(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	ran := filepath.Join(t.TempDir(), "ran")
+	job := []string{"run", "--quiet", "--hold-at-least", "3s", "--ttl", "2m", key, "--", "sh", "-c", `echo "$LOCK_FENCE" >> "$1"`, "sh", ran}
+
+	first := lockctl(t, g.URL, job...)
+	require.Equal(t, 0, first.code, first.stderr)
+	time.Sleep(time.Second) // the second host's cron fires a second later
+	second := lockctl(t, g.URL, job...)
+	assert.Equal(t, 75, second.code, "the second host does not get the lock")
+	assert.Empty(t, second.stdout+second.stderr, "--quiet: nothing for cron to mail")
+
+	b, err := os.ReadFile(ran)
+	require.NoError(t, err)
+	assert.Len(t, strings.Fields(string(b)), 1, "the job ran once: %q", b)
+	_, err = c.Inspect(t.Context(), key)
+	require.NoError(t, err, "held at least 3 s after the grant")
+
+	// Without --hold-at-least, the same recipe runs the job twice.
+	key2 := key + "-plain"
+	plain := []string{"run", "--quiet", "--ttl", "2m", key2, "--", "sh", "-c", `echo x >> "$1"`, "sh", ran + "-plain"}
+	require.Equal(t, 0, lockctl(t, g.URL, plain...).code)
+	time.Sleep(time.Second)
+	require.Equal(t, 0, lockctl(t, g.URL, plain...).code, "the control: released at once, so the second host runs it again")
+	b, err = os.ReadFile(ran + "-plain")
+	require.NoError(t, err)
+	assert.Len(t, strings.Fields(string(b)), 2)
+}

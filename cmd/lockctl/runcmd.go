@@ -38,6 +38,8 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 	flags.StringVar(&opts.Owner, "owner", fmt.Sprintf("%s:%d", hostname(), os.Getpid()), "holder label")
 	grace := flags.Duration("grace", 5*time.Second, "SIGTERM to SIGKILL when the lock is lost")
 	permits := flags.Int("n", 0, "run under one of N permits of the semaphore KEY")
+	flags.DurationVar(&opts.HoldAtLeast, "hold-at-least", 0, "keep the lock at least this long after it was granted, even when COMMAND exits sooner")
+	quiet := flags.Bool("quiet", false, "print nothing when another holder has the lock (the exit status is 75 all the same): for cron, which mails any output")
 	sep := slices.Index(args, "--")
 	if sep < 0 {
 		return usageError(g, errors.New("run: put -- between KEY and the command: lockctl run [flags] KEY -- COMMAND [ARG...]"))
@@ -176,6 +178,9 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 		}
 		return exitCannotExec
 	case !started: // not acquired, or interrupted before COMMAND started
+		if *quiet && exitCode(err) == exitNotAcquired && context.Cause(ctx) == nil {
+			return exitNotAcquired
+		}
 		if waited != nil && !errors.Is(err, client.ErrHeld) && !errors.Is(err, client.ErrSemaphoreFull) {
 			// Hold did not take the lock again (gateway unreachable, …) or
 			// was interrupted: give back the lease the wait got.
