@@ -2,6 +2,7 @@ package lockstore
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -209,6 +210,7 @@ type Redlock struct {
 	quarantine  time.Duration
 	log         zerolog.Logger
 	onVote      func(node, vote string)
+	set         *nodeSet // the node list, as the nodes remember it (redlock_set.go)
 
 	idMu   sync.Mutex // serializes the nodes' run_id checks (sameRedis)
 	mu     sync.Mutex // guards closed, and bg.Add against Close's bg.Wait
@@ -272,6 +274,7 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		log:         opts.Logger,
 		onVote:      opts.OnVote,
 		stop:        make(chan struct{}),
+		set:         newNodeSet(nodes),
 	}
 	seen := make(map[string]bool, len(nodes))
 	for _, o := range nodes {
@@ -280,7 +283,7 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		}
 		seen[o.Addr] = true
 	}
-	for _, o := range nodes {
+	for i, o := range nodes {
 		o := *o
 		o.MaxRetries = -1
 		o.ContextTimeoutEnabled = true
@@ -318,6 +321,8 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		}
 		n.client = redis.NewClient(&o)
 		n.batch = newNodeBatch(n.client, r.nodeTimeout)
+		n.grant = setGuard{Scripter: n.batch, set: r.set, i: i}
+		n.semGrant = setGuard{Scripter: n.client, set: r.set, i: i}
 		n.notifier = newNotifier(n.client)
 		probe := o
 		probe.OnConnect = nil
@@ -331,6 +336,11 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 	for _, n := range r.nodes {
 		r.bg.Go(func() { r.warmUp(n) })
 	}
+	// The nodes' markers first, so that the first requests find them.
+	ctx, cancel := context.WithTimeout(context.Background(), max(time.Second, 4*r.nodeTimeout))
+	r.markPass(ctx)
+	cancel()
+	r.bg.Go(r.keepSet)
 	return r, nil
 }
 

@@ -18,6 +18,9 @@ type redlockNode struct {
 	addr     string
 	client   *redis.Client
 	batch    *nodeBatch // client, for the scripts of requests (redlock_batch.go)
+	// grant and semGrant are batch and client with the node list check in
+	// front of the scripts that grant or lengthen (redlock_set.go).
+	grant, semGrant redis.Scripter
 	notifier *notifier  // releases on this node, for waiters
 	// probe is a client of its own for the prober (see observe), so that
 	// its dials neither wait for client's pool nor count towards the
