@@ -18,14 +18,15 @@ type redlockNode struct {
 	addr     string
 	client   *redis.Client
 	batch    *nodeBatch // client, for the scripts of requests (redlock_batch.go)
-	// grant and semGrant are batch and client with the node list check in
-	// front of the scripts that grant or lengthen (redlock_set.go).
-	grant, semGrant redis.Scripter
 	notifier *notifier  // releases on this node, for waiters
 	// probe is a client of its own for the prober (see observe), so that
 	// its dials neither wait for client's pool nor count towards the
 	// failed dials after which go-redis stops dialing client for a second.
 	probe *redis.Client
+
+	// grant and semGrant are batch and client with the node list check in
+	// front of the scripts that grant or lengthen (redlock_set.go).
+	grant, semGrant redis.Scripter
 
 	warmMu sync.Mutex // one warm-up at a time: two would share the pool
 
