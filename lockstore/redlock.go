@@ -2,7 +2,6 @@ package lockstore
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -56,6 +55,12 @@ type RedlockOptions struct {
 	// "granted", "held", "timeout", "refused", "failed" or "quarantined". It must be
 	// quick; it runs on the request's path.
 	OnVote func(node, vote string)
+	// NodeNames, when set, is how the node list the nodes remember names
+	// each node (docs/safety.md, "Changing the node list"), in the order of
+	// the nodes; by default each node's host:port/db as configured. Set it
+	// when gateways reach a node under different addresses (a proxy of
+	// their own): every gateway must name each node the same way.
+	NodeNames []string
 	// DisableRestartGuard turns restart detection and quarantine off. It
 	// exists so tests can show what the guard prevents; never set it in
 	// production.
@@ -274,7 +279,6 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		log:         opts.Logger,
 		onVote:      opts.OnVote,
 		stop:        make(chan struct{}),
-		set:         newNodeSet(nodes),
 	}
 	seen := make(map[string]bool, len(nodes))
 	for _, o := range nodes {
@@ -282,6 +286,10 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 			return nil, fmt.Errorf("lockstore: redlock node %s is listed twice", o.Addr)
 		}
 		seen[o.Addr] = true
+	}
+	var err error
+	if r.set, err = newNodeSet(nodes, opts.NodeNames); err != nil {
+		return nil, err
 	}
 	for i, o := range nodes {
 		o := *o
@@ -337,9 +345,7 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		r.bg.Go(func() { r.warmUp(n) })
 	}
 	// The nodes' markers first, so that the first requests find them.
-	ctx, cancel := context.WithTimeout(context.Background(), max(time.Second, 4*r.nodeTimeout))
-	r.markPass(ctx)
-	cancel()
+	r.markPass(max(250*time.Millisecond, 2*r.nodeTimeout))
 	r.bg.Go(r.keepSet)
 	return r, nil
 }

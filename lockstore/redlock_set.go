@@ -66,6 +66,7 @@ func sha1Hex(s string) string {
 
 func init() {
 	// The warm-up loads what requests will run.
+	redlockScripts = append(redlockScripts, nodesetMarkScript)
 	for _, g := range guardedScripts {
 		redlockScripts = append(redlockScripts, g.script)
 	}
@@ -94,15 +95,29 @@ type nodeSet struct {
 	closed string
 	// why is the last reason a node counted for no one ("" when none).
 	why string
+	// joined: the last marking pass saw a node serve the list and none
+	// another, so a node found serving none may be marked at once (rule W,
+	// join), by the request that found it.
+	joined bool
 }
 
-func newNodeSet(nodes []*redis.Options) *nodeSet {
+func newNodeSet(nodes []*redis.Options, names []string) (*nodeSet, error) {
 	s := &nodeSet{kick: make(chan struct{}, 1)}
-	for _, o := range nodes {
-		s.names = append(s.names, nodeName(o))
+	if names != nil && len(names) != len(nodes) {
+		return nil, fmt.Errorf("lockstore: redlock has %d nodes but %d node names", len(nodes), len(names))
+	}
+	for i, o := range nodes {
+		n := nodeName(o)
+		if names != nil {
+			n = strings.TrimSpace(names[i])
+		}
+		if n == "" || strings.ContainsAny(n, ", ") || slices.Contains(s.names, n) {
+			return nil, fmt.Errorf("lockstore: redlock node name %q: names must be distinct, not empty, without commas or spaces", n)
+		}
+		s.names = append(s.names, n)
 	}
 	s.list = strings.Join(slices.Sorted(slices.Values(s.names)), ",")
-	return s
+	return s, nil
 }
 
 // differ names the difference between the list node i serves and ours.
@@ -162,6 +177,12 @@ func (s *nodeSet) reason() string {
 	return s.why
 }
 
+func (s *nodeSet) isJoined() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.joined
+}
+
 func (s *nodeSet) closedWhy() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -182,11 +203,8 @@ func (g setGuard) EvalSha(ctx context.Context, sha string, keys []string, args .
 	if !ok {
 		return g.Scripter.EvalSha(ctx, sha, keys, args...)
 	}
-	if cmd, closed := g.closed(ctx); closed {
-		return cmd
-	}
 	keys, args = g.append(keys, args)
-	return g.check(g.Scripter.EvalSha(ctx, s.script.Hash(), keys, args...))
+	return g.run(ctx, func() *redis.Cmd { return g.Scripter.EvalSha(ctx, s.script.Hash(), keys, args...) })
 }
 
 // Eval is redis.Script.Run's fallback after NOSCRIPT, with the plain
@@ -196,39 +214,47 @@ func (g setGuard) Eval(ctx context.Context, src string, keys []string, args ...a
 	if !ok {
 		return g.Scripter.Eval(ctx, src, keys, args...)
 	}
-	if cmd, closed := g.closed(ctx); closed {
+	keys, args = g.append(keys, args)
+	return g.run(ctx, func() *redis.Cmd { return g.Scripter.Eval(ctx, s.src, keys, args...) })
+}
+
+// run makes a guarded call, unless the gateway refuses. When the node
+// serves no list (it restarted empty) and the gateway has joined the
+// nodes' list, it marks the node and calls once more: the refused call
+// changed nothing.
+func (g setGuard) run(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
+	if why := g.set.closedWhy(); why != "" {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(g.set.refusal(why))
 		return cmd
 	}
-	keys, args = g.append(keys, args)
-	return g.check(g.Scripter.Eval(ctx, s.src, keys, args...))
+	cmd := call()
+	have, refused := nodesetRefusal(cmd.Err())
+	if refused && have == "" && g.set.isJoined() {
+		was, err := nodesetMarkScript.Run(ctx, g.Scripter, []string{setKey}, g.set.list, "mark").Text()
+		if err == nil && (was == "" || was == g.set.list) {
+			cmd = call()
+			have, refused = nodesetRefusal(cmd.Err())
+		}
+	}
+	if refused {
+		cmd.SetErr(g.set.refused(g.i, have))
+	}
+	return cmd
+}
+
+// nodesetRefusal is the marker nodeset.lua's refusal carries.
+func nodesetRefusal(err error) (have string, refused bool) {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return "", false
+	}
+	have, refused = strings.CutPrefix(rerr.Error(), nodesetReply)
+	return strings.TrimSpace(have), refused
 }
 
 func (g setGuard) append(keys []string, args []any) ([]string, []any) {
 	return append(slices.Clip(keys), setKey), append(slices.Clip(args), g.set.list)
-}
-
-// closed answers for the node, without asking it, while the gateway
-// refuses.
-func (g setGuard) closed(ctx context.Context) (*redis.Cmd, bool) {
-	why := g.set.closedWhy()
-	if why == "" {
-		return nil, false
-	}
-	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(g.set.refusal(why))
-	return cmd, true
-}
-
-// check turns nodeset.lua's refusal into a *RefusedError naming the
-// difference.
-func (g setGuard) check(cmd *redis.Cmd) *redis.Cmd {
-	var rerr redis.Error
-	if errors.As(cmd.Err(), &rerr) {
-		if have, ok := strings.CutPrefix(rerr.Error(), nodesetReply); ok {
-			cmd.SetErr(g.set.refused(g.i, strings.TrimSpace(have)))
-		}
-	}
-	return cmd
 }
 
 // keepSet marks the nodes (markPass; NewRedlock made the first pass)
@@ -248,9 +274,7 @@ func (r *Redlock) keepSet() {
 		case <-r.set.kick:
 		case <-time.After(time.Second - pause):
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), max(time.Second, 4*r.nodeTimeout))
-		r.markPass(ctx)
-		cancel()
+		r.markPass(max(2*time.Second, 20*r.nodeTimeout))
 	}
 }
 
@@ -259,10 +283,11 @@ func (r *Redlock) keepSet() {
 // answered, none serves a list: mark all, or none when one mark finds
 // another list) or join (a node serves ours, none that answered serves
 // another: mark those that serve none). It closes the gateway when a node
-// of the list serves another list, and opens it when none does.
-func (r *Redlock) markPass(ctx context.Context) {
+// of the list serves another list, and opens it when none does. Each call
+// to a node is bounded by timeout.
+func (r *Redlock) markPass(timeout time.Duration) {
 	s := r.set
-	have, errs := r.runMark(ctx, nil, "read")
+	have, errs := r.runMark(timeout, nil, "read")
 	ours, answered := false, 0
 	for i, err := range errs {
 		if err != nil {
@@ -297,7 +322,7 @@ func (r *Redlock) markPass(ctx context.Context) {
 		r.openSet()
 		return
 	}
-	prev, errs := r.runMark(ctx, empty, "mark")
+	prev, errs := r.runMark(timeout, empty, "mark")
 	lost, complete := -1, true
 	for i := range empty {
 		switch {
@@ -311,13 +336,13 @@ func (r *Redlock) markPass(ctx context.Context) {
 	switch {
 	case lost >= 0:
 		if !ours { // fresh: take back what this pass marked
-			r.runMark(context.WithoutCancel(ctx), empty, "unmark")
+			r.runMark(timeout, empty, "unmark")
 		}
 		r.closeSet(s.differ(lost, prev[lost]))
 	case !ours && !complete:
 		// A fresh marking must reach every node: a mark that did not
 		// answer may have lost to another list.
-		r.runMark(context.WithoutCancel(ctx), empty, "unmark")
+		r.runMark(timeout, empty, "unmark")
 		r.noteSet(fmt.Sprintf("no Redlock node serves this gateway's node list [%s] yet, and marking every node failed: a new deployment marks its nodes once every one of them answers",
 			strings.ReplaceAll(s.list, ",", " ")))
 	default:
@@ -328,7 +353,7 @@ func (r *Redlock) markPass(ctx context.Context) {
 
 // runMark runs nodeset_mark.lua with op on every node (or those in only),
 // over the prober's clients, and returns each marker found.
-func (r *Redlock) runMark(ctx context.Context, only []bool, op string) ([]string, []error) {
+func (r *Redlock) runMark(timeout time.Duration, only []bool, op string) ([]string, []error) {
 	have := make([]string, len(r.nodes))
 	errs := make([]error, len(r.nodes))
 	var wg sync.WaitGroup
@@ -338,9 +363,9 @@ func (r *Redlock) runMark(ctx context.Context, only []bool, op string) ([]string
 			continue
 		}
 		wg.Go(func() {
-			nctx, cancel := context.WithTimeout(ctx, max(r.nodeTimeout, 250*time.Millisecond))
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			v, err := nodesetMarkScript.Run(nctx, n.probe, []string{setKey}, r.set.list, op).Text()
+			v, err := nodesetMarkScript.Run(ctx, n.probe, []string{setKey}, r.set.list, op).Text()
 			have[i], errs[i] = v, redisErr(err)
 		})
 	}
@@ -352,7 +377,7 @@ func (r *Redlock) closeSet(why string) {
 	s := r.set
 	s.mu.Lock()
 	changed := s.closed != why
-	s.closed, s.why = why, why
+	s.closed, s.why, s.joined = why, why, false
 	s.mu.Unlock()
 	if changed {
 		r.log.Error().Str("node_list", s.list).Msg("redlock: refusing every lock: " + why)
@@ -363,7 +388,7 @@ func (r *Redlock) noteSet(why string) {
 	s := r.set
 	s.mu.Lock()
 	changed := s.why != why
-	s.closed, s.why = "", why
+	s.closed, s.why, s.joined = "", why, false
 	s.mu.Unlock()
 	if changed {
 		r.log.Warn().Str("node_list", s.list).Msg("redlock: " + why)
@@ -374,7 +399,7 @@ func (r *Redlock) openSet() {
 	s := r.set
 	s.mu.Lock()
 	was := s.closed
-	s.closed, s.why = "", ""
+	s.closed, s.why, s.joined = "", "", true
 	s.mu.Unlock()
 	if was != "" {
 		r.log.Info().Str("node_list", s.list).Msg("redlock: every Redlock node that answers serves this gateway's node list again")
