@@ -55,6 +55,12 @@ type RedlockOptions struct {
 	// "granted", "held", "timeout", "refused", "failed" or "quarantined". It must be
 	// quick; it runs on the request's path.
 	OnVote func(node, vote string)
+	// NodeNames, when set, is how the node list the nodes remember names
+	// each node (docs/safety.md, "Changing the node list"), in the order of
+	// the nodes; by default each node's host:port/db as configured. Set it
+	// when gateways reach a node under different addresses (a proxy of
+	// their own): every gateway must name each node the same way.
+	NodeNames []string
 	// DisableRestartGuard turns restart detection and quarantine off. It
 	// exists so tests can show what the guard prevents; never set it in
 	// production.
@@ -213,6 +219,7 @@ type Redlock struct {
 	quarantine  time.Duration // maxTTL + drift
 	log         zerolog.Logger
 	onVote      func(node, vote string)
+	set         *nodeSet // the node list, as the nodes remember it (redlock_set.go)
 
 	idMu   sync.Mutex // serializes the nodes' run_id checks (sameRedis)
 	mu     sync.Mutex // guards closed, and bg.Add against Close's bg.Wait
@@ -285,7 +292,11 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		}
 		seen[o.Addr] = true
 	}
-	for _, o := range nodes {
+	var err error
+	if r.set, err = newNodeSet(nodes, opts.NodeNames); err != nil {
+		return nil, err
+	}
+	for i, o := range nodes {
 		o := *o
 		o.MaxRetries = -1
 		o.ContextTimeoutEnabled = true
@@ -323,6 +334,8 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		}
 		n.client = redis.NewClient(&o)
 		n.batch = newNodeBatch(n.client, r.nodeTimeout)
+		n.grant = setGuard{Scripter: n.batch, set: r.set, i: i}
+		n.semGrant = setGuard{Scripter: n.client, set: r.set, i: i}
 		n.notifier = newNotifier(n.client)
 		probe := o
 		probe.OnConnect = nil
@@ -336,6 +349,9 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 	for _, n := range r.nodes {
 		r.bg.Go(func() { r.warmUp(n) })
 	}
+	// The nodes' markers first, so that the first requests find them.
+	r.markPass(max(250*time.Millisecond, 2*r.nodeTimeout))
+	r.bg.Go(r.keepSet)
 	return r, nil
 }
 

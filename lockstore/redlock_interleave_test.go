@@ -81,10 +81,10 @@ func TestRedlockLateReleaseKeepsLaterGrant(t *testing.T) {
 	const timeout, delay = 100 * time.Millisecond, 400 * time.Millisecond
 	srvs := startNodes(t, 5)
 	urlsA, slow := proxied(t, srvs, 4)
-	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: timeout})
+	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: timeout, NodeNames: namesOf(srvs)})
 	// Gateway B reaches nodes 0 and 1 through links that will be cut.
 	urlsB, cut := proxied(t, srvs, 0, 1)
-	b := openRedlock(t, urlsB, lockstore.RedlockOptions{NodeTimeout: timeout})
+	b := openRedlock(t, urlsB, lockstore.RedlockOptions{NodeTimeout: timeout, NodeNames: namesOf(srvs)})
 	q := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: timeout})
 	for _, s := range []*lockstore.Redlock{a, b, q} {
 		ready(t, s)
@@ -118,7 +118,7 @@ func TestRedlockRetryAfterUnavailable(t *testing.T) {
 	const timeout, delay = 100 * time.Millisecond, 300 * time.Millisecond
 	srvs := startNodes(t, 5)
 	urlsA, slow := proxied(t, srvs, 0, 1, 2, 3, 4)
-	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: timeout})
+	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: timeout, NodeNames: namesOf(srvs)})
 	b := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: timeout})
 	for _, s := range []*lockstore.Redlock{a, b} {
 		ready(t, s)
@@ -147,7 +147,7 @@ func TestRedlockFailedExtendKeepsConcurrentGrant(t *testing.T) {
 	const delay = 100 * time.Millisecond
 	srvs := startNodes(t, 5)
 	urlsA, slow := proxied(t, srvs, 0, 1, 2, 3, 4)
-	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: time.Second})
+	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: time.Second, NodeNames: namesOf(srvs)})
 	b := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: time.Second})
 	for _, s := range []*lockstore.Redlock{a, b} {
 		ready(t, s)

@@ -24,6 +24,10 @@ type redlockNode struct {
 	// failed dials after which go-redis stops dialing client for a second.
 	probe *redis.Client
 
+	// grant and semGrant are batch and client with the node list check in
+	// front of the scripts that grant or lengthen (redlock_set.go).
+	grant, semGrant redis.Scripter
+
 	warmMu sync.Mutex // one warm-up at a time: two would share the pool
 
 	mu               sync.Mutex

@@ -109,7 +109,7 @@ func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req Acqui
 		attempt: NewToken(),
 	}
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (acquireResult, error) {
-		return nodeAcquire(ctx, n.batch, key, a)
+		return nodeAcquire(ctx, n.grant, key, a)
 	})
 
 	var granted []int
@@ -201,7 +201,7 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
 		f := strconv.FormatInt(fence, 10)
 		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
-			v, err := raiseFenceScript.Run(ctx, n.batch, []string{lockKey(key), fenceKey(key)}, digest, a.attempt, f, margin).Int64()
+			v, err := raiseFenceScript.Run(ctx, n.grant, []string{lockKey(key), fenceKey(key)}, digest, a.attempt, f, margin).Int64()
 			return v, redisErr(err)
 		})
 		for i, v := range raised {
@@ -370,7 +370,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	digest := digestHex(token)
 	start := time.Now()
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (lockValue, error) {
-		return nodeExtend(ctx, n.batch, key, digest, ttl, true)
+		return nodeExtend(ctx, n.grant, key, digest, ttl, true)
 	})
 	t := tallyOwned(votes)
 	if err := ctx.Err(); err != nil {
@@ -538,7 +538,7 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
 // background warm-up has not reached yet itself, within ctx rather than
 // NodeTimeout: a readiness check may take a moment, a request may not.
 func (r *Redlock) Ping(ctx context.Context) error {
-	votes := fanOut(ctx, r, nil, func(nctx context.Context, _ int, n *redlockNode) (struct{}, error) {
+	votes := fanOut(ctx, r, nil, func(nctx context.Context, i int, n *redlockNode) (struct{}, error) {
 		if !n.isWarm() {
 			if err := r.warm(ctx, n); err != nil {
 				return struct{}{}, err
@@ -548,7 +548,10 @@ func (r *Redlock) Ping(ctx context.Context) error {
 			nctx, cancel = context.WithTimeout(ctx, r.nodeTimeout)
 			defer cancel()
 		}
-		return struct{}{}, redisErr(n.client.Set(nctx, readyKey, "1", time.Minute).Err())
+		if err := redisErr(n.client.Set(nctx, readyKey, "1", time.Minute).Err()); err != nil {
+			return struct{}{}, err
+		}
+		return struct{}{}, r.checkSet(nctx, i, n)
 	})
 	ok, failed, quarantined, refused := 0, 0, 0, 0
 	for _, v := range votes {

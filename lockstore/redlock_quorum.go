@@ -12,13 +12,18 @@ import (
 
 // QuorumError is the ErrUnavailable a Redlock returns when too many nodes
 // failed, or are quarantined, for a majority to be possible. Its message is
-// fit for a client: it names counts, not addresses.
+// fit for a client: it names counts, not addresses, except NodeList, which
+// the operator needs in every answer to act on it.
 type QuorumError struct {
 	Nodes       int // nodes in the Redlock
 	Quorum      int // votes needed: Nodes/2 + 1
 	Failed      int // nodes that did not answer in time
 	Quarantined int // nodes that answered but are quarantined after a restart
 	Refused     int // nodes that answered but refuse writes (ErrRefused)
+	// NodeList, when not empty, says why nodes count for no one: they
+	// serve another node list than this gateway's, or none yet
+	// (redlock_set.go). It names node addresses: it is for the operator.
+	NodeList string
 }
 
 func (e *QuorumError) Error() string { return ErrUnavailable.Error() + ": " + e.QuorumDetail() }
@@ -28,6 +33,9 @@ func (e *QuorumError) Error() string { return ErrUnavailable.Error() + ": " + e.
 // answer; a majority of 3 is impossible", "3 of 5 Redlock nodes are
 // quarantined after a restart; …".
 func (e *QuorumError) QuorumDetail() string {
+	if e.NodeList != "" {
+		return e.NodeList
+	}
 	var parts []string
 	if e.Failed > 0 {
 		parts = append(parts, fmt.Sprintf("%d did not answer", e.Failed))
@@ -64,7 +72,11 @@ func (e *QuorumError) Is(target error) bool {
 // quorumError counts failed as not answering, except the refusals among
 // them.
 func (r *Redlock) quorumError(failed, quarantined, refused int) error {
-	return &QuorumError{Nodes: len(r.nodes), Quorum: r.quorum, Failed: failed - refused, Quarantined: quarantined, Refused: refused}
+	e := &QuorumError{Nodes: len(r.nodes), Quorum: r.quorum, Failed: failed - refused, Quarantined: quarantined, Refused: refused}
+	if refused > 0 {
+		e.NodeList = r.set.reason()
+	}
+	return e
 }
 
 // nodeResult is one node's answer to one call.

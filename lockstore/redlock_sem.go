@@ -88,7 +88,7 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 	a := semArgs{digest: digest, ttl: req.TTL, owner: req.Owner, limit: req.Limit, slot: slot,
 		seed: start.UnixMicro(), attempt: NewToken(), publish: publishAll}
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (semResult, error) {
-		return nodeSemAcquire(ctx, n.client, key, a)
+		return nodeSemAcquire(ctx, n.semGrant, key, a)
 	})
 
 	var granted []int
@@ -251,7 +251,7 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 	for pass := 1; confirmed < r.quorum; pass++ {
 		f := strconv.FormatInt(fence, 10)
 		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (raiseResult, error) {
-			v, err := semRaiseScript.Run(ctx, n.client, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
+			v, err := semRaiseScript.Run(ctx, n.semGrant, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
 				a.digest, a.attempt, f, margin, a.slot, keepArg).Int64Slice()
 			if err != nil {
 				return raiseResult{}, redisErr(err)
@@ -366,7 +366,7 @@ func (r *Redlock) SemExtend(ctx context.Context, key, token string, ttl time.Dur
 	digest := digestHex(token)
 	start := time.Now()
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (semValue, error) {
-		return nodeSemExtend(ctx, n.client, key, digest, ttl, true, publishAll)
+		return nodeSemExtend(ctx, n.semGrant, key, digest, ttl, true, publishAll)
 	})
 	t := tallyOwned(votes)
 	if err := ctx.Err(); err != nil {

@@ -53,9 +53,9 @@ func TestRedlockSemLateReleaseKeepsLaterGrant(t *testing.T) {
 	const timeout, delay = 100 * time.Millisecond, 400 * time.Millisecond
 	srvs := startNodes(t, 5)
 	urlsA, slow := proxied(t, srvs, 4)
-	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: timeout})
+	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: timeout, NodeNames: namesOf(srvs)})
 	urlsB, cut := proxied(t, srvs, 0, 1)
-	b := openRedlock(t, urlsB, lockstore.RedlockOptions{NodeTimeout: timeout})
+	b := openRedlock(t, urlsB, lockstore.RedlockOptions{NodeTimeout: timeout, NodeNames: namesOf(srvs)})
 	q := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: timeout})
 	for _, s := range []*lockstore.Redlock{a, b, q} {
 		ready(t, s)
@@ -88,7 +88,7 @@ func TestRedlockSemRetryAfterUnavailable(t *testing.T) {
 	const timeout, delay = 100 * time.Millisecond, 300 * time.Millisecond
 	srvs := startNodes(t, 5)
 	urlsA, slow := proxied(t, srvs, 0, 1, 2, 3, 4)
-	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: timeout})
+	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: timeout, NodeNames: namesOf(srvs)})
 	b := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: timeout})
 	for _, s := range []*lockstore.Redlock{a, b} {
 		ready(t, s)

@@ -173,9 +173,12 @@ func TestRedlockSlowNodeCostsNodeTimeout(t *testing.T) {
 	const nodeTimeout = 50 * time.Millisecond
 	const slow = time.Second // round trip to the slow node
 	srvs := startNodes(t, 5)
+	// A deployment that ran before: a node that never answers in time
+	// would keep a fresh one from marking its nodes.
+	serveList(t, srvs)
 	urls := urlsOf(srvs)
 	urls[0] = redistest.NewProxy(t, srvs[0].Addr(), slow/2).URL()
-	s := openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: nodeTimeout})
+	s := openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: nodeTimeout, NodeNames: namesOf(srvs)})
 	ready(t, s)
 	ctx := testCtx(t)
 
@@ -361,7 +364,8 @@ func TestRedlockRestartGuard(t *testing.T) {
 			t.Parallel()
 			srvs := startNodes(t, 5)
 			a, b, d, e := srvs[0], srvs[1], srvs[3], srvs[4]
-			d.Kill() // before the store ever reaches them
+			serveList(t, srvs) // a deployment that ran before
+			d.Kill()           // before the store ever reaches them
 			e.Kill()
 			var logs syncBuffer
 			s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{

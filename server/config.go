@@ -23,13 +23,16 @@ import (
 // Config is the gateway's configuration. Every field comes from a flag or
 // from the LOCKGW_* variable of the same name; a flag wins over the variable.
 type Config struct {
-	Addr             string
-	MetricsAddr      string // "" serves /metrics on Addr
-	Backend          string
-	RedisURL         string
-	RedisMode        lockstore.RedisMode
-	RedlockURLs      []string
-	RedlockTimeout   time.Duration
+	Addr           string
+	MetricsAddr    string // "" serves /metrics on Addr
+	Backend        string
+	RedisURL       string
+	RedisMode      lockstore.RedisMode
+	RedlockURLs    []string
+	RedlockTimeout time.Duration
+	// RedlockNames name the nodes in the node list they remember, in the
+	// order of RedlockURLs; nil: each URL's host:port/db.
+	RedlockNames     []string
 	RateLimitWindow  time.Duration
 	RateLimitRoutes  string
 	RateLimitFail    string // open or closed
@@ -132,6 +135,15 @@ var settings = []setting{
 	}},
 	{"redlock-urls", "", "comma-separated redis:// URLs of ≥ 3 independent masters", func(c *Config, v string) error {
 		c.redlockList = v // checked with the backend (check)
+		return nil
+	}},
+	{"redlock-node-names", "", "comma-separated names of the Redlock nodes, in the order of the URLs, for the node list the nodes remember (default: each URL's host:port/db)", func(c *Config, v string) error {
+		c.RedlockNames = nil
+		if v = strings.TrimSpace(v); v != "" {
+			for n := range strings.SplitSeq(v, ",") {
+				c.RedlockNames = append(c.RedlockNames, strings.TrimSpace(n))
+			}
+		}
 		return nil
 	}},
 	{"redlock-node-timeout", "50ms", "deadline for one Redlock node in every operation", duration(time.Millisecond, func(c *Config) *time.Duration { return &c.RedlockTimeout })},

@@ -282,6 +282,7 @@ func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics) 
 	case BackendRedlock:
 		rl, err := lockstore.OpenRedlock(cfg.RedlockURLs, lockstore.RedlockOptions{
 			NodeTimeout: cfg.RedlockTimeout,
+			NodeNames:   cfg.RedlockNames,
 			MaxTTL:      cfg.MaxTTL, // a restarted node sits out the longest lease it may have forgotten
 			Logger:      logger,
 			OnVote:      m.Vote,

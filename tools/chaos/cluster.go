@@ -92,23 +92,25 @@ func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 func (c *Cluster) AddGateway() int {
 	c.T.Helper()
 	var links []*Link
-	var urls []string
+	var urls, names []string
 	for _, n := range c.Nodes {
 		l := c.Toxi.Link(c.T, n.Addr())
 		links = append(links, l)
 		urls = append(urls, l.URL())
+		names = append(names, n.Addr()+"/0") // every gateway, through links of its own, serves one node list
 	}
 	env := map[string]string{
-		"LOCKGW_BACKEND":           c.Opts.Backend,
-		"LOCKGW_MAX_TTL":           c.Opts.MaxTTL.String(),
-		"LOCKGW_DEFAULT_TTL":       c.Opts.MaxTTL.String(),
-		"LOCKGW_MAX_WAIT":          "5s",
-		"LOCKGW_LOG_LEVEL":         "warn",
-		"LOCKGW_SHUTDOWN_TIMEOUT":  "10s",
-		"LOCKGW_BACKEND_TIMEOUT":   "1s",
-		"LOCKGW_REDIS_URL":         urls[0],
-		"LOCKGW_REDLOCK_URLS":      strings.Join(urls, ","),
-		"LOCKGW_RATE_LIMIT_WINDOW": "0",
+		"LOCKGW_BACKEND":            c.Opts.Backend,
+		"LOCKGW_MAX_TTL":            c.Opts.MaxTTL.String(),
+		"LOCKGW_DEFAULT_TTL":        c.Opts.MaxTTL.String(),
+		"LOCKGW_MAX_WAIT":           "5s",
+		"LOCKGW_LOG_LEVEL":          "warn",
+		"LOCKGW_SHUTDOWN_TIMEOUT":   "10s",
+		"LOCKGW_BACKEND_TIMEOUT":    "1s",
+		"LOCKGW_REDIS_URL":          urls[0],
+		"LOCKGW_REDLOCK_URLS":       strings.Join(urls, ","),
+		"LOCKGW_REDLOCK_NODE_NAMES": strings.Join(names, ","),
+		"LOCKGW_RATE_LIMIT_WINDOW":  "0",
 	}
 	if c.Sentinels != nil {
 		maps.Copy(env, sentinelEnv(c.Sentinels))

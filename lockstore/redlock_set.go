@@ -1,0 +1,426 @@
+package lockstore
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The node list a Redlock's nodes serve. Two gateways with different lists
+// could grant one key on two majorities that share no node, so each node
+// keeps a marker, setKey, naming the list it serves, and the scripts that
+// grant or lengthen refuse (changing nothing) on a node whose marker is not
+// the caller's list. docs/safety.md, "Changing the node list", has the
+// rules and the argument; this file is all of it on the gateway's side.
+
+var (
+	//go:embed lua/nodeset.lua
+	nodesetLua string
+
+	//go:embed lua/nodeset_mark.lua
+	nodesetMarkLua    string
+	nodesetMarkScript = redis.NewScript(nodesetMarkLua)
+
+	// guardedScripts are the scripts that grant or lengthen, by the hash
+	// of their plain form, each with nodeset.lua in front.
+	guardedScripts = guard(acquireLua, extendLua, raiseFenceLua,
+		semCommonLua+semAcquireLua, semCommonLua+semExtendLua, semCommonLua+semRaiseLua)
+)
+
+// setKey, on each Redlock node, is the node list it serves: canonical
+// (nodeSet.list).
+const setKey = "lockgw:redlock:set"
+
+// nodesetReply starts the error nodeset.lua answers, followed by the marker.
+const nodesetReply = "LOCKGW_NODESET "
+
+type guardedScript struct {
+	src    string
+	script *redis.Script
+}
+
+func guard(plain ...string) map[string]guardedScript {
+	m := make(map[string]guardedScript, len(plain))
+	for _, src := range plain {
+		g := nodesetLua + src
+		m[sha1Hex(src)] = guardedScript{src: g, script: redis.NewScript(g)}
+	}
+	return m
+}
+
+func sha1Hex(s string) string {
+	h := sha1.Sum([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+func init() {
+	// The warm-up loads what requests will run.
+	redlockScripts = append(redlockScripts, nodesetMarkScript)
+	for _, g := range guardedScripts {
+		redlockScripts = append(redlockScripts, g.script)
+	}
+}
+
+// nodeName is how a node is named in a list: host:port/db as configured,
+// the host in lower case. Every gateway must spell a node the same way.
+func nodeName(o *redis.Options) string {
+	addr := o.Addr
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		addr = net.JoinHostPort(strings.ToLower(host), port)
+	}
+	return addr + "/" + strconv.Itoa(o.DB)
+}
+
+// nodeSet is a Redlock's node list and what its nodes said of it.
+type nodeSet struct {
+	list  string   // the names, sorted, joined by ","
+	names []string // each node's name, in the order the nodes were given
+	kick  chan struct{}
+
+	mu sync.Mutex
+	// why the gateway refuses: a node of the list serves another list (or
+	// a fresh marking lost to another list). Guarded scripts are then not
+	// sent at all, on any node. "" when not refused.
+	closed string
+	// why is the last reason a node counted for no one ("" when none).
+	why string
+	// joined: the last marking pass saw a node serve the list and none
+	// another, so a node found serving none may be marked at once (rule W,
+	// join), by the request that found it.
+	joined bool
+}
+
+func newNodeSet(nodes []*redis.Options, names []string) (*nodeSet, error) {
+	s := &nodeSet{kick: make(chan struct{}, 1)}
+	if names != nil && len(names) != len(nodes) {
+		return nil, fmt.Errorf("lockstore: redlock has %d nodes but %d node names", len(nodes), len(names))
+	}
+	for i, o := range nodes {
+		n := nodeName(o)
+		if names != nil {
+			n = strings.TrimSpace(names[i])
+		}
+		if n == "" || strings.ContainsAny(n, ", ") || slices.Contains(s.names, n) {
+			return nil, fmt.Errorf("lockstore: redlock node name %q: names must be distinct, not empty, without commas or spaces", n)
+		}
+		s.names = append(s.names, n)
+	}
+	s.list = strings.Join(slices.Sorted(slices.Values(s.names)), ",")
+	return s, nil
+}
+
+// differ names the difference between the list node i serves and ours.
+func (s *nodeSet) differ(i int, have string) string {
+	if have == "" {
+		return fmt.Sprintf("Redlock node %s serves no node list yet: a new deployment marks its nodes once every one of them answers, and a node restarted empty is marked again once a node of the list is seen to serve it (docs/operations.md, Changing the Redlock node list)", s.names[i])
+	}
+	theirs := strings.Split(have, ",")
+	ours := strings.Split(s.list, ",")
+	var gone, added []string
+	for _, n := range theirs {
+		if !slices.Contains(ours, n) {
+			gone = append(gone, n)
+		}
+	}
+	for _, n := range ours {
+		if !slices.Contains(theirs, n) {
+			added = append(added, n)
+		}
+	}
+	return fmt.Sprintf("Redlock node %s was last used with the node list [%s]; this gateway has [%s] (not in this gateway's list: [%s]; only in this gateway's list: [%s]): every gateway must list the same nodes, spelled the same way; to change the list, see docs/operations.md, Changing the Redlock node list",
+		s.names[i], strings.Join(theirs, " "), strings.Join(ours, " "), strings.Join(gone, " "), strings.Join(added, " "))
+}
+
+func (s *nodeSet) refusal(why string) error {
+	return &RefusedError{Reason: "nodeset", msg: why}
+}
+
+// refused records that node i answered with marker have, and returns the
+// node's error: it refused, and changed nothing.
+func (s *nodeSet) refused(i int, have string) error {
+	why := s.differ(i, have)
+	s.mu.Lock()
+	s.why = why
+	if have != "" {
+		s.closed = why
+	}
+	s.mu.Unlock()
+	if have == "" {
+		s.wake()
+	}
+	return s.refusal(why)
+}
+
+func (s *nodeSet) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reason is why a node counted for no one, for QuorumError; "" when every
+// node serves the list.
+func (s *nodeSet) reason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.why
+}
+
+func (s *nodeSet) isJoined() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.joined
+}
+
+func (s *nodeSet) closedWhy() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// setGuard is a node's Scripter for requests: the scripts that grant or
+// lengthen go out with the node list check in front (nodeset.lua), the
+// others as they are.
+type setGuard struct {
+	redis.Scripter
+	set *nodeSet
+	i   int // the node's index
+}
+
+func (g setGuard) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	s, ok := guardedScripts[sha]
+	if !ok {
+		return g.Scripter.EvalSha(ctx, sha, keys, args...)
+	}
+	keys, args = g.append(keys, args)
+	return g.run(ctx, func() *redis.Cmd { return g.Scripter.EvalSha(ctx, s.script.Hash(), keys, args...) })
+}
+
+// Eval is redis.Script.Run's fallback after NOSCRIPT, with the plain
+// script.
+func (g setGuard) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	s, ok := guardedScripts[sha1Hex(src)]
+	if !ok {
+		return g.Scripter.Eval(ctx, src, keys, args...)
+	}
+	keys, args = g.append(keys, args)
+	return g.run(ctx, func() *redis.Cmd { return g.Scripter.Eval(ctx, s.src, keys, args...) })
+}
+
+// run makes a guarded call, unless the gateway refuses. When the node
+// serves no list (it restarted empty) and the gateway has joined the
+// nodes' list, it marks the node and calls once more: the refused call
+// changed nothing.
+func (g setGuard) run(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
+	if why := g.set.closedWhy(); why != "" {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(g.set.refusal(why))
+		return cmd
+	}
+	cmd := call()
+	have, refused := nodesetRefusal(cmd.Err())
+	if refused && have == "" && g.set.isJoined() {
+		was, err := nodesetMarkScript.Run(ctx, g.Scripter, []string{setKey}, g.set.list, "mark").Text()
+		if err == nil && (was == "" || was == g.set.list) {
+			cmd = call()
+			have, refused = nodesetRefusal(cmd.Err())
+		}
+	}
+	if refused {
+		cmd.SetErr(g.set.refused(g.i, have))
+	}
+	return cmd
+}
+
+// nodesetRefusal is the marker nodeset.lua's refusal carries.
+func nodesetRefusal(err error) (have string, refused bool) {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return "", false
+	}
+	have, refused = strings.CutPrefix(rerr.Error(), nodesetReply)
+	return strings.TrimSpace(have), refused
+}
+
+func (g setGuard) append(keys []string, args []any) ([]string, []any) {
+	return append(slices.Clip(keys), setKey), append(slices.Clip(args), g.set.list)
+}
+
+// keepSet marks the nodes (markPass; NewRedlock made the first pass)
+// whenever a node answers
+// that it serves no list, and every second, until the store closes.
+func (r *Redlock) keepSet() {
+	pause := max(r.nodeTimeout, 100*time.Millisecond)
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(pause): // at most one pass per pause, kicked or not
+		}
+		select {
+		case <-r.stop:
+			return
+		case <-r.set.kick:
+		case <-time.After(time.Second - pause):
+		}
+		r.markPass(max(2*time.Second, 20*r.nodeTimeout))
+	}
+}
+
+// markPass reads every node's marker and writes it where rule W of
+// docs/safety.md ("Changing the node list") allows: fresh (every node
+// answered, none serves a list: mark all, or none when one mark finds
+// another list) or join (a node serves ours, none that answered serves
+// another: mark those that serve none). It closes the gateway when a node
+// of the list serves another list, and opens it when none does. Each call
+// to a node is bounded by timeout.
+func (r *Redlock) markPass(timeout time.Duration) {
+	s := r.set
+	have, errs := r.runMark(timeout, nil, "read")
+	ours, answered := false, 0
+	for i, err := range errs {
+		if err != nil {
+			continue
+		}
+		answered++
+		switch have[i] {
+		case s.list:
+			ours = true
+		case "":
+		default:
+			r.closeSet(s.differ(i, have[i]))
+			return
+		}
+	}
+	if !ours && answered < len(r.nodes) {
+		var silent []string
+		for i, err := range errs {
+			if err != nil {
+				silent = append(silent, s.names[i])
+			}
+		}
+		r.noteSet(fmt.Sprintf("no Redlock node serves this gateway's node list [%s] yet, and [%s] did not answer: a new deployment marks its nodes once every one of them answers",
+			strings.ReplaceAll(s.list, ",", " "), strings.Join(silent, " ")))
+		return
+	}
+	empty := make([]bool, len(r.nodes))
+	for i, err := range errs {
+		empty[i] = err == nil && have[i] == ""
+	}
+	if !slices.Contains(empty, true) {
+		r.openSet()
+		return
+	}
+	prev, errs := r.runMark(timeout, empty, "mark")
+	lost, complete := -1, true
+	for i := range empty {
+		switch {
+		case !empty[i]:
+		case errs[i] != nil:
+			complete = false
+		case prev[i] != "" && prev[i] != s.list:
+			lost = i
+		}
+	}
+	switch {
+	case lost >= 0:
+		if !ours { // fresh: take back what this pass marked
+			r.runMark(timeout, empty, "unmark")
+		}
+		r.closeSet(s.differ(lost, prev[lost]))
+	case !ours && !complete:
+		// A fresh marking must reach every node: a mark that did not
+		// answer may have lost to another list.
+		r.runMark(timeout, empty, "unmark")
+		r.noteSet(fmt.Sprintf("no Redlock node serves this gateway's node list [%s] yet, and marking every node failed: a new deployment marks its nodes once every one of them answers",
+			strings.ReplaceAll(s.list, ",", " ")))
+	default:
+		r.log.Info().Str("node_list", s.list).Msg("redlock: marked the nodes that served no node list with this gateway's")
+		r.openSet()
+	}
+}
+
+// runMark runs nodeset_mark.lua with op on every node (or those in only),
+// over the prober's clients, and returns each marker found.
+func (r *Redlock) runMark(timeout time.Duration, only []bool, op string) ([]string, []error) {
+	have := make([]string, len(r.nodes))
+	errs := make([]error, len(r.nodes))
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		if only != nil && !only[i] {
+			errs[i] = errSkipped
+			continue
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			v, err := nodesetMarkScript.Run(ctx, n.probe, []string{setKey}, r.set.list, op).Text()
+			have[i], errs[i] = v, redisErr(err)
+		})
+	}
+	wg.Wait()
+	return have, errs
+}
+
+func (r *Redlock) closeSet(why string) {
+	s := r.set
+	s.mu.Lock()
+	changed := s.closed != why
+	s.closed, s.why, s.joined = why, why, false
+	s.mu.Unlock()
+	if changed {
+		r.log.Error().Str("node_list", s.list).Msg("redlock: refusing every lock: " + why)
+	}
+}
+
+func (r *Redlock) noteSet(why string) {
+	s := r.set
+	s.mu.Lock()
+	changed := s.why != why
+	s.closed, s.why, s.joined = "", why, false
+	s.mu.Unlock()
+	if changed {
+		r.log.Warn().Str("node_list", s.list).Msg("redlock: " + why)
+	}
+}
+
+func (r *Redlock) openSet() {
+	s := r.set
+	s.mu.Lock()
+	was := s.closed
+	s.closed, s.why, s.joined = "", "", true
+	s.mu.Unlock()
+	if was != "" {
+		r.log.Info().Str("node_list", s.list).Msg("redlock: every Redlock node that answers serves this gateway's node list again")
+	}
+}
+
+// checkSet is Ping's part for node i: an error unless the gateway is open
+// and the node serves its list.
+func (r *Redlock) checkSet(ctx context.Context, i int, n *redlockNode) error {
+	if why := r.set.closedWhy(); why != "" {
+		return r.set.refusal(why)
+	}
+	have, err := n.client.Get(ctx, setKey).Result()
+	if errors.Is(err, redis.Nil) {
+		have, err = "", nil
+	}
+	if err != nil {
+		return redisErr(err)
+	}
+	if have != r.set.list {
+		return r.set.refused(i, have)
+	}
+	return nil
+}

@@ -1,0 +1,186 @@
+package lockstore_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+const setKey = "lockgw:redlock:set"
+
+// name is a node as node lists name it.
+func name(s *redistest.Server) string { return s.Addr() + "/0" }
+
+func marker(t testing.TB, s *redistest.Server) string {
+	t.Helper()
+	v, err := s.Client().Get(context.Background(), setKey).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	require.NoError(t, err)
+	return v
+}
+
+// TestRedlockNodeListChange is the rolling deploy of issue 26, hole 4: an
+// old gateway over {a,b,c} holds a key on {b,c} (a was down when it was
+// granted, and came back empty); a new gateway over {a,b,d} starts. Before
+// nodes remembered their list, the new one granted the key on {a,d}, a
+// majority of its list that shares no node with the old lease's. Now it
+// refuses every lock, naming the difference, while the old one keeps its
+// lease and can extend and release it.
+func TestRedlockNodeListChange(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	srvs := startNodes(t, 4)
+	a, b, c, d := srvs[0], srvs[1], srvs[2], srvs[3]
+	old := openRedlock(t, []string{a.URL(), b.URL(), c.URL()}, lockstore.RedlockOptions{NodeTimeout: roomy})
+	require.NoError(t, old.Ping(ctx))
+	oldList := strings.Join(sortedNames(a, b, c), ",")
+	for _, s := range []*redistest.Server{a, b, c} {
+		assert.Equal(t, oldList, marker(t, s), "a fresh deployment marks every node with its list")
+	}
+	assert.Empty(t, marker(t, d))
+
+	a.Kill()
+	lease, err := old.Acquire(ctx, "deploy", lockstore.AcquireRequest{Token: "old-holder", TTL: 30 * time.Second})
+	require.NoError(t, err, "b and c are a majority of the old list")
+	a.Start() // empty: no persistence
+
+	newer := openRedlock(t, []string{a.URL(), b.URL(), d.URL()}, lockstore.RedlockOptions{NodeTimeout: roomy})
+	deadline := time.Now().Add(2 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		_, err := newer.Acquire(ctx, "deploy", lockstore.AcquireRequest{Token: "new-holder", TTL: 10 * time.Second})
+		require.Error(t, err, "attempt %d: the key is the old gateway's: granting it again is two holders", i)
+		require.ErrorIs(t, err, lockstore.ErrUnavailable)
+		require.ErrorIs(t, err, lockstore.ErrRefused)
+		if i%5 == 0 {
+			_, err := old.Extend(ctx, "deploy", "old-holder", 30*time.Second)
+			require.NoError(t, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	err = newer.Ping(ctx)
+	require.Error(t, err, "the new list must not be ready")
+	var q *lockstore.QuorumError
+	require.ErrorAs(t, err, &q)
+	detail := q.QuorumDetail()
+	t.Log(detail)
+	assert.Contains(t, detail, "was last used with the node list ["+strings.ReplaceAll(oldList, ",", " ")+"]")
+	assert.Contains(t, detail, "not in this gateway's list: ["+name(c)+"]")
+	assert.Contains(t, detail, "only in this gateway's list: ["+name(d)+"]")
+	assert.Contains(t, detail, "docs/operations.md")
+
+	for _, s := range []*redistest.Server{b, d} {
+		assert.NotEqual(t, strings.Join(sortedNames(a, b, d), ","), marker(t, s), "the refused gateway marks nothing")
+	}
+	assert.Empty(t, marker(t, d))
+
+	_, err = newer.SemAcquire(ctx, "deploy-sem", lockstore.PermitRequest{Token: "new-holder", TTL: 10 * time.Second, Limit: 2})
+	require.ErrorIs(t, err, lockstore.ErrRefused, "semaphores are refused as locks are")
+	require.NoError(t, old.Release(ctx, "deploy", lease.Token))
+}
+
+// TestRedlockNodeListMarksEmptyNodes: a node that lost its marker (a restart
+// without persistence; here a DEL) is marked again by the first request
+// that finds it so, once a node of the list was seen to serve it, and
+// counts at once; a fresh deployment waits for every node before it marks
+// any.
+func TestRedlockNodeListMarksEmptyNodes(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	srvs := startNodes(t, 3)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	list := strings.Join(sortedNames(srvs...), ",")
+	require.NoError(t, s.Ping(ctx))
+
+	require.NoError(t, srvs[0].Client().Del(ctx, setKey).Err())
+	require.NoError(t, srvs[1].Client().Del(ctx, setKey).Err())
+	// The next acquire finds two nodes serving no list: a node still
+	// serves it, so they are marked at once, and the acquire runs again
+	// there.
+	_, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "t1", TTL: 10 * time.Second})
+	require.NoError(t, err)
+	assert.Equal(t, list, marker(t, srvs[0]))
+	assert.Equal(t, list, marker(t, srvs[1]))
+
+	// Fresh nodes with one of them down: nothing is marked, nothing granted.
+	fresh := startNodes(t, 3)
+	fresh[2].Kill()
+	f := openRedlock(t, urlsOf(fresh), lockstore.RedlockOptions{NodeTimeout: roomy})
+	_, err = f.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "t2", TTL: 10 * time.Second})
+	require.ErrorIs(t, err, lockstore.ErrUnavailable)
+	assert.Empty(t, marker(t, fresh[0]))
+	assert.Empty(t, marker(t, fresh[1]))
+	fresh[2].Start()
+	require.Eventually(t, func() bool {
+		_, err := f.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "t2", TTL: 10 * time.Second})
+		return err == nil
+	}, 5*time.Second, 50*time.Millisecond, "marked once every node answers")
+}
+
+// TestRedlockNodeListsStartTogether: gateways with two lists sharing nodes
+// start at once on never-used nodes. At most one list ends up marked on its
+// nodes, and the two never both hold a key.
+func TestRedlockNodeListsStartTogether(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	for round := range 5 {
+		srvs := startNodes(t, 4)
+		a, b, c, d := srvs[0], srvs[1], srvs[2], srvs[3]
+		opened := make(chan *lockstore.Redlock, 2)
+		for _, urls := range [][]string{{a.URL(), b.URL(), c.URL()}, {a.URL(), b.URL(), d.URL()}} {
+			go func() {
+				s, err := lockstore.OpenRedlock(urls, lockstore.RedlockOptions{NodeTimeout: roomy})
+				assert.NoError(t, err)
+				opened <- s
+			}()
+		}
+		s1, s2 := <-opened, <-opened
+		t.Cleanup(func() { _ = s1.Close(); _ = s2.Close() })
+		_, err1 := s1.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "one", TTL: 10 * time.Second})
+		_, err2 := s2.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "two", TTL: 10 * time.Second})
+		t.Logf("round %d: %v / %v; markers %q %q %q %q", round, err1, err2, marker(t, a), marker(t, b), marker(t, c), marker(t, d))
+		assert.False(t, err1 == nil && err2 == nil, "round %d: both lists granted the key", round)
+	}
+}
+
+func sortedNames(srvs ...*redistest.Server) []string {
+	names := make([]string, len(srvs))
+	for i, s := range srvs {
+		names[i] = name(s)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// namesOf is how the node list names srvs: a store that reaches them
+// through proxies of its own passes it as RedlockOptions.NodeNames, so that
+// it and the stores reaching them directly serve one list.
+func namesOf(srvs []*redistest.Server) []string {
+	names := make([]string, len(srvs))
+	for i, s := range srvs {
+		names[i] = name(s)
+	}
+	return names
+}
+
+// serveList marks srvs as serving the list of their own names, as a
+// deployment that ran before left them: for tests that open a store while
+// some nodes are down.
+func serveList(t testing.TB, srvs []*redistest.Server) {
+	t.Helper()
+	list := strings.Join(sortedNames(srvs...), ",")
+	for _, s := range srvs {
+		require.NoError(t, s.Client().Set(context.Background(), setKey, list, 0).Err())
+	}
+}
