@@ -51,16 +51,18 @@ import (
 // Store hands out leases. Implementations are safe for concurrent use.
 type Store interface {
 	// Acquire takes key for token for ttl. A key already held by the same
-	// token is re-granted with the same fence and a TTL reset to ttl, so a
-	// client may retry an acquire whose response it lost. A key held by
+	// token is re-granted with the same fence and its TTL ttl from now (a
+	// lease is never shortened), so a client may retry an acquire whose
+	// response it lost. A key held by
 	// another token fails with a *HeldError, at once or, when req.Wait is
 	// positive, once the wait has run out. Waiters are granted in arrival
 	// order (Memory, Redis; Redlock waits without a queue), and a free key
 	// goes to the first waiter, not to a newcomer.
 	Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error)
-	// Extend resets the TTL of a lease token holds to ttl from now; a ttl
-	// of 0 means the lease's own length, the one it was last granted or
-	// extended with (read and applied atomically by the store).
+	// Extend sets the TTL of a lease token holds to ttl from now, never
+	// shortening it (the Lease answered says now+ttl, the least it holds);
+	// a ttl of 0 means the lease's own length, the one it was last granted
+	// or extended with (read and applied atomically by the store).
 	// It fails with ErrNotHeld when the key is free and ErrTokenMismatch
 	// when another token holds it.
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
@@ -73,6 +75,27 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases the store's resources (not the locks it holds).
 	Close() error
+}
+
+// BatchExtender is a Store that extends many leases in one call to its
+// backend (a pipeline), so that holds renewing together cost one round
+// trip rather than one each. Each Extension fails or succeeds as Extend
+// would; results are in the order of exts.
+type BatchExtender interface {
+	ExtendBatch(ctx context.Context, exts []Extension) []Extended
+}
+
+// Extension is one lease to extend in a batch: Extend's arguments, and the
+// user its lock counts against (WithUser's hint) when quotas are on.
+type Extension struct {
+	Key, Token, User string
+	TTL              time.Duration
+}
+
+// Extended is one Extension's outcome.
+type Extended struct {
+	Lease Lease
+	Err   error
 }
 
 // AcquireRequest is what a caller asks for when taking a lease.

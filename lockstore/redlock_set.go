@@ -122,6 +122,9 @@ func newNodeSet(nodes []*redis.Options, names []string) (*nodeSet, error) {
 
 // differ names the difference between the list node i serves and ours.
 func (s *nodeSet) differ(i int, have string) string {
+	if strings.HasPrefix(have, "?") {
+		return fmt.Sprintf("Redlock node %s is being marked for the node list [%s] and serves none yet (docs/safety.md, Changing the node list)", s.names[i], strings.ReplaceAll(have[1:], ",", " "))
+	}
 	if have == "" {
 		return fmt.Sprintf("Redlock node %s serves no node list yet: a new deployment marks its nodes once every one of them answers, and a node restarted empty is marked again once a node of the list is seen to serve it (docs/operations.md, Changing the Redlock node list)", s.names[i])
 	}
@@ -142,6 +145,14 @@ func (s *nodeSet) differ(i int, have string) string {
 		s.names[i], strings.Join(theirs, " "), strings.Join(ours, " "), strings.Join(gone, " "), strings.Join(added, " "))
 }
 
+// tentative is the list marked by a fresh pass that has not committed it
+// yet (rule W): it counts for nobody.
+func (s *nodeSet) tentative() string { return "?" + s.list }
+
+// tentativeLife is how long a tentative marker lives: a fresh pass that
+// stopped half way (its gateway died) blocks another list's pass no longer.
+const tentativeLife = 30 * time.Second
+
 func (s *nodeSet) refusal(why string) error {
 	return &RefusedError{Reason: "nodeset", msg: why}
 }
@@ -152,11 +163,12 @@ func (s *nodeSet) refused(i int, have string) error {
 	why := s.differ(i, have)
 	s.mu.Lock()
 	s.why = why
-	if have != "" {
+	unmarked := have == "" || strings.HasPrefix(have, "?") // no list committed: the next pass decides
+	if !unmarked {
 		s.closed = why
 	}
 	s.mu.Unlock()
-	if have == "" {
+	if unmarked {
 		s.wake()
 	}
 	return s.refusal(why)
@@ -230,9 +242,9 @@ func (g setGuard) run(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
 	}
 	cmd := call()
 	have, refused := nodesetRefusal(cmd.Err())
-	if refused && have == "" && g.set.isJoined() {
-		was, err := nodesetMarkScript.Run(ctx, g.Scripter, []string{setKey}, g.set.list, "mark").Text()
-		if err == nil && (was == "" || was == g.set.list) {
+	if refused && (have == "" || have == g.set.tentative()) && g.set.isJoined() {
+		was, err := nodesetMarkScript.Run(ctx, g.Scripter, []string{setKey}, g.set.list, "join").Text()
+		if err == nil && (was == "" || was == g.set.list || was == g.set.tentative()) {
 			cmd = call()
 			have, refused = nodesetRefusal(cmd.Err())
 		}
@@ -280,15 +292,16 @@ func (r *Redlock) keepSet() {
 
 // markPass reads every node's marker and writes it where rule W of
 // docs/safety.md ("Changing the node list") allows: fresh (every node
-// answered, none serves a list: mark all, or none when one mark finds
-// another list) or join (a node serves ours, none that answered serves
-// another: mark those that serve none). It closes the gateway when a node
-// of the list serves another list, and opens it when none does. Each call
-// to a node is bounded by timeout.
+// answered, none serves a list: a tentative mark on every node, then,
+// only if every one took, commit them all; otherwise take them back) or
+// join (a node serves ours, none that answered serves another or marks
+// one tentatively: commit those that serve none). It closes the gateway
+// when a node of the list serves another list, and opens it when none
+// does. Each call to a node is bounded by timeout.
 func (r *Redlock) markPass(timeout time.Duration) {
 	s := r.set
 	have, errs := r.runMark(timeout, nil, "read")
-	ours, answered := false, 0
+	ours, answered, foreign := false, 0, -1
 	for i, err := range errs {
 		if err != nil {
 			continue
@@ -297,11 +310,19 @@ func (r *Redlock) markPass(timeout time.Duration) {
 		switch have[i] {
 		case s.list:
 			ours = true
-		case "":
+		case "", s.tentative():
 		default:
-			r.closeSet(s.differ(i, have[i]))
-			return
+			if !strings.HasPrefix(have[i], "?") {
+				r.closeSet(s.differ(i, have[i]))
+				return
+			}
+			foreign = i // another list's fresh pass, under way or abandoned
 		}
+	}
+	if foreign >= 0 {
+		r.noteSet(fmt.Sprintf("Redlock node %s is being marked for another node list (%s); this gateway has [%s]; it waits for that mark to be committed or to expire (30 s)",
+			s.names[foreign], strings.TrimPrefix(have[foreign], "?"), strings.ReplaceAll(s.list, ",", " ")))
+		return
 	}
 	if !ours && answered < len(r.nodes) {
 		var silent []string
@@ -316,39 +337,56 @@ func (r *Redlock) markPass(timeout time.Duration) {
 	}
 	empty := make([]bool, len(r.nodes))
 	for i, err := range errs {
-		empty[i] = err == nil && have[i] == ""
+		empty[i] = err == nil && have[i] != s.list
 	}
 	if !slices.Contains(empty, true) {
 		r.openSet()
 		return
 	}
-	prev, errs := r.runMark(timeout, empty, "mark")
+	if ours { // join: commit ours on the nodes that have none
+		prev, errs := r.runMark(timeout, empty, "join")
+		for i := range empty {
+			if empty[i] && errs[i] == nil && prev[i] != "" && prev[i] != s.list && prev[i] != s.tentative() {
+				r.closeSet(s.differ(i, prev[i]))
+				return
+			}
+		}
+		r.log.Info().Str("node_list", s.list).Msg("redlock: marked the nodes that served no node list with this gateway's")
+		r.openSet()
+		return
+	}
+	// fresh: every node answered, none serves a list
+	prev, errs := r.runMark(timeout, empty, "try")
 	lost, complete := -1, true
 	for i := range empty {
 		switch {
-		case !empty[i]:
 		case errs[i] != nil:
 			complete = false
-		case prev[i] != "" && prev[i] != s.list:
+		case prev[i] != "" && prev[i] != s.tentative():
 			lost = i
 		}
 	}
-	switch {
-	case lost >= 0:
-		if !ours { // fresh: take back what this pass marked
-			r.runMark(timeout, empty, "unmark")
-		}
-		r.closeSet(s.differ(lost, prev[lost]))
-	case !ours && !complete:
-		// A fresh marking must reach every node: a mark that did not
-		// answer may have lost to another list.
+	if lost >= 0 || !complete {
 		r.runMark(timeout, empty, "unmark")
-		r.noteSet(fmt.Sprintf("no Redlock node serves this gateway's node list [%s] yet, and marking every node failed: a new deployment marks its nodes once every one of them answers",
+		if lost >= 0 && !strings.HasPrefix(prev[lost], "?") {
+			r.closeSet(s.differ(lost, prev[lost]))
+			return
+		}
+		r.noteSet(fmt.Sprintf("no Redlock node serves this gateway's node list [%s] yet, and marking every node failed (a node did not answer, or another list's mark got there first): a new deployment marks its nodes once every one of them answers",
 			strings.ReplaceAll(s.list, ",", " ")))
-	default:
-		r.log.Info().Str("node_list", s.list).Msg("redlock: marked the nodes that served no node list with this gateway's")
-		r.openSet()
+		return
 	}
+	prev, errs = r.runMark(timeout, empty, "commit")
+	for i := range empty {
+		if errs[i] != nil || (prev[i] != s.tentative() && prev[i] != s.list) {
+			// A tentative mark expired or a node went silent: the next
+			// pass joins from what was committed, or starts over.
+			r.noteSet(fmt.Sprintf("committing this gateway's node list [%s] on every Redlock node did not complete; trying again", strings.ReplaceAll(s.list, ",", " ")))
+			return
+		}
+	}
+	r.log.Info().Str("node_list", s.list).Msg("redlock: marked every node, which served no node list, with this gateway's")
+	r.openSet()
 }
 
 // runMark runs nodeset_mark.lua with op on every node (or those in only),
@@ -365,7 +403,7 @@ func (r *Redlock) runMark(timeout time.Duration, only []bool, op string) ([]stri
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			v, err := nodesetMarkScript.Run(ctx, n.probe, []string{setKey}, r.set.list, op).Text()
+			v, err := nodesetMarkScript.Run(ctx, n.probe, []string{setKey}, r.set.list, op, tentativeLife.Milliseconds()).Text()
 			have[i], errs[i] = v, redisErr(err)
 		})
 	}

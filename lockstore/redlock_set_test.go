@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -183,4 +184,59 @@ func serveList(t testing.TB, srvs []*redistest.Server) {
 	for _, s := range srvs {
 		require.NoError(t, s.Client().Set(context.Background(), setKey, list, 0).Err())
 	}
+}
+
+// TestRedlockFreshListsRace stages two lists starting on never-used nodes
+// that share one node, a: a gateway B over {a,d,e} reads every node empty
+// and marks them, but its path to a is slow, so a gateway A over {a,b,c}
+// marks a first; B's marks on d and e are in place until B finds a taken
+// and takes them back. In that moment a second gateway B2 over B's list,
+// which cannot reach a, reads d and e. When a fresh pass marked committed
+// at once, B2 saw its list on a majority and granted the key on {d,e}
+// while A granted it on {a,b,c}. With tentative marks (rule W of
+// docs/safety.md, "Changing the node list") B2 sees none committed and
+// refuses.
+func TestRedlockFreshListsRace(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	srvs := startNodes(t, 5)
+	a, b, c, d, e := srvs[0], srvs[1], srvs[2], srvs[3], srvs[4]
+	const slow = 600 * time.Millisecond
+	toA := redistest.NewProxy(t, a.Addr(), slow) // B's path to a
+	listB := []string{name(a), name(d), name(e)}
+
+	openedB := make(chan *lockstore.Redlock, 1)
+	start := time.Now()
+	go func() {
+		s, err := lockstore.OpenRedlock([]string{toA.URL(), d.URL(), e.URL()},
+			lockstore.RedlockOptions{NodeTimeout: 2 * time.Second, NodeNames: listB})
+		assert.NoError(t, err)
+		openedB <- s
+	}()
+	// B read every node empty and has marked d and e; its mark of a is on
+	// its way, `slow` long. A marks a first.
+	require.Eventually(t, func() bool { return marker(t, d) != "" }, 10*time.Second, time.Millisecond, "B marks d")
+	sa, err := lockstore.OpenRedlock([]string{a.URL(), b.URL(), c.URL()}, lockstore.RedlockOptions{NodeTimeout: roomy})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sa.Close() })
+	// B has not yet heard that a is taken (its mark's answer takes `slow`
+	// more): its marks on d and e are still there.
+	t.Logf("markers at %v: a %q d %q e %q", time.Since(start).Round(time.Millisecond), marker(t, a), marker(t, d), marker(t, e))
+	closed := "redis://127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)) + "/0" // B2 cannot reach a
+	sb2, err := lockstore.OpenRedlock([]string{closed, d.URL(), e.URL()},
+		lockstore.RedlockOptions{NodeTimeout: roomy, NodeNames: listB})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sb2.Close() })
+
+	_, errA := sa.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
+	_, errB2 := sb2.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
+	t.Logf("A: %v; B2: %v", errA, errB2)
+	assert.False(t, errA == nil && errB2 == nil, "two lists granted one key on majorities that share no node")
+	require.NoError(t, errA, "A's list, committed on a, b and c, grants")
+
+	sb := <-openedB
+	t.Cleanup(func() { _ = sb.Close() })
+	time.Sleep(time.Second) // B's pass has ended
+	assert.Equal(t, "", marker(t, d), "B took back its tentative mark")
+	assert.Equal(t, "", marker(t, e))
 }

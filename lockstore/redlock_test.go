@@ -862,7 +862,8 @@ func TestRedlockRestartsOneAfterTheOther(t *testing.T) {
 	t.Parallel()
 	srvs := startNodes(t, 3)
 	a, b, c := srvs[0], srvs[1], srvs[2]
-	c.Kill() // before the store ever reaches it: it trusts C's first run_id
+	serveList(t, srvs) // a deployment that ran before: a new one marks its nodes once all answer
+	c.Kill()           // before the store ever reaches it: it trusts C's first run_id
 	var logs syncBuffer
 	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: time.Hour, Logger: zerolog.New(&logs)})
 	ctx := testCtx(t)
