@@ -113,52 +113,25 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease l
 		capped = t.C
 	}
 
-	// One renewal at a time, on a goroutine, so that the deadline below
-	// fires on time even while a renewal waits for the backend.
+	// One renewal at a time, sent with other holds' by the renewer (in a
+	// batch where the store allows), so that the deadline below fires on
+	// time even while a renewal waits for the backend.
 	interval := ttl / 3
-	renewAt := time.NewTimer(interval)
-	defer renewAt.Stop()
-	renewed := make(chan renewal, 1)
-	renewing := false
+	ext := lockstore.Extension{Key: key, Token: token, User: user, TTL: ttl}
+	renewed := h.renewer.renew(time.Now().Add(interval), ext)
 	lost := time.NewTimer(time.Until(lease.ExpiresAt.Add(-lostMargin(ttl))))
 	defer lost.Stop()
-	renew := func() {
-		renewing = true
-		safeEnd := lease.ExpiresAt.Add(-lostMargin(ttl))
-		go func() {
-			ctx, cancel := context.WithDeadline(context.Background(), safeEnd)
-			defer cancel()
-			if h.limits.BackendTimeout > 0 {
-				ctx, cancel = context.WithTimeout(ctx, h.limits.BackendTimeout)
-				defer cancel()
-			}
-			l, err := h.store.Extend(ctx, key, token, ttl)
-			renewed <- renewal{l, err}
-		}()
-	}
-	defer func() {
-		if renewing { // let it finish, then leave nothing behind
-			go func() {
-				<-renewed
-			}()
-		}
-	}()
 
 	for {
 		select {
-		case <-renewAt.C:
-			if !renewing {
-				renew()
-			}
 		case got := <-renewed:
-			renewing = false
 			switch {
 			case got.err == nil:
 				if got.lease.ExpiresAt.After(lease.ExpiresAt) {
 					lease.ExpiresAt = got.lease.ExpiresAt
 				}
 				lost.Reset(time.Until(lease.ExpiresAt.Add(-lostMargin(ttl))))
-				renewAt.Reset(interval)
+				renewed = h.renewer.renew(time.Now().Add(interval), ext)
 				h.obs.Extended(token, lease.ExpiresAt)
 				if !write("renewed", renewedBody{Key: key, Fence: lease.Fence, Owner: lease.Owner, TTLms: ttl.Milliseconds(), ExpiresAt: timestamp(lease.ExpiresAt)}) {
 					h.endHold(key, token, user, opts.lockDelay)
@@ -171,7 +144,7 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease l
 				end("lost", holdTaken)
 				return
 			default: // try again soon, while the lease lasts
-				renewAt.Reset(max(interval/4, 10*time.Millisecond))
+				renewed = h.renewer.renew(time.Now().Add(max(interval/4, 10*time.Millisecond)), ext)
 			}
 		case <-lost.C:
 			// No renewal was confirmed in time: the holder must stop now,

@@ -4,6 +4,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,7 @@ type Locks struct {
 	shutdown context.Context
 	obs      Observer
 	hub      *LockHub // watchers' (watch.go)
+	renewer  *renewer // holds' renewals (hold_renewer.go)
 }
 
 // Observer hears what the lock endpoints do, for metrics. Its methods must
@@ -112,7 +114,7 @@ func NewLocks(store lockstore.Store, limits Limits, log zerolog.Logger, stopping
 		shutdown = ctx
 	}
 	return &Locks{store: store, limits: limits, log: log, validate: newValidator(limits), stopping: stopping, shutdown: shutdown, obs: obs,
-		hub: lockstore.NewLockHub(store, limits.BackendTimeout)}
+		hub: lockstore.NewLockHub(store, limits.BackendTimeout), renewer: newRenewer(store, cmp.Or(limits.BackendTimeout, 5*time.Second))}
 }
 
 // leaseBody is the body of a grant or an extension.

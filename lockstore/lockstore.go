@@ -43,6 +43,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/randid"
@@ -83,6 +84,39 @@ type Store interface {
 // would; results are in the order of exts.
 type BatchExtender interface {
 	ExtendBatch(ctx context.Context, exts []Extension) []Extended
+}
+
+// ExtendAll extends exts through s: in one batch when s is a
+// BatchExtender, else each with Extend, all at once.
+func ExtendAll(ctx context.Context, s Store, exts []Extension) []Extended {
+	if b, ok := s.(BatchExtender); ok {
+		return b.ExtendBatch(ctx, exts)
+	}
+	out := make([]Extended, len(exts))
+	extendEach(ctx, s, exts, out, nil)
+	return out
+}
+
+// extendEach runs s.Extend for exts[i], for every i in which (all when
+// which is nil), at once, with each extension's user as the quota hint.
+func extendEach(ctx context.Context, s Store, exts []Extension, out []Extended, which []int) {
+	if which == nil {
+		which = make([]int, len(exts))
+		for i := range which {
+			which[i] = i
+		}
+	}
+	var wg sync.WaitGroup
+	for _, i := range which {
+		wg.Go(func() {
+			e, ectx := exts[i], ctx
+			if e.User != "" {
+				ectx = WithUser(ctx, e.User)
+			}
+			out[i].Lease, out[i].Err = s.Extend(ectx, e.Key, e.Token, e.TTL)
+		})
+	}
+	wg.Wait()
 }
 
 // Extension is one lease to extend in a batch: Extend's arguments, and the

@@ -2,7 +2,6 @@ package lockstore
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,7 +21,7 @@ func (s *Redis) ExtendBatch(ctx context.Context, exts []Extension) []Extended {
 		for i := range exts {
 			single = append(single, i)
 		}
-		s.extendEach(ctx, exts, out, single)
+		extendEach(ctx, s, exts, out, single)
 		return out
 	}
 	start := time.Now()
@@ -36,10 +35,7 @@ func (s *Redis) ExtendBatch(ctx context.Context, exts []Extension) []Extended {
 		keys := quotaKeys([]string{lockKey(e.Key)}, escapeUser(e.User))
 		cmds[i] = pipe.EvalSha(ctx, extendScript.Hash(), keys, digestHex(e.Token), e.TTL.Milliseconds())
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// Exec's error is the first failed command's; each is read below.
-		_ = err
-	}
+	_, _ = pipe.Exec(ctx) // its error is the first failed command's; each is read below
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue
@@ -66,22 +62,6 @@ func (s *Redis) ExtendBatch(ctx context.Context, exts []Extension) []Extended {
 		}
 		out[i].Lease = v.lease(exts[i].Key, exts[i].Token, ttl, start)
 	}
-	s.extendEach(ctx, exts, out, single)
+	extendEach(ctx, s, exts, out, single)
 	return out
-}
-
-// extendEach runs Extend for exts[i], i in which, at once.
-func (s *Redis) extendEach(ctx context.Context, exts []Extension, out []Extended, which []int) {
-	var wg sync.WaitGroup
-	for _, i := range which {
-		wg.Go(func() {
-			e := exts[i]
-			ectx := ctx
-			if e.User != "" {
-				ectx = WithUser(ctx, e.User)
-			}
-			out[i].Lease, out[i].Err = s.Extend(ectx, e.Key, e.Token, e.TTL)
-		})
-	}
-	wg.Wait()
 }

@@ -35,14 +35,16 @@ func TestHold(t *testing.T) {
 	backends(t, func(t *testing.T, g *apitest.Gateway) {
 		c := apitest.NewClient(g.URL)
 		path := lockPath(apitest.Key(t))
-		events, resp := c.Hold(t, path, []byte(`{"ttl_ms":300,"owner":"cron"}`))
+		// A TTL roomy enough for a loaded machine running -race: renewals
+		// every third of it.
+		events, resp := c.Hold(t, path, []byte(`{"ttl_ms":1000,"owner":"cron"}`))
 		require.Nil(t, resp)
 		acq, _ := nextEvent(t, events, 2*time.Second)
 		require.Equal(t, "acquired", acq.Name)
 		require.NotEmpty(t, acq.Data["token"], "the grant carries the token")
 		fence := acq.Data["fence"]
 
-		deadline := time.Now().Add(1500 * time.Millisecond) // five TTLs
+		deadline := time.Now().Add(3500 * time.Millisecond) // three and a half TTLs
 		renewals := 0
 		for time.Now().Before(deadline) {
 			e, ok := nextEvent(t, events, time.Second)
@@ -52,7 +54,7 @@ func TestHold(t *testing.T) {
 			assert.NotContains(t, e.Data, "token")
 			renewals++
 		}
-		assert.GreaterOrEqual(t, renewals, 10, "renewed about every third of the TTL")
+		assert.GreaterOrEqual(t, renewals, 8, "renewed about every third of the TTL")
 		other := c.Do(t, "PUT", path, []byte(`{"ttl_ms":1000}`), apitest.JSON...)
 		require.Equal(t, http.StatusConflict, other.Status, "held all along")
 
@@ -61,7 +63,7 @@ func TestHold(t *testing.T) {
 		require.Eventually(t, func() bool { return !held(t, c, path) }, 2*time.Second, 5*time.Millisecond,
 			"the key is free once the client went away")
 		t.Logf("free %v after the client closed the stream", time.Since(closed).Round(time.Millisecond))
-		assert.Less(t, time.Since(closed), 300*time.Millisecond, "released at once, well before its TTL")
+		assert.Less(t, time.Since(closed), 500*time.Millisecond, "released at once, well before its TTL could end")
 	})
 }
 

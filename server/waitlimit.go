@@ -94,3 +94,10 @@ func (s waitLimit) SemRelease(ctx context.Context, key, token string) error {
 func (s waitLimit) SemInspect(ctx context.Context, key string) (lockstore.SemaphoreState, error) {
 	return s.sems.SemInspect(ctx, key)
 }
+
+// ExtendBatch passes holds' batched renewals through to the store
+// (lockstore.ExtendAll): a renewal never waits, so the wait limit has
+// nothing to count.
+func (w *waitLimit) ExtendBatch(ctx context.Context, exts []lockstore.Extension) []lockstore.Extended {
+	return lockstore.ExtendAll(ctx, w.Store, exts)
+}

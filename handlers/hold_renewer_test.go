@@ -1,0 +1,60 @@
+package handlers
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+// batchCounter is a memory store that counts the batches it is asked for.
+type batchCounter struct {
+	*lockstore.Memory
+	mu      sync.Mutex
+	batches []int
+}
+
+func (b *batchCounter) ExtendBatch(ctx context.Context, exts []lockstore.Extension) []lockstore.Extended {
+	b.mu.Lock()
+	b.batches = append(b.batches, len(exts))
+	b.mu.Unlock()
+	return lockstore.ExtendAll(ctx, b.Memory, exts)
+}
+
+// TestRenewerBatches: renewals due in one slot go to the store in one
+// batch, each answered with its own outcome, never later than due.
+func TestRenewerBatches(t *testing.T) {
+	store := &batchCounter{Memory: lockstore.NewMemory()}
+	ctx := context.Background()
+	var exts []lockstore.Extension
+	for i := range 100 {
+		l, err := store.Acquire(ctx, "k/"+string(rune('a'+i%26))+string(rune('a'+i/26)), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		require.NoError(t, err)
+		exts = append(exts, lockstore.Extension{Key: l.Key, Token: l.Token, TTL: 2 * time.Minute})
+	}
+	exts = append(exts, lockstore.Extension{Key: "k/free", Token: lockstore.NewToken(), TTL: time.Minute})
+	r := newRenewer(store, time.Second)
+	due := time.Now().Add(2 * renewSlot)
+	var chans []<-chan renewal
+	for _, e := range exts {
+		chans = append(chans, r.renew(due, e))
+	}
+	for i, ch := range chans {
+		got := <-ch
+		if i == len(exts)-1 {
+			assert.ErrorIs(t, got.err, lockstore.ErrNotHeld)
+			continue
+		}
+		require.NoError(t, got.err)
+		assert.Equal(t, 2*time.Minute, got.lease.Granted)
+	}
+	assert.False(t, time.Now().Before(due.Add(-renewSlot)), "not sent before its slot")
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	assert.Equal(t, []int{101}, store.batches, "one batch for the slot")
+}
