@@ -148,6 +148,9 @@ func client(t *testing.T) *http.Client {
 // (Debian's is /usr/sbin/nginx, often not on a user's PATH).
 func nginxBinary(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs nginx: runs in make test, not with -short")
+	}
 	if p := os.Getenv("NGINX"); p != "" {
 		return p
 	}
