@@ -2,6 +2,7 @@ package lockstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -240,7 +241,10 @@ func TestLockHubRedlock(t *testing.T) {
 // extended, and the hub must not report a change of expiry, only the
 // expiry itself once a majority let go. Here the nodes' expiries are set
 // 25 ms apart (100 ms from first to last), more than one read's round trip
-// and Redlock's drift allowance (17 ms on a 1.5 s lease) together.
+// and Redlock's drift allowance (17 ms on a 1.5 s lease) together. They
+// expire 2 s after being set, so that a loaded machine's hub still reads
+// the lease held first; a grant answered unavailable is retried with its
+// token, as a client would.
 func TestLockHubRedlockNodesExpireApart(t *testing.T) {
 	t.Parallel()
 	srvs := startNodes(t, 5)
@@ -248,10 +252,14 @@ func TestLockHubRedlockNodesExpireApart(t *testing.T) {
 	ctx := testCtx(t)
 	for round := range 3 {
 		key := fmt.Sprintf("apart-%d", round)
-		l, err := store.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 1500 * time.Millisecond})
+		token := lockstore.NewToken()
+		l, err := store.Acquire(ctx, key, lockstore.AcquireRequest{Token: token, TTL: 1500 * time.Millisecond})
+		for try := 0; try < 5 && errors.Is(err, lockstore.ErrUnavailable); try++ {
+			l, err = store.Acquire(ctx, key, lockstore.AcquireRequest{Token: token, TTL: 1500 * time.Millisecond})
+		}
 		require.NoError(t, err)
 		for i, srv := range srvs {
-			ms := 1000 + 25*i
+			ms := 2000 + 25*i
 			require.NoError(t, srv.Client().PExpire(ctx, "lockgw:{"+key+"}:lock", time.Duration(ms)*time.Millisecond).Err())
 		}
 		hub := lockstore.NewLockHub(store, time.Second)
