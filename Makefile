@@ -15,12 +15,13 @@ SHELL       := /bin/bash
 
 .DEFAULT_GOAL := help
 
-.PHONY: help run build test deps lint bench docker clean
+.PHONY: help run build test test-short deps lint bench docker clean
 
 help:
 	@echo 'make run     serve on :8080 with the memory backend (nothing to install)'
 	@echo 'make build   static binary in $(BIN)'
 	@echo 'make test    install missing test tools (as root), then go test -race ./...'
+	@echo 'make test-short   go test -short ./...: only Go needed, under a minute (no redis-server, nginx, chromium)'
 	@echo 'make lint    gofmt and go vet'
 	@echo 'make bench   benchmarks'
 	@echo 'make chaos   fault-injection suite (~11 min): real Redis and gateway processes; writes docs/chaos-report.md'
@@ -44,6 +45,13 @@ test: deps
 	$(COMPOSE) -f docker-compose.yml config -q
 	$(COMPOSE) -f docker-compose.yml --profile sentinel --profile cluster config -q
 	CGO_ENABLED=1 $(GO) test -race ./...
+
+# The layer that needs only Go: pure logic, the handlers on the memory
+# backend, and the protocol simulator. Every test that starts a real process
+# (redis-server, nginx, chromium, system commands) skips itself under -short,
+# saying that make test runs it; nothing else is left out.
+test-short:
+	$(GO) test -short ./...
 
 # Tools the tests need beyond Go:
 #  - redis-server: the Redis and Redlock tests run real servers (Debian puts

@@ -483,6 +483,13 @@ func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v lo
 
 // Inspect implements Store.
 func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
+	l, _, err := r.inspect(ctx, key)
+	return l, err
+}
+
+// inspect is Inspect, and the lease's latest end on the nodes read
+// (watchLate): what a watch needs to tell their spread from an extend.
+func (r *Redlock) inspect(ctx context.Context, key string) (Lease, time.Duration, error) {
 	type held struct {
 		value     lockValue
 		remaining time.Duration
@@ -493,7 +500,7 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
 		return held{v, remaining}, err
 	})
 	if err := ctx.Err(); err != nil {
-		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return Lease{}, 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	holders := make(map[string][]held) // by token digest
 	unknown, failed, quarantined := 0, 0, 0
@@ -516,19 +523,21 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
 			continue
 		}
 		values := make([]lockValue, len(hs))
-		remaining := hs[0].remaining
+		remaining, longest := hs[0].remaining, hs[0].remaining
 		for i, h := range hs {
 			values[i] = h.value
 			remaining = min(remaining, h.remaining)
+			longest = max(longest, h.remaining)
 		}
 		v := majorityValue(values)
 		ttl := max(remaining-drift(remaining), 0)
-		return Lease{Key: key, Owner: v.owner, Fence: v.fence, Granted: v.length, Left: ttl, ExpiresAt: start.Add(ttl)}, nil
+		l := Lease{Key: key, Owner: v.owner, Fence: v.fence, Granted: v.length, Left: ttl, ExpiresAt: start.Add(ttl)}
+		return l, watchLate(start, longest, l.ExpiresAt), nil
 	}
 	if best+unknown < r.quorum {
-		return Lease{}, ErrNotHeld
+		return Lease{}, 0, ErrNotHeld
 	}
-	return Lease{}, r.quorumError(failed, quarantined, 0)
+	return Lease{}, 0, r.quorumError(failed, quarantined, 0)
 }
 
 // Ping implements Store: nil when at least a quorum of nodes that are warm

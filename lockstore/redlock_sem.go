@@ -480,6 +480,13 @@ func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
 // left among them less the drift allowance; ErrNotHeld when no permit can
 // have a majority even counting the nodes that did not answer.
 func (r *Redlock) SemInspect(ctx context.Context, key string) (SemaphoreState, error) {
+	st, _, err := r.semInspect(ctx, key)
+	return st, err
+}
+
+// semInspect is SemInspect, and how much later than its ExpiresAt any
+// permit's last node may let it go (watchLate, the largest over permits).
+func (r *Redlock) semInspect(ctx context.Context, key string) (SemaphoreState, time.Duration, error) {
 	type read struct {
 		limit int
 		vs    []semValue
@@ -490,7 +497,7 @@ func (r *Redlock) SemInspect(ctx context.Context, key string) (SemaphoreState, e
 		return read{limit, vs}, err
 	})
 	if err := ctx.Err(); err != nil {
-		return SemaphoreState{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return SemaphoreState{}, 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	type permitID struct {
 		slot   int
@@ -516,27 +523,31 @@ func (r *Redlock) SemInspect(ctx context.Context, key string) (SemaphoreState, e
 		}
 	}
 	st := SemaphoreState{Key: key, Limit: mostVoted(limits)}
+	var late time.Duration
 	best := 0
 	for _, vs := range found {
 		best = max(best, len(vs))
 		if len(vs) < r.quorum {
 			continue
 		}
-		left := vs[0].left
+		left, longest := vs[0].left, vs[0].left
 		for _, v := range vs {
 			left = min(left, v.left)
+			longest = max(longest, v.left)
 		}
 		v := majoritySemValue(vs)
 		left = max(left-drift(left), 0)
-		st.Holders = append(st.Holders, Permit{Key: key, Owner: v.owner, Limit: st.Limit, Fence: v.fence,
-			Granted: v.length, Left: left, ExpiresAt: start.Add(left)})
+		p := Permit{Key: key, Owner: v.owner, Limit: st.Limit, Fence: v.fence,
+			Granted: v.length, Left: left, ExpiresAt: start.Add(left)}
+		st.Holders = append(st.Holders, p)
+		late = max(late, watchLate(start, longest, p.ExpiresAt))
 	}
 	if len(st.Holders) > 0 {
 		sortHolders(st.Holders)
-		return st, nil
+		return st, late, nil
 	}
 	if best+unknown < r.quorum {
-		return SemaphoreState{}, ErrNotHeld
+		return SemaphoreState{}, 0, ErrNotHeld
 	}
-	return SemaphoreState{}, r.quorumError(failed, quarantined, 0)
+	return SemaphoreState{}, 0, r.quorumError(failed, quarantined, 0)
 }

@@ -207,7 +207,8 @@ func (h *Hub[S]) run(ctx context.Context, t *topic[S]) {
 		}
 	}()
 	var seq uint64
-	var last Update[S]
+	var last Update[S] // the last update published
+	var read S         // the last state read
 	failing := false
 	for {
 		// Subscribe before reading, so a change between the two is not
@@ -229,18 +230,24 @@ func (h *Hub[S]) run(ctx context.Context, t *topic[S]) {
 		case err != nil:
 			if !failing || seq == 0 {
 				seq++
-				last = Update[S]{Seq: seq, State: last.State, At: at, Err: err}
+				last = Update[S]{Seq: seq, State: read, At: at, Err: err}
 				t.publish(last)
 			}
 			failing = true
 			next = min(next, time.Second)
 		case failing || seq == 0 || !k.Same(last.State, s):
+			// Against the state published, not the last read: Same is
+			// not transitive. A read in the middle of a Redlock extend
+			// finds nodes on either side of it, close enough to the
+			// state before and to the state after; compared link by
+			// link, the extend would never show.
 			failing = false
 			seq++
 			last = Update[S]{Seq: seq, State: s, At: at}
 			t.publish(last)
-		default:
-			last.State = s // same state; keep the freshest reading
+		}
+		if err == nil {
+			read = s
 		}
 		if err == nil && k.Ends != nil {
 			if end := k.Ends(s); !end.IsZero() {
@@ -270,8 +277,11 @@ func (t *topic[S]) publish(u Update[S]) {
 type LockState struct {
 	Held  bool
 	Lease Lease // when Held: Inspect's lease, never with a token
-	// Slack is how far ExpiresAt may lie before the true expiry (the
-	// read's round trip): two reads of one lease differ by up to that.
+	// Slack is how far past Lease.ExpiresAt the lease may still end, as
+	// far as this read can tell: the read's round trip and, on Redlock,
+	// the spread between the nodes' expiries and the drift allowance
+	// (watchLate). The read places every node's expiry it saw in
+	// [ExpiresAt, ExpiresAt+Slack].
 	Slack time.Duration
 }
 
@@ -286,7 +296,19 @@ func (s LockState) Tag() string {
 }
 
 // SameLock: the same holder (fence) with the same expiry, within what the
-// two reads could not tell apart.
+// two reads could not tell apart. A watcher's "extended" is !SameLock of
+// one grant, so this must hold whenever nobody extended between a and b.
+//
+// Why the expiries' windows overlap then: each read places the expiry of
+// every node it counted in [ExpiresAt, ExpiresAt+Slack]. A node's expiry
+// changes only when the holder acquires again (a renewal) or extends, so
+// without one, a node counted by both reads expires at one moment, in
+// both windows. There is such a node: each read counted a majority of
+// the nodes holding the grant (one node on Redis), and two majorities
+// share a node. Which nodes a read counts varies (a node expires, or
+// answers late), so a Redlock read just past the first node's expiry
+// finds the grant ending later on the others: that is the spread Slack
+// covers, never an extend (TestLockHubRedlockNodesExpireApart).
 func SameLock(a, b LockState) bool {
 	if a.Held != b.Held {
 		return false
@@ -300,6 +322,16 @@ func SameLock(a, b LockState) bool {
 	d := b.Lease.ExpiresAt.Sub(a.Lease.ExpiresAt)
 	// PTTL and PEXPIRE are in whole milliseconds: 2 ms more.
 	return d <= a.Slack+2*time.Millisecond && -d <= b.Slack+2*time.Millisecond
+}
+
+// watchLate is how much later than expiresAt, a Redlock read's earliest
+// end (its nodes' shortest time left less the drift allowance, from start),
+// the last node it counted may let the grant go: its longest time left
+// plus the drift allowance. With the read's round trip (the nodes measured
+// their time left at some moment within it), every counted node's expiry
+// lies in [expiresAt, expiresAt+round trip+watchLate] on this clock.
+func watchLate(start time.Time, longest time.Duration, expiresAt time.Time) time.Duration {
+	return max(start.Add(longest+drift(longest)).Sub(expiresAt), 0)
 }
 
 // Poll intervals of the lock hub: the backend's signal carries changes at
@@ -318,21 +350,21 @@ func NewLockHub(store Store, timeout time.Duration) *Hub[LockState] {
 	k := Kind[LockState]{
 		Inspect: func(ctx context.Context, key string) (LockState, error) {
 			start := time.Now()
-			l, err := store.Inspect(ctx, key)
+			var l Lease
+			var late time.Duration
+			var err error
+			if r, ok := store.(*Redlock); ok {
+				l, late, err = r.inspect(ctx, key)
+			} else {
+				l, err = store.Inspect(ctx, key)
+			}
 			if errors.Is(err, ErrNotHeld) {
 				return LockState{}, nil
 			}
 			if err != nil {
 				return LockState{}, err
 			}
-			slack := time.Since(start)
-			if redlock {
-				// Redlock's ExpiresAt takes a drift allowance off the
-				// time left, which shrinks with it: later reads of one
-				// lease end later, by up to the allowance.
-				slack += drift(l.Granted)
-			}
-			return LockState{Held: true, Lease: l, Slack: slack}, nil
+			return LockState{Held: true, Lease: l, Slack: time.Since(start) + late}, nil
 		},
 		Same: SameLock,
 		Ends: func(s LockState) time.Time {

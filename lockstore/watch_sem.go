@@ -14,8 +14,9 @@ import (
 // SemState is a semaphore as a watcher sees it.
 type SemState struct {
 	Sem SemaphoreState // no Holders: free
-	// Slack is how far a permit's ExpiresAt may lie before its true
-	// expiry (the read's round trip, and Redlock's drift allowance).
+	// Slack is how far past its ExpiresAt a permit may still end, as far
+	// as this read can tell (LockState.Slack; on Redlock the largest over
+	// the permits).
 	Slack time.Duration
 }
 
@@ -39,7 +40,8 @@ func (s SemState) Tag() string {
 }
 
 // SameSem: the same permits (fences), each with the same expiry within
-// what the two reads could not tell apart. Holders are ordered by fence.
+// what the two reads could not tell apart (SameLock says why a permit
+// nobody extended always passes). Holders are ordered by fence.
 func SameSem(a, b SemState) bool {
 	if len(a.Sem.Holders) != len(b.Sem.Holders) || a.Sem.Limit != b.Sem.Limit {
 		return false
@@ -69,22 +71,21 @@ func NewSemHub(store Semaphores, timeout time.Duration) *Hub[SemState] {
 	k := Kind[SemState]{
 		Inspect: func(ctx context.Context, key string) (SemState, error) {
 			start := time.Now()
-			st, err := store.SemInspect(ctx, key)
+			var st SemaphoreState
+			var late time.Duration
+			var err error
+			if r, ok := store.(*Redlock); ok {
+				st, late, err = r.semInspect(ctx, key)
+			} else {
+				st, err = store.SemInspect(ctx, key)
+			}
 			if errors.Is(err, ErrNotHeld) {
 				return SemState{Sem: SemaphoreState{Key: key}}, nil
 			}
 			if err != nil {
 				return SemState{}, err
 			}
-			slack := time.Since(start)
-			if redlock {
-				var longest time.Duration
-				for _, p := range st.Holders {
-					longest = max(longest, p.Granted)
-				}
-				slack += drift(longest)
-			}
-			return SemState{Sem: st, Slack: slack}, nil
+			return SemState{Sem: st, Slack: time.Since(start) + late}, nil
 		},
 		Same: SameSem,
 		Ends: func(s SemState) time.Time {

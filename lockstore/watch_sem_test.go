@@ -2,6 +2,8 @@ package lockstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -80,4 +82,67 @@ func TestSemHubRedis(t *testing.T) { testSemHub(t, newRedisStore(t, redistest.St
 
 func TestSemHubRedlock(t *testing.T) {
 	testSemHub(t, openRedlock(t, urlsOf(startNodes(t, 3)), lockstore.RedlockOptions{NodeTimeout: 500 * time.Millisecond}))
+}
+
+// skewPermits sets every permit of semaphore key on srv to expire after
+// the node's clock passes now+after (lua/sem_common.lua's layout).
+func skewPermits(ctx context.Context, srv *redistest.Server, key string, after time.Duration) error {
+	const script = `
+local t = redis.call('TIME')
+local exp = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1]))
+for _, slot in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  local v = redis.call('HGET', KEYS[1], slot)
+  if v then
+    redis.call('HSET', KEYS[1], slot, exp .. string.sub(v, string.find(v, ':', 1, true), -1))
+    redis.call('ZADD', KEYS[2], exp, slot)
+  end
+end
+return 0`
+	tag := "lockgw:{sem#" + key + "}:"
+	return srv.Client().Eval(ctx, script, []string{tag + "permits", tag + "expiry"}, after.Milliseconds()).Err()
+}
+
+// As TestLockHubRedlockNodesExpireApart for a permit: its nodes let it go
+// 25 ms apart, and the hub reports its expiry, never a change of expiry
+// between (a watcher's "extended").
+func TestSemHubRedlockNodesExpireApart(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	store := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	ctx := testCtx(t)
+	for round := range 3 {
+		key := fmt.Sprintf("apart-%d", round)
+		token := lockstore.NewToken()
+		req := lockstore.PermitRequest{Token: token, TTL: 1500 * time.Millisecond, Limit: 2}
+		p, err := store.SemAcquire(ctx, key, req)
+		for try := 0; try < 5 && errors.Is(err, lockstore.ErrUnavailable); try++ {
+			p, err = store.SemAcquire(ctx, key, req) // with its token, as a client would
+		}
+		require.NoError(t, err)
+		for i, srv := range srvs {
+			require.NoError(t, skewPermits(ctx, srv, key, time.Duration(2000+25*i)*time.Millisecond))
+		}
+		hub := lockstore.NewSemHub(store, time.Second)
+		w := hub.Watch(key)
+		next := func() lockstore.Update[lockstore.SemState] {
+			t.Helper()
+			select {
+			case <-w.Ready():
+			case <-time.After(5 * time.Second):
+				t.Fatal("no update")
+			}
+			u, ok := w.Latest()
+			require.True(t, ok)
+			require.NoError(t, u.Err)
+			return u
+		}
+		u := next()
+		require.Len(t, u.State.Sem.Holders, 1)
+		require.Equal(t, p.Fence, u.State.Sem.Holders[0].Fence)
+		left := time.Until(u.State.Sem.Holders[0].ExpiresAt)
+		require.Less(t, left, 2100*time.Millisecond, "the skew took")
+		u = next()
+		assert.False(t, u.State.Held(), "round %d: a change of expiry nobody made: %+v", round, u.State)
+		w.Close()
+	}
 }

@@ -2,6 +2,8 @@ package lockstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -231,4 +233,76 @@ func TestLockHubRedis(t *testing.T) { testLockHub(t, newRedisStore(t, redistest.
 
 func TestLockHubRedlock(t *testing.T) {
 	testLockHub(t, openRedlock(t, urlsOf(startNodes(t, 3)), lockstore.RedlockOptions{NodeTimeout: 500 * time.Millisecond}))
+}
+
+// A Redlock lease's nodes let it go a few ms apart (the grant reached
+// them at different moments), so a read just past the first node's expiry
+// finds the lease on the others, ending later. That is no extend: nobody
+// extended, and the hub must not report a change of expiry, only the
+// expiry itself once a majority let go. Here the nodes' expiries are set
+// 25 ms apart (100 ms from first to last), more than one read's round trip
+// and Redlock's drift allowance (17 ms on a 1.5 s lease) together. They
+// expire 2 s after being set, so that a loaded machine's hub still reads
+// the lease held first; a grant answered unavailable is retried with its
+// token, as a client would.
+func TestLockHubRedlockNodesExpireApart(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	store := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	ctx := testCtx(t)
+	for round := range 3 {
+		key := fmt.Sprintf("apart-%d", round)
+		token := lockstore.NewToken()
+		l, err := store.Acquire(ctx, key, lockstore.AcquireRequest{Token: token, TTL: 1500 * time.Millisecond})
+		for try := 0; try < 5 && errors.Is(err, lockstore.ErrUnavailable); try++ {
+			l, err = store.Acquire(ctx, key, lockstore.AcquireRequest{Token: token, TTL: 1500 * time.Millisecond})
+		}
+		require.NoError(t, err)
+		for i, srv := range srvs {
+			ms := 2000 + 25*i
+			require.NoError(t, srv.Client().PExpire(ctx, "lockgw:{"+key+"}:lock", time.Duration(ms)*time.Millisecond).Err())
+		}
+		hub := lockstore.NewLockHub(store, time.Second)
+		w := hub.Watch(key)
+		u := watchLock(t, w)
+		require.True(t, u.State.Held)
+		require.Equal(t, l.Fence, u.State.Lease.Fence)
+		// The next update is the expiry: no held state of the same grant
+		// between (a watcher's "extended").
+		u = watchLock(t, w)
+		assert.False(t, u.State.Held, "round %d: a change of expiry nobody made: %+v", round, u.State)
+		w.Close()
+	}
+}
+
+// SameLock compares the windows two reads place a grant's expiry in
+// ([ExpiresAt, ExpiresAt+Slack], give or take the 2 ms of whole
+// milliseconds): overlapping windows may be one expiry, so no extend.
+func TestSameLock(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	read := func(fence int64, expires, slack time.Duration) lockstore.LockState {
+		return lockstore.LockState{Held: true, Lease: lockstore.Lease{Fence: fence, ExpiresAt: at.Add(expires)}, Slack: slack}
+	}
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name string
+		a, b lockstore.LockState
+		same bool
+	}{
+		{"one read twice", read(1, 0, ms), read(1, 0, ms), true},
+		{"both free", lockstore.LockState{}, lockstore.LockState{}, true},
+		{"freed", read(1, 0, ms), lockstore.LockState{}, false},
+		{"another grant", read(1, 0, ms), read(2, 0, ms), false},
+		// A Redlock read past its first node's expiry: the others end
+		// later, within the spread the first read saw.
+		{"the nodes' spread", read(1, 0, 100*ms), read(1, 25*ms, 80*ms), true},
+		{"past the first read's window", read(1, 0, 20*ms), read(1, 25*ms, ms), false},
+		{"a shortening extend", read(1, 0, 20*ms), read(1, -25*ms, 20*ms), false},
+		{"within the later read's window", read(1, 0, ms), read(1, -20*ms, 20*ms), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			assert.Equal(t, c.same, lockstore.SameLock(c.a, c.b))
+			assert.Equal(t, c.same, lockstore.SameLock(c.b, c.a), "symmetric")
+		})
+	}
 }

@@ -1,10 +1,13 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,37 +25,75 @@ import (
 // second, 40 times in a row on each backend. net/http notices the closed
 // connection a moment after it happens, sometimes after the grant; the
 // gateway also looks at the socket itself.
+//
+// That look is best effort (docs/api.md, "Clean abandonment"): a FIN
+// still on its way at the grant goes unseen, and the client is answered
+// 201 as one that read its grant and then crashed. Under load that
+// happened about once in 60 runs and failed the test, which could not
+// tell it from a leak. So the waiter only shuts its side for writing (the
+// gateway sees the same FIN as from a close) and reads what the gateway
+// answered: no grant, and the key must be free; a 201, and the key must be
+// held by exactly that grant, which the test then releases with its token.
+// Most rounds must be the first kind, or the gateway does not look at all.
 func TestWaiterThatLeftIsNotGranted(t *testing.T) {
 	backends(t, func(t *testing.T, g *apitest.Gateway) {
+		const rounds = 40
 		c := apitest.NewClient(g.URL)
-		for i := range 40 {
+		missed := 0
+		for i := range rounds {
 			path := lockPath(fmt.Sprintf("%s/%d", apitest.Key(t), i))
 			r := c.Do(t, "PUT", path, []byte(`{"ttl_ms":20000}`), apitest.JSON...)
 			require.Equal(t, http.StatusCreated, r.Status)
 			holder := r.JSON(t)["token"].(string)
 
-			waiter, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
+			conn, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
 			require.NoError(t, err)
+			waiter := conn.(*net.TCPConn)
 			body := `{"wait_ms":10000,"ttl_ms":20000}`
 			_, err = fmt.Fprintf(waiter, "PUT %s HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
 			require.NoError(t, err)
-			time.Sleep(30 * time.Millisecond) // queued
-			require.NoError(t, waiter.Close())
+			require.Eventually(t, func() bool {
+				series, _ := scrape(t, c)
+				return series["lockgw_waiting_acquires"] == 1
+			}, 10*time.Second, 5*time.Millisecond, "round %d: the waiter waits", i)
+			require.NoError(t, waiter.CloseWrite())
 			require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", path, nil, "Lock-Token", holder).Status)
 
-			if !assert.Eventually(t, func() bool { return c.Do(t, "GET", path, nil).Status == http.StatusNotFound },
-				time.Second, 10*time.Millisecond, "round %d: the key is held by a waiter that left", i) {
-				// Seen twice under load (CI-like, with parallel tests),
-				// never alone: what held it, and whether it went later,
-				// say which path kept it.
+			// What the gateway answered the waiter: nothing (it released
+			// the grant, or never made one), an error, or a grant.
+			require.NoError(t, waiter.SetReadDeadline(time.Now().Add(30*time.Second)))
+			resp, err := http.ReadResponse(bufio.NewReader(waiter), nil)
+			granted := err == nil && resp.StatusCode == http.StatusCreated
+			var grant map[string]any
+			if granted {
+				require.NoError(t, json.NewDecoder(resp.Body).Decode(&grant))
+			}
+			if err == nil {
+				resp.Body.Close()
+			} else {
+				require.NotErrorIs(t, err, os.ErrDeadlineExceeded, "round %d: the gateway neither answered the waiter nor closed its connection", i)
+			}
+			_ = waiter.Close()
+
+			if granted {
+				// The gateway did not see the close in time, and said so
+				// to the waiter: the lease is that grant, no other.
+				missed++
+				t.Logf("round %d: granted to the waiter before its close was seen (best effort, docs/api.md)", i)
 				r := c.Do(t, "GET", path, nil)
-				t.Logf("GET at the deadline: %d %s", r.Status, r.Body)
-				time.Sleep(2 * time.Second)
-				r = c.Do(t, "GET", path, nil)
-				t.Logf("GET 2 s later: %d %s\ngateway log:\n%s", r.Status, r.Body, g.Logs)
+				require.Equal(t, http.StatusOK, r.Status, "round %d: the grant the waiter was answered holds the key", i)
+				assert.Equal(t, grant["fence"], r.JSON(t)["fence"], "round %d: held by the grant the waiter was answered", i)
+				require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", path, nil, "Lock-Token", grant["token"].(string)).Status)
+				continue
+			}
+			if !assert.Eventually(t, func() bool { return c.Do(t, "GET", path, nil).Status == http.StatusNotFound },
+				time.Second, 10*time.Millisecond, "round %d: the key is held by a waiter that left and was not granted it", i) {
+				r := c.Do(t, "GET", path, nil)
+				t.Logf("GET at the deadline: %d %s\ngateway log:\n%s", r.Status, r.Body, g.Logs)
 				t.FailNow()
 			}
 		}
+		assert.LessOrEqual(t, missed, rounds/2, "the gateway saw too few of the waiters that left")
 	})
 }
 

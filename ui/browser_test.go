@@ -32,6 +32,9 @@ import (
 // set, else the first found on PATH or where Debian puts it.
 func findChromium(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs chromium: runs in make test, not with -short")
+	}
 	if p := os.Getenv("LOCKGW_CHROMIUM"); p != "" {
 		if _, err := exec.LookPath(p); err != nil {
 			t.Fatalf("LOCKGW_CHROMIUM=%s: %v; install chromium: apt-get install chromium, or point LOCKGW_CHROMIUM at a Chromium or Chrome binary", p, err)

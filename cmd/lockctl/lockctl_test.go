@@ -33,6 +33,16 @@ func lockctl(t testing.TB, url string, args ...string) result {
 	return result{code, stdout.String(), stderr.String()}
 }
 
+// runsCommands skips, under go test -short, a test that runs the system's
+// commands (sh, sleep, env) under lockctl run: that layer needs nothing
+// but Go (CONTRIBUTING.md, "Tests"); make test runs it.
+func runsCommands(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs sh and other system commands: runs in make test, not with -short")
+	}
+}
+
 func memoryGateway(t testing.TB) *apitest.Gateway {
 	return apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "memory"})
 }
@@ -192,6 +202,7 @@ func TestExitCodes(t *testing.T) {
 // with one fence, and sees it in its environment; the lock is free when
 // lockctl returns.
 func TestRunOutlivesTheTTL(t *testing.T) {
+	runsCommands(t)
 	g := memoryGateway(t)
 	c := newClient(t, g.URL)
 	key := apitest.Key(t)
@@ -223,6 +234,7 @@ func TestRunOutlivesTheTTL(t *testing.T) {
 }
 
 func TestRunStatus(t *testing.T) {
+	runsCommands(t)
 	g := memoryGateway(t)
 	c := newClient(t, g.URL)
 
@@ -278,6 +290,7 @@ func redisGateway(t testing.TB) (*apitest.Gateway, *redistest.Server) {
 // it: lockctl terminates the command at the next extend, within the TTL,
 // and exits 76.
 func TestRunLockLost(t *testing.T) {
+	runsCommands(t)
 	g, srv := redisGateway(t)
 	c := newClient(t, g.URL)
 	key := apitest.Key(t)
@@ -306,6 +319,7 @@ func TestRunLockLost(t *testing.T) {
 // TestRunGrace: a command that ignores SIGTERM (and so do its children) gets
 // SIGKILL after --grace.
 func TestRunGrace(t *testing.T) {
+	runsCommands(t)
 	g, srv := redisGateway(t)
 	c := newClient(t, g.URL)
 	key := apitest.Key(t)
@@ -358,6 +372,7 @@ func waitFile(t testing.TB, path string) {
 // whose status lockctl passes on, and the lock is released; a signal while
 // waiting for the lock ends lockctl with 128+signal.
 func TestSignals(t *testing.T) {
+	runsCommands(t)
 	bin := buildLockctl(t)
 	g := memoryGateway(t)
 	c := newClient(t, g.URL)
@@ -409,6 +424,7 @@ func TestSignals(t *testing.T) {
 // eval "$(lockctl acquire …)" must leave LOCK_TOKEN where the next lockctl
 // (a child of the shell) finds it, so extend and release need no --token.
 func TestShellFlow(t *testing.T) {
+	runsCommands(t)
 	bin := buildLockctl(t)
 	g := memoryGateway(t)
 	c := newClient(t, g.URL)
@@ -447,6 +463,7 @@ lockctl release "$1"
 
 // TestShellQuote: what acquire prints is read back by a shell as it was.
 func TestShellQuote(t *testing.T) {
+	runsCommands(t)
 	for _, s := range []string{"", "jobs/nightly", "2026-11-24T12:00:00.5Z", "a b", "it's", `$(touch x)`, "`x`", `a\b"c`, "new\nline", "*?[]~#!&;|<>{}"} {
 		out, err := exec.Command("sh", "-c", "eval \"v=$1\"; printf %s \"$v\"", "sh", shellQuote(s)).Output()
 		require.NoError(t, err, s)
@@ -460,6 +477,7 @@ func TestShellQuote(t *testing.T) {
 // command runs: the lease is counted from the grant, not from before the
 // wait.
 func TestRunWaitLongerThanTTL(t *testing.T) {
+	runsCommands(t)
 	g := memoryGateway(t)
 	c := newClient(t, g.URL)
 	key := apitest.Key(t)

@@ -16,6 +16,7 @@ import (
 // (watched through GET /semaphores/KEY), all four run, each with its
 // permit's fence in LOCK_FENCE; a run with another N is refused (75).
 func TestRunUnderPermits(t *testing.T) {
+	runsCommands(t)
 	g := memoryGateway(t)
 	c := newClient(t, g.URL)
 	key := apitest.Key(t)

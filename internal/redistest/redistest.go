@@ -77,6 +77,7 @@ func Start(t testing.TB) *Server {
 // StartOptions is Start with options.
 func StartOptions(t testing.TB, opts Options) *Server {
 	t.Helper()
+	skipShort(t)
 	if opts.Bin == "" {
 		opts.Bin = Binary(t)
 	}
@@ -146,10 +147,23 @@ func FindBinary() (string, error) {
 	return bin, nil
 }
 
+// skipShort skips a test that needs a real Redis under go test -short,
+// the layer that needs only Go (CONTRIBUTING.md, "Tests"); make test runs
+// it. Every test that starts a server comes through here (Binary or
+// StartOptions), so none of them fails for want of redis-server there.
+func skipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs redis-server: runs in make test, not with -short")
+	}
+}
+
 // Binary is FindBinary for tests: it fails the test, saying how to get a
-// redis-server, when there is none.
+// redis-server, when there is none. With -short it skips the test instead:
+// that layer runs without real processes.
 func Binary(t testing.TB) string {
 	t.Helper()
+	skipShort(t)
 	bin, err := FindBinary()
 	if err != nil {
 		t.Fatal("redistest: redis-server not found on PATH. These tests run a real Redis. " +

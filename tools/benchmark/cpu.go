@@ -87,14 +87,22 @@ func (u cpuUse) otherCores() float64 {
 }
 
 // perCycle is each process's CPU time per cycle, in microseconds;
-// processes that used (next to) none are left out.
+// processes that used (next to) none are left out: under 1% of what all
+// of them used. The bar is relative to the round, not a fixed 20 ms as it
+// was: a short round on a busy machine runs few cycles, and the process
+// serving them (the smoke test's 100 ms curve points: 11 ms for the
+// baseline) fell under a fixed bar and read as using nothing.
 func (u cpuUse) perCycle(cycles int64) map[string]float64 {
 	if cycles == 0 {
 		return nil
 	}
+	var total float64
+	for _, used := range u.byProc {
+		total += max(used, 0)
+	}
 	out := map[string]float64{}
 	for name, used := range u.byProc {
-		if used >= 0.02 {
+		if used > 0 && used >= total/100 {
 			out[name] = used / float64(cycles) * 1e6
 		}
 	}
