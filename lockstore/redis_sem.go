@@ -473,10 +473,13 @@ type semValue struct {
 	digest string
 	field  string // "-" on Redis, the attempt field on Redlock
 	fence  int64
-	length time.Duration
-	owner  string
-	left   time.Duration // from nodeSemInspect
-	limit  int           // from nodeSemExtend: the limit the hash records
+	// confirmed: a Redlock write-back confirmed the fence ("+0<ms>",
+	// sem_raise.lua).
+	confirmed bool
+	length    time.Duration
+	owner     string
+	left      time.Duration // from nodeSemInspect
+	limit     int           // from nodeSemExtend: the limit the hash records
 }
 
 func parseSemValue(slot int, reply any) (semValue, error) {
@@ -496,7 +499,7 @@ func parseSemValue(slot int, reply any) (semValue, error) {
 		return semValue{}, fmt.Errorf("lockstore: malformed permit value: %w", err)
 	}
 	return semValue{slot: slot, raw: s, exp: exp, digest: parts[1], field: parts[2], fence: f,
-		length: time.Duration(ms) * time.Millisecond, owner: parts[4]}, nil
+		confirmed: strings.HasPrefix(length, "0"), length: time.Duration(ms) * time.Millisecond, owner: parts[4]}, nil
 }
 
 // permit: ttl 0 means the value's recorded length (an extend without a

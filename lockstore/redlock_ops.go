@@ -250,7 +250,7 @@ type fenceVote struct {
 	fence     int64
 	renewed   bool   // re-granted: a value an earlier round of the token made
 	maker     string // the round that made the value (makerOf)
-	confirmed bool   // a write-back confirmed its fence (locks only)
+	confirmed bool   // a write-back confirmed its fence
 }
 
 // pickFence is the fence of a round granted on a majority, for a lock and a
@@ -260,7 +260,7 @@ type fenceVote struct {
 // TestRedlockTwinsShareOneFence, TestRedlockSemTwinsShareOnePermit):
 //   - Values one round made on a majority (the round's own new votes, or a
 //     twin's it was re-granted on): the highest fence confirmed among them
-//     (a lock's write-back marks it), else the highest fence among them.
+//     (the write-back marks it), else the highest fence among them.
 //     The confirmed one is what the maker answered, which a retry after
 //     that answer keeps, above votes of the maker that landed late
 //     (TestRedlockRetryKeepsConfirmedFence). The highest is the maker's own

@@ -197,16 +197,19 @@ func mostVoted(votes map[int]int) int {
 // should pick the same one, twins included; confirmation alone makes sure
 // two permits never share one, whatever was picked.
 //
-// Confirmation: when a majority of the re-granted values already carry
-// the fence, the permit is that fence's (it was confirmed when a majority
-// first carried it), and the write-back relabels the other values only.
-// Otherwise the fence is confirmed on a node where this round's new vote
-// set the counter to it, or where the write-back finds the counter below
-// it (and sets it) or at it, set by this token: the counter names the
-// token that set it, so twins confirm one fence on the same nodes, while
-// two tokens confirmed with one fence would have set one counter to it on
-// a node their majorities share, which the write-back refuses.
-// docs/safety.md, "Semaphores" → "Twins", has the argument.
+// Confirmation: a node confirms the fence when its value carries it
+// marked confirmed (an earlier write-back of the token's), else when the
+// write-back marks it there (so a new permit always writes back). When a
+// majority of the re-granted values already carry the fence, the permit
+// is that fence's (it was confirmed when a majority first carried it), and
+// the write-back relabels the other values only. Otherwise the write-back
+// confirms the fence where the value carries it already (with the counter
+// at it or past it) or finds the counter below it (and sets it) or at it,
+// set by this token: the counter names the token that set it, so twins
+// confirm one fence on the same nodes, while two tokens confirmed with one
+// fence would have set one counter to it on a node their majorities share,
+// which the write-back refuses. docs/safety.md, "Semaphores" → "Twins"
+// and "Retries", has the argument.
 func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req PermitRequest,
 	votes []nodeResult[semResult], granted []int, start time.Time,
 ) (Permit, bool) {
@@ -217,7 +220,7 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 		if v.code == semRenewed {
 			renewed++
 		}
-		picked = append(picked, fenceVote{v.value.fence, v.code == semRenewed, makerOf(v.value.field), false})
+		picked = append(picked, fenceVote{v.value.fence, v.code == semRenewed, makerOf(v.value.field), v.value.confirmed})
 	}
 	fence, kept := pickFence(picked, r.quorum)
 
@@ -235,7 +238,7 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 		if v.err != nil || (v.val.code != semNew && v.val.code != semRenewed) {
 			continue
 		}
-		if v.val.value.fence == fence && (kept || v.val.code == semNew) {
+		if v.val.value.fence == fence && v.val.value.confirmed {
 			if v.counted {
 				confirmed++
 			}

@@ -223,3 +223,45 @@ func TestRedlockSemFenceOvertaken(t *testing.T) {
 	require.Len(t, st.Holders, 1)
 	assert.Equal(t, p.Fence, st.Holders[0].Fence, "a majority carries the fence answered")
 }
+
+// Issue 26, hole 3, for a permit (TestRedlockRetryKeepsConfirmedFence's
+// staging): a retry sent after the answer arrived, answered, carries the
+// answered fence. Nodes 3 and 4 vote 3 s ahead of the gateway's seed (a
+// counter planted ahead) and are paused during the grant, so it is
+// granted on 0-2 with F; resumed, they run the round's sem_acquire late
+// and make values above F. The retry is re-granted on all five, which that
+// round made.
+func TestRedlockSemRetryKeepsConfirmedFence(t *testing.T) {
+	t.Parallel()
+	srvs := startNodes(t, 5)
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	ctx := testCtx(t)
+	require.NoError(t, s.Ping(ctx))
+	ahead := strconv.FormatInt(time.Now().Add(3*time.Second).UnixMicro(), 10) + ":"
+	for _, srv := range srvs[3:] {
+		require.NoError(t, srv.Client().Set(ctx, "lockgw:{sem#k}:fence", ahead, time.Minute).Err())
+		srv.Pause()
+	}
+	req := lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 2}
+	first, err := s.SemAcquire(ctx, "k", req)
+	require.NoError(t, err, "0-2 are a majority")
+	for _, srv := range srvs[3:] {
+		srv.Resume()
+	}
+	// The late acquires land: permits of the token above F on 3 and 4.
+	for _, srv := range srvs[3:] {
+		require.Eventually(t, func() bool {
+			err := srv.Client().HGet(ctx, "lockgw:{sem#k}:permits", "t:"+digest(req.Token)).Err()
+			return err == nil
+		}, 5*time.Second, 10*time.Millisecond, "the late acquire landed on %s", srv.Addr())
+	}
+
+	again, err := s.SemAcquire(ctx, "k", req)
+	require.NoError(t, err)
+	assert.True(t, again.Renewed, "re-granted on a majority")
+	assert.Equal(t, first.Fence, again.Fence, "a retry after the answer keeps the fence (%d ahead of it)", again.Fence-first.Fence)
+	st, err := s.SemInspect(ctx, "k")
+	require.NoError(t, err)
+	require.Len(t, st.Holders, 1)
+	assert.Equal(t, first.Fence, st.Holders[0].Fence, "the permit carries it")
+}

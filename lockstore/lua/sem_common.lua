@@ -10,7 +10,11 @@
 --                               permit, "<expiry ms>:<digest>:<field>:<fence>+<ms>:<owner>"
 --                               (expiry in Redis TIME; field "-" on Redis,
 --                               a Redlock attempt field as in acquire.lua:
---                               "~<id1>.<id2>…", "~!<id>" pinned);
+--                               "~<id1>.<id2>…", "~!<id>" pinned;
+--                               "+0<ms>" once a Redlock write-back
+--                               confirmed the fence, sem_raise.lua: an
+--                               older gateway reads the same length, and
+--                               drops the mark when it rewrites it);
 --                               "t:<digest>" → the digest's slot; "seq"
 --                               (Redis) → the last slot number handed out
 --   lockgw:{sem#<key>}:expiry   a sorted set: slot → its expiry (ms)
@@ -51,18 +55,23 @@ local function parse(v)
   if not v then
     return nil
   end
-  local exp, digest, field, fence, length, owner =
-    string.match(v, '^(%d+):(%x+):([^:]*):(%d+)%+(%d+):(.*)$')
+  local exp, digest, field, fence, mark, length, owner =
+    string.match(v, '^(%d+):(%x+):([^:]*):(%d+)%+(0?)(%d+):(.*)$')
   if not exp then
     return nil
   end
   return {exp = tonumber(exp), digest = digest, field = field, fence = fence,
-    length = length, owner = owner, value = v}
+    confirmed = mark == '0', length = length, owner = owner, value = v}
 end
 
+-- encode keeps the confirmed mark (a length is never 0, so "+0" is one).
 local function encode(p)
+  local mark = ''
+  if p.confirmed then
+    mark = '0'
+  end
   return string.format('%.0f', p.exp) .. ':' .. p.digest .. ':' .. p.field .. ':' ..
-    p.fence .. '+' .. p.length .. ':' .. p.owner
+    p.fence .. '+' .. mark .. p.length .. ':' .. p.owner
 end
 
 -- outlive raises key's TTL to at least ms (never lowers it); a key

@@ -13,7 +13,7 @@
 -- counter is below F (it is raised to F, set by this token) or is F, set
 -- by this token (this round, or a twin: the same permit), or the value
 -- carries F already with the counter at F or past it: the slot's value now
--- carries F. {2, c, mine} when the counter c is past F (or is
+-- carries F, marked confirmed ("<F>+0<ms>", sem_common.lua). {2, c, mine} when the counter c is past F (or is
 -- F, set by another token): nothing changed; mine is 1 when this token
 -- set c (a twin raised its fence to c). {0} when the round no longer
 -- holds the slot here: nothing changed.
@@ -43,15 +43,21 @@ if not found then
 end
 local f = tonumber(ARGV[3])
 local c, by = counter(KEYS[3])
-if ARGV[6] == '1' then
-  p.fence = ARGV[3]
+-- confirm writes F into the value, marked confirmed: a retry after the
+-- answer prefers it to this token's votes that land late, above F.
+local function confirm()
+  p.fence, p.confirmed = ARGV[3], true
   put(KEYS[1], KEYS[2], ARGV[5], p, now)
+end
+if ARGV[6] == '1' then
+  confirm()
   return {1}
 end
 if tonumber(p.fence) == f and c >= f then
   -- The value carries F already (this token's vote or write-back put it
   -- there, as a twin's may have), and the counter is past it: F is
   -- confirmed here, whoever moved the counter on since.
+  confirm()
   return {1}
 end
 if c > f or (c == f and by ~= ARGV[1]) then
@@ -61,8 +67,7 @@ if c > f or (c == f and by ~= ARGV[1]) then
   end
   return {2, c, mine}
 end
-p.fence = ARGV[3]
-put(KEYS[1], KEYS[2], ARGV[5], p, now)
+confirm()
 if c < f then
   local ahead = math.ceil((f - now_us) / 1000)
   local life = math.max(p.exp - now, ahead) + tonumber(ARGV[4])
