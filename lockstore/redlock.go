@@ -293,7 +293,11 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		seen[o.Addr] = true
 	}
 	var err error
-	if r.set, err = newNodeSet(nodes, opts.NodeNames); err != nil {
+	nodeQuarantine := r.quarantine // rule Q: a node found without a marker
+	if opts.DisableRestartGuard {
+		nodeQuarantine = 0
+	}
+	if r.set, err = newNodeSet(nodes, opts.NodeNames, nodeQuarantine); err != nil {
 		return nil, err
 	}
 	for i, o := range nodes {

@@ -69,6 +69,12 @@ func (r *Redlock) Nodes() []NodeStatus {
 			out[i].Quarantine = r.quarantineReason(n.restartSeen, n.quarantinedUntil)
 		}
 		n.mu.Unlock()
+		if held := r.set.heldUntil(i); held.After(out[i].QuarantinedUntil) {
+			out[i].QuarantinedUntil = held.Round(0)
+			out[i].Quarantine = fmt.Sprintf("found without the node list marker, so it lost its data (or is new): quarantined on the node itself until %s, "+
+				"LOCKGW_MAX_TTL (%s) plus 1%% after it was found; every gateway sees it. To avoid this: run Redis with appendonly yes and appendfsync always, "+
+				"or lower LOCKGW_MAX_TTL to the longest lease clients need", held.UTC().Format(time.RFC3339), r.maxTTL)
+		}
 	}
 	return out
 }

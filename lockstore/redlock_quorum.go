@@ -116,10 +116,22 @@ func fanOut[T any](ctx context.Context, r *Redlock, only []bool, call func(conte
 				r.log.Error().Err(err).Str("node", n.addr).Msg("redlock: unexpected reply")
 			}
 			res[i] = nodeResult[T]{val: v, err: err, counted: !n.quarantined(time.Now())}
+			if quarantinedOnNode(err) {
+				// The node keeps a quarantine of its own (rule Q): it counts
+				// as one this gateway quarantined, in neither direction.
+				res[i] = nodeResult[T]{counted: false}
+			}
 		})
 	}
 	wg.Wait()
 	return res
+}
+
+// quarantinedOnNode: the node refused because it keeps a quarantine of its
+// own (nodeset.lua; docs/safety.md, "Restarted nodes", rule Q).
+func quarantinedOnNode(err error) bool {
+	var re *RefusedError
+	return errors.As(err, &re) && re.Reason == "quarantine"
 }
 
 // answered reports whether err is a node's domain answer rather than a

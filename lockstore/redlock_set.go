@@ -42,6 +42,16 @@ var (
 // (nodeSet.list).
 const setKey = "lockgw:redlock:set"
 
+// quarantineKey, on a Redlock node, lives while the node is quarantined
+// because it was found without a marker: it lost its data (docs/safety.md,
+// "Restarted nodes", rule Q). nodeset.lua refuses every grant and extend
+// while it exists.
+const quarantineKey = "lockgw:redlock:quarantine"
+
+// quarantineReply starts nodeset.lua's answer on a quarantined node,
+// followed by the ms it has left.
+const quarantineReply = "LOCKGW_QUARANTINE "
+
 // nodesetReply starts the error nodeset.lua answers, followed by the marker.
 const nodesetReply = "LOCKGW_NODESET "
 
@@ -99,10 +109,15 @@ type nodeSet struct {
 	// another, so a node found serving none may be marked at once (rule W,
 	// join), by the request that found it.
 	joined bool
+	// quarantine is how long a join quarantines a node it finds without a
+	// marker (rule Q); held is, by node, until when a node said it is
+	// quarantined so, for /readyz.
+	quarantine time.Duration
+	held       map[int]time.Time
 }
 
-func newNodeSet(nodes []*redis.Options, names []string) (*nodeSet, error) {
-	s := &nodeSet{kick: make(chan struct{}, 1)}
+func newNodeSet(nodes []*redis.Options, names []string, quarantine time.Duration) (*nodeSet, error) {
+	s := &nodeSet{kick: make(chan struct{}, 1), quarantine: quarantine}
 	if names != nil && len(names) != len(nodes) {
 		return nil, fmt.Errorf("lockstore: redlock has %d nodes but %d node names", len(nodes), len(names))
 	}
@@ -243,7 +258,7 @@ func (g setGuard) run(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
 	cmd := call()
 	have, refused := nodesetRefusal(cmd.Err())
 	if refused && (have == "" || have == g.set.tentative()) && g.set.isJoined() {
-		was, err := nodesetMarkScript.Run(ctx, g.Scripter, []string{setKey}, g.set.list, "join").Text()
+		was, err := g.set.mark(ctx, g.Scripter, "join")
 		if err == nil && (was == "" || was == g.set.list || was == g.set.tentative()) {
 			cmd = call()
 			have, refused = nodesetRefusal(cmd.Err())
@@ -252,7 +267,59 @@ func (g setGuard) run(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
 	if refused {
 		cmd.SetErr(g.set.refused(g.i, have))
 	}
+	if left, ok := quarantineRefusal(cmd.Err()); ok {
+		cmd.SetErr(g.set.quarantined(g.i, left))
+	}
 	return cmd
+}
+
+// mark runs nodeset_mark.lua's op on one node.
+func (s *nodeSet) mark(ctx context.Context, c redis.Scripter, op string) (string, error) {
+	v, err := nodesetMarkScript.Run(ctx, c, []string{setKey, quarantineKey}, s.list, op,
+		tentativeLife.Milliseconds(), s.quarantine.Milliseconds()).Text()
+	return v, redisErr(err)
+}
+
+// quarantineRefusal is the time nodeset.lua's quarantine refusal says the
+// node has left.
+func quarantineRefusal(err error) (time.Duration, bool) {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return 0, false
+	}
+	ms, ok := strings.CutPrefix(rerr.Error(), quarantineReply)
+	if !ok {
+		return 0, false
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(ms), 10, 64)
+	return time.Duration(max(n, 0)) * time.Millisecond, true
+}
+
+// quarantined records that node i refused as quarantined for left more
+// (rule Q), and returns its error: it answered, and changed nothing.
+func (s *nodeSet) quarantined(i int, left time.Duration) error {
+	until := time.Now().Add(left)
+	s.mu.Lock()
+	if s.held == nil {
+		s.held = make(map[int]time.Time)
+	}
+	s.held[i] = until
+	why := fmt.Sprintf("Redlock node %s was found without the node list marker (it lost its data, or is new) and is quarantined on the node itself until %s, LOCKGW_MAX_TTL plus 1%% after it was found (docs/safety.md, Restarted nodes)",
+		s.names[i], until.UTC().Format(time.RFC3339))
+	s.why = why
+	s.mu.Unlock()
+	return &RefusedError{Reason: "quarantine", msg: why}
+}
+
+// heldUntil is until when node i last said it is quarantined (zero when
+// it did not, or that has passed).
+func (s *nodeSet) heldUntil(i int) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.held[i]; time.Now().Before(t) {
+		return t
+	}
+	return time.Time{}
 }
 
 // nodesetRefusal is the marker nodeset.lua's refusal carries.
@@ -266,7 +333,7 @@ func nodesetRefusal(err error) (have string, refused bool) {
 }
 
 func (g setGuard) append(keys []string, args []any) ([]string, []any) {
-	return append(slices.Clip(keys), setKey), append(slices.Clip(args), g.set.list)
+	return append(slices.Clip(keys), setKey, quarantineKey), append(slices.Clip(args), g.set.list)
 }
 
 // keepSet marks the nodes (markPass; NewRedlock made the first pass)
@@ -403,8 +470,8 @@ func (r *Redlock) runMark(timeout time.Duration, only []bool, op string) ([]stri
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			v, err := nodesetMarkScript.Run(ctx, n.probe, []string{setKey}, r.set.list, op, tentativeLife.Milliseconds()).Text()
-			have[i], errs[i] = v, redisErr(err)
+			v, err := r.set.mark(ctx, n.probe, op)
+			have[i], errs[i] = v, err
 		})
 	}
 	wg.Wait()

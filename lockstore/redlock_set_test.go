@@ -108,11 +108,25 @@ func TestRedlockNodeListMarksEmptyNodes(t *testing.T) {
 	require.NoError(t, srvs[1].Client().Del(ctx, setKey).Err())
 	// The next acquire finds two nodes serving no list: a node still
 	// serves it, so they are marked at once, and the acquire runs again
-	// there.
+	// there; but a node without a marker lost its data (here, by hand), so
+	// the mark quarantines it on the node itself for the longest lease
+	// (docs/safety.md, "Restarted nodes", rule Q): only the third counts.
 	_, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "t1", TTL: 10 * time.Second})
-	require.NoError(t, err)
+	require.ErrorIs(t, err, lockstore.ErrUnavailable)
 	assert.Equal(t, list, marker(t, srvs[0]))
 	assert.Equal(t, list, marker(t, srvs[1]))
+	for i, srv := range srvs {
+		left := srv.Client().PTTL(ctx, "lockgw:redlock:quarantine").Val()
+		if i == 2 {
+			assert.Less(t, left, time.Duration(0), "node 2 kept its marker")
+			continue
+		}
+		assert.Greater(t, left, lockstore.DefaultMaxTTL-time.Minute, "node %d quarantined on itself", i)
+	}
+	assert.Contains(t, err.Error(), "2 of 3 Redlock nodes are quarantined")
+	for i, n := range s.Nodes()[:2] {
+		assert.Contains(t, n.Quarantine, "lost its data", "node %d, for /readyz", i)
+	}
 
 	// Fresh nodes with one of them down: nothing is marked, nothing granted.
 	fresh := startNodes(t, 3)
@@ -239,4 +253,47 @@ func TestRedlockFreshListsRace(t *testing.T) {
 	time.Sleep(time.Second) // B's pass has ended
 	assert.Equal(t, "", marker(t, d), "B took back its tentative mark")
 	assert.Equal(t, "", marker(t, e))
+}
+
+// TestRedlockRestartBeforeAnyGatewaySawIt is the case a gateway's memory
+// of run_ids cannot see: X holds a key on a and b (c down); every gateway
+// stops; a restarts empty and c comes back empty; a new gateway starts,
+// trusting the first run_id it sees of each. Before nodes kept their own
+// quarantine (docs/safety.md, "Restarted nodes", rule Q) it granted the key
+// on {a, c} while X's hour ran: two holders.
+func TestRedlockRestartBeforeAnyGatewaySawIt(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	srvs := startNodes(t, 3)
+	a, b, c := srvs[0], srvs[1], srvs[2]
+	serveList(t, srvs)
+	c.Kill()
+	g1, err := lockstore.OpenRedlock(urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: time.Hour})
+	require.NoError(t, err)
+	x, err := g1.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Hour})
+	require.NoError(t, err, "X on a and b")
+	require.NoError(t, g1.Close())
+
+	a.Restart()
+	c.Start()
+	g2, err := lockstore.OpenRedlock(urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g2.Close() })
+	for range 3 {
+		_, err = g2.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		require.Error(t, err, "a second holder while X (fence %d) holds the key for an hour", x.Fence)
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("refused: %v", err)
+	q := 0
+	for _, n := range g2.Nodes() {
+		if !n.QuarantinedUntil.IsZero() {
+			q++
+			assert.Contains(t, n.Quarantine, "lost its data")
+			assert.WithinDuration(t, time.Now().Add(time.Hour), n.QuarantinedUntil, 2*time.Minute)
+		}
+	}
+	assert.Equal(t, 2, q, "a and c say they are quarantined: %+v", g2.Nodes())
+	// b, with its data, is not: its marker stayed.
+	assert.Zero(t, b.Client().Exists(ctx, "lockgw:redlock:quarantine").Val())
 }

@@ -3,17 +3,26 @@
 -- sem_raise); redlock_set.go prepends it and appends, after the script's
 -- own keys and arguments:
 --
--- KEYS[#KEYS]  the node's marker, "lockgw:redlock:set": the node list this
---              node serves (docs/safety.md, "Changing the node list")
--- ARGV[#ARGV]  the caller's node list, canonical: sorted "host:port/db"
---              names joined by ","
+-- KEYS[#KEYS-1]  the node's marker, "lockgw:redlock:set": the node list
+--                this node serves (docs/safety.md, "Changing the node list")
+-- KEYS[#KEYS]    the node's quarantine, "lockgw:redlock:quarantine", written
+--                when the node was found without a marker (it lost its data;
+--                docs/safety.md, "Restarted nodes", rule Q)
+-- ARGV[#ARGV]    the caller's node list, canonical: sorted "host:port/db"
+--                names joined by ","
 --
--- Both are taken off KEYS and ARGV here, so the script proper sees its own.
--- Returns, when the marker is absent or another list, after changing
--- nothing: the error "LOCKGW_NODESET <marker>" (<marker> empty when absent).
+-- These are taken off KEYS and ARGV here, so the script proper sees its own.
+-- Returns, after changing nothing: when the marker is absent or another
+-- list, the error "LOCKGW_NODESET <marker>" (<marker> empty when absent);
+-- while the node is quarantined, "LOCKGW_QUARANTINE <ms left>".
+local nodeset_quarantine = table.remove(KEYS)
 local nodeset_key = table.remove(KEYS)
 local nodeset_list = table.remove(ARGV)
 local nodeset_have = redis.call('GET', nodeset_key)
 if nodeset_have ~= nodeset_list then
   return redis.error_reply('LOCKGW_NODESET ' .. (nodeset_have or ''))
+end
+local nodeset_left = redis.call('PTTL', nodeset_quarantine)
+if nodeset_left ~= -2 then
+  return redis.error_reply('LOCKGW_QUARANTINE ' .. nodeset_left)
 end

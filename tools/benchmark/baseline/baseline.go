@@ -46,7 +46,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	release, err := loadScript(filepath.Join(*luaDir, "release.lua"), len(releaseValues("")))
+	inspect, err := loadScript(filepath.Join(*luaDir, "inspect.lua"), 0)
+	if err != nil {
+		return err
+	}
+	release, err := loadScript(filepath.Join(*luaDir, "release.lua"), len(releaseValues("", "", 0)))
 	if err != nil {
 		return err
 	}
@@ -71,7 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           &baseline{redis: client, acquire: acquire, release: release},
+		Handler:           &baseline{redis: client, acquire: acquire, inspect: inspect, release: release},
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
@@ -166,8 +170,8 @@ func loadScript(path string, nValues int) (script, error) {
 			}
 		}
 	}
-	if len(s.keys) == 0 || s.argc == 0 {
-		return script{}, fmt.Errorf("%s: no KEYS or ARGV in the header: %w", path, errOutdated)
+	if len(s.keys) == 0 {
+		return script{}, fmt.Errorf("%s: no KEYS in the header: %w", path, errOutdated)
 	}
 	s.Script = redis.NewScript(string(src))
 	return s, nil
@@ -182,10 +186,11 @@ func acquireValues(digest string, ttl time.Duration) []any {
 	return []any{digest, ttl.Milliseconds(), "", fenceMargin.Milliseconds(), "", 0, "", 0}
 }
 
-func releaseValues(digest string) []any {
+func releaseValues(digest, value string, expiry int64) []any {
 	// digest, (channel: from the header), fence margin, how to tell the
-	// next waiter (a single Redis: PUBLISH)
-	return []any{digest, "", fenceMargin.Milliseconds(), "PUBLISH"}
+	// next waiter (a single Redis: PUBLISH), and the lease as read (its
+	// value and expiry), which is all a release deletes
+	return []any{digest, "", fenceMargin.Milliseconds(), "PUBLISH", value, expiry}
 }
 
 func (s script) run(ctx context.Context, c *redis.Client, key string, values []any) *redis.Cmd {
@@ -206,7 +211,7 @@ func (s script) run(ctx context.Context, c *redis.Client, key string, values []a
 
 type baseline struct {
 	redis            *redis.Client
-	acquire, release script
+	acquire, inspect, release script
 }
 
 func (b *baseline) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -273,7 +278,19 @@ func (b *baseline) serveRelease(w http.ResponseWriter, r *http.Request, key stri
 	token := r.Header.Get("Lock-Token")
 	ctx, cancel := context.WithTimeout(r.Context(), backendTimeout)
 	defer cancel()
-	code, err := b.release.run(ctx, b.redis, key, releaseValues(digest(token))).Int64()
+	// As the gateway does (docs/safety.md, "Late writes on redis", rule
+	// V2): read the lease, then delete it only as read.
+	read, err := b.inspect.run(ctx, b.redis, key, nil).Slice()
+	if err == nil && len(read) == 0 {
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
+	var code int64
+	if err == nil {
+		value, _ := read[0].(string)
+		expiry, _ := read[2].(int64)
+		code, err = b.release.run(ctx, b.redis, key, releaseValues(digest(token), value, expiry)).Int64()
+	}
 	switch {
 	case err != nil:
 		w.WriteHeader(http.StatusServiceUnavailable)
