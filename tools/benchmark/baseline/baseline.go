@@ -210,7 +210,7 @@ func (s script) run(ctx context.Context, c *redis.Client, key string, values []a
 }
 
 type baseline struct {
-	redis            *redis.Client
+	redis                     *redis.Client
 	acquire, inspect, release script
 }
 
