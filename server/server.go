@@ -179,6 +179,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	ln := newConnLimit(rawErrorListener{tcp, logger}, bounds.maxConns, m.ConnectionReplaced)
 	m.Bounds(ln.Open, waiting.Waiting)
+	m.Limits(bounds.maxConns, bounds.maxWaiting)
 	m.Watching(func() (keys, watchers int) {
 		keys, watchers = d.watch.Watchers()
 		if d.semWatch != nil {
@@ -323,6 +324,7 @@ func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics, 
 			_ = rl.Close()
 			return nil, nil, fmt.Errorf("--redlock-urls: %w", err)
 		}
+		m.RedlockNodes(rl.Nodes)
 		return rl, rl.Nodes, nil
 	}
 	return lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: b.maxLocks}), nil, nil
