@@ -83,6 +83,11 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	default:
 		return c, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: use http/protobuf or grpc", c.Protocol)
 	}
+	for name, v := range map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": tracesEndpoint, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint} {
+		if v != "" && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
+			return c, fmt.Errorf("%s=%q: write it as a URL, http://host:port or https://host:port", name, v)
+		}
+	}
 	switch {
 	case tracesEndpoint != "":
 		c.Endpoint = tracesEndpoint
@@ -90,9 +95,6 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 		c.Endpoint = strings.TrimSuffix(endpoint, "/") + "/v1/traces"
 	default:
 		c.Endpoint = endpoint
-	}
-	if c.Endpoint != "" && !strings.HasPrefix(c.Endpoint, "http://") && !strings.HasPrefix(c.Endpoint, "https://") {
-		return c, fmt.Errorf("OTLP endpoint %q: write it as a URL, http://host:port or https://host:port", c.Endpoint)
 	}
 	return c, nil
 }
