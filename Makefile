@@ -4,6 +4,7 @@ GO      ?= go
 BIN     := bin/lockgateway
 IMAGE   ?= lockgateway:dev
 COMPOSE ?= docker-compose
+PROMTOOL ?= promtool
 # Stamped into lockgateway.Version; "dev" outside a git checkout.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/lockgateway/lockgateway.Version=$(VERSION)
@@ -44,6 +45,8 @@ build:
 test: deps
 	$(COMPOSE) -f docker-compose.yml config -q
 	$(COMPOSE) -f docker-compose.yml --profile sentinel --profile cluster config -q
+	$(PROMTOOL) check rules deploy/prometheus/rules.yml
+	$(PROMTOOL) test rules deploy/prometheus/rules_test.yml
 	CGO_ENABLED=1 $(GO) test -race ./...
 
 # The layer that needs only Go: pure logic, the handlers on the memory
@@ -61,6 +64,10 @@ test-short:
 #  - nginx (with auth_request, as Debian's has): examples/nginx runs a real
 #    one. Debian puts it in /usr/sbin, which a user's PATH may lack.
 #    NGINX=/path/to/nginx skips the install.
+#  - promtool (Debian's prometheus package): checks and unit-tests the alert
+#    rules in deploy/prometheus/. PROMTOOL=/path/to/promtool skips the
+#    install. The package's Prometheus service is not needed; on a machine
+#    with systemd, apt starts it: `systemctl disable --now prometheus`.
 #  - chromium (Debian's, headless): ui/ drives the dashboard in a real
 #    browser. LOCKGW_CHROMIUM=/path/to/chromium (or Chrome) skips the install.
 # --no-install-recommends keeps docker-compose from pulling in the whole
@@ -71,13 +78,14 @@ deps:
 	if ! command -v "$$($(GO) env CC)" >/dev/null; then missing+=(gcc libc6-dev); fi; \
 	if [[ "$(COMPOSE)" == docker-compose ]] && ! command -v docker-compose >/dev/null; then missing+=(docker-compose); fi; \
 	if [[ -z "$${NGINX:-}" ]] && ! command -v nginx >/dev/null && ! test -x /usr/sbin/nginx; then missing+=(nginx); fi; \
+	if [[ "$(PROMTOOL)" == promtool ]] && ! command -v promtool >/dev/null; then missing+=(prometheus); fi; \
 	if [[ -z "$${LOCKGW_CHROMIUM:-}" ]] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && ! command -v google-chrome >/dev/null; then missing+=(chromium); fi; \
 	if (( $${#missing[@]} == 0 )); then exit 0; fi; \
 	if [[ "$$(id -u)" != 0 ]]; then \
 		echo "make test needs: $${missing[*]}" >&2; \
 		echo "Install them (Debian/Ubuntu): sudo apt-get install -y $${missing[*]}" >&2; \
 		echo "or run make test as root, which installs them itself." >&2; \
-		echo "(Or point REDIS_SERVER at a redis-server binary, NGINX at an nginx binary, LOCKGW_CHROMIUM at a Chromium, or set COMPOSE to another compose command.)" >&2; \
+		echo "(Or point REDIS_SERVER at a redis-server binary, NGINX at an nginx binary, PROMTOOL at a promtool, LOCKGW_CHROMIUM at a Chromium, or set COMPOSE to another compose command.)" >&2; \
 		exit 1; \
 	fi; \
 	echo "installing $${missing[*]}"; \

@@ -185,6 +185,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *Error) {
 		h.Del("ETag")
 	}
 	h.Del("Location")
+	middleware.SpanProblem(r.Context(), e.Kind.Type())
 	encode(w, e.Kind.Status, "application/problem+json", Problem{
 		Type:      e.Kind.Type(),
 		Title:     e.Kind.Title,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RedisMode is how the redis backend reaches Redis.
@@ -40,6 +41,8 @@ type RedisOptions struct {
 	// modes only: on a Cluster WAIT would need the connection of the shard
 	// that ran the script.
 	WaitReplicas int
+	// Tracer, when set, traces each command a request sends (trace.go).
+	Tracer trace.Tracer
 }
 
 // OpenRedis returns a Redis store for url, parsed by go-redis's parser for
@@ -70,6 +73,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		}
 		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries}.set(o.Timeout)
 		client = redis.NewClient(opts)
+		newCmdTracer(o.Tracer, opts.Addr).hook(client)
 	case RedisSentinel:
 		opts, err := redis.ParseFailoverURL(url)
 		if err == nil && opts.MasterName == "" {
@@ -84,6 +88,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		}
 		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries}.set(o.Timeout)
 		client = redis.NewFailoverClient(opts)
+		newCmdTracer(o.Tracer, opts.MasterName).hook(client)
 		for _, addr := range opts.SentinelAddrs {
 			sentinels = append(sentinels, redis.NewSentinelClient(&redis.Options{
 				Addr: addr, Username: opts.SentinelUsername, Password: opts.SentinelPassword, TLSConfig: opts.TLSConfig,
@@ -99,6 +104,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		}
 		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries}.set(o.Timeout)
 		client = redis.NewClusterClient(opts)
+		newCmdTracer(o.Tracer, "").hook(client)
 	default:
 		return nil, fmt.Errorf("lockstore: unknown Redis mode %q (want %s)", mode, modeList())
 	}

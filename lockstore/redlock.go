@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The Redlock store lives in five files:
@@ -65,6 +66,8 @@ type RedlockOptions struct {
 	// exists so tests can show what the guard prevents; never set it in
 	// production.
 	DisableRestartGuard bool
+	// Tracer, when set, traces each node call a request makes (trace.go).
+	Tracer trace.Tracer
 }
 
 // Redlock is a Store over N ≥ 3 independent Redis masters (the Redlock
@@ -340,6 +343,8 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		n.batch = newNodeBatch(n.client, r.nodeTimeout)
 		n.grant = setGuard{Scripter: n.batch, set: r.set, i: i}
 		n.semGrant = setGuard{Scripter: n.client, set: r.set, i: i}
+		n.batch.trace = newCmdTracer(opts.Tracer, o.Addr)
+		n.batch.trace.hook(n.client)
 		n.notifier = newNotifier(n.client)
 		probe := o
 		probe.OnConnect = nil

@@ -32,6 +32,7 @@ import (
 type nodeBatch struct {
 	client  *redis.Client
 	timeout time.Duration // NodeTimeout: bounds a pipeline whose calls have no deadline
+	trace   *cmdTracer    // nil with tracing off (trace.go)
 
 	// At most maxSenders writes on the wire before calls queue, and at most
 	// maxBatch calls per pipeline: batchSenders and batchMax, but for
@@ -83,11 +84,11 @@ func newNodeBatch(c *redis.Client, timeout time.Duration) *nodeBatch {
 // the node answers NOSCRIPT (a node restarted since the warm-up). Both are
 // batched.
 func (b *nodeBatch) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return b.do(ctx, evalArgs("evalsha", sha1, keys, args))
+	return b.traced(ctx, evalArgs("evalsha", sha1, keys, args))
 }
 
 func (b *nodeBatch) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return b.do(ctx, evalArgs("eval", script, keys, args))
+	return b.traced(ctx, evalArgs("eval", script, keys, args))
 }
 
 // The rest of redis.Scripter is not on any request's path.

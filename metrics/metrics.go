@@ -113,7 +113,7 @@ func New() *Metrics {
 		}, []string{"decision"}),
 		votes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgw_redlock_votes_total",
-			Help: "Redlock nodes' votes in acquire rounds: granted, held, timeout, failed, quarantined.",
+			Help: "Redlock nodes' votes in acquire rounds: granted, held, timeout, refused, failed, quarantined.",
 		}, []string{"node", "vote"}),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "lockgw_http_request_duration_seconds",
@@ -133,12 +133,49 @@ func New() *Metrics {
 	reg.MustRegister(m.acquire, m.wait, m.hold, m.conflicts, m.gone, m.backend, m.refused, m.ratelimit, m.votes, m.requests,
 		m.replaced, m.crowded)
 	m.streams = newHoldStreams(reg)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lockgw_leases_granted_live",
+		Help: "Leases this gateway granted that are neither released through it nor expired, as far as it knows (at most 131072 are tracked).",
+	}, func() float64 { return float64(m.holds.live()) }))
 	m.series.Store(&map[requestSeries]prometheus.Observer{})
 	m.outcomes = make(map[string]prometheus.Observer)
 	for _, o := range []string{"acquired", "renewed", "held", "over_quota", "full", "too_many_waiters", "unavailable", "error"} {
 		m.outcomes[o] = m.acquire.WithLabelValues(o)
 	}
+	m.zeroSeries()
 	return m
+}
+
+// The label values the counters take, known up front.
+var (
+	// ops that can find a lock gone, or its backend not answering.
+	leaseOps = []string{"extend", "release"}
+	// RefusalReasons are lockstore.RefusedError's reasons.
+	RefusalReasons = []string{"oom", "readonly", "misconf", "noreplicas", "busy"}
+	// RateLimitDecisions are ratelimit.Options.Observe's decisions.
+	RateLimitDecisions = []string{"admitted", "refused", "refused_cached", "shadow_refused", "error"}
+)
+
+// zeroSeries makes every series whose labels are known up front, so that
+// /metrics shows it at 0 from the start: an alert on increase() or rate()
+// sees the first event (a series born at 1 has no increase), and a
+// dashboard shows 0 rather than "no data".
+func (m *Metrics) zeroSeries() {
+	for _, op := range leaseOps {
+		m.gone.WithLabelValues(op)
+		m.backend.WithLabelValues(op)
+	}
+	for _, op := range []string{"acquire", "extend", "release"} {
+		for _, reason := range RefusalReasons {
+			m.refused.WithLabelValues(op, reason)
+		}
+	}
+	for _, d := range RateLimitDecisions {
+		m.ratelimit.WithLabelValues(d)
+	}
+	for _, o := range []string{"granted", "timed_out", "abandoned"} {
+		m.wait.WithLabelValues(o)
+	}
 }
 
 // Handler serves the metrics.
@@ -309,6 +346,14 @@ func (h *holds) start(token string, expires time.Time) {
 	// expires is a wall-clock time; measure the lease's end on the
 	// monotonic clock from now.
 	h.leases[d] = &hold{start: now, end: h.queue.Add(d, now.Add(time.Until(expires)))}
+}
+
+// live is how many tracked leases have not run out.
+func (h *holds) live() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.queue.PopExpired(time.Now(), func(k digest) { delete(h.leases, k) })
+	return len(h.leases)
 }
 
 func (h *holds) extend(token string, expires time.Time) {

@@ -26,6 +26,14 @@ func (m *Metrics) Semaphores(sems lockstore.Semaphores) lockstore.Semaphores {
 			Help: "Semaphore permit extends and releases, by op and outcome: done, gone (no permit held: expired or never taken), mismatch (others hold, not the token), unavailable, error.",
 		}, []string{"op", "outcome"})
 		m.reg.MustRegister(m.permitAcquire, m.permitOps)
+		for _, o := range []string{"acquired", "renewed", "full", "limit_mismatch", "abandoned", "unavailable", "error"} {
+			m.permitAcquire.WithLabelValues(o)
+		}
+		for _, op := range []string{"extend", "release"} {
+			for _, o := range []string{"done", "gone", "mismatch", "unavailable", "error"} {
+				m.permitOps.WithLabelValues(op, o)
+			}
+		}
 	})
 	return observedSems{Semaphores: sems, m: m}
 }

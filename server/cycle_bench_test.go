@@ -25,10 +25,17 @@ import (
 // gateway spends beyond the bare baseline is in here; -benchmem's allocs/op
 // and callgrind's instruction counts are steady even on a busy machine.
 func BenchmarkCycle(b *testing.B) {
+	d, flush := cycleDeps()
+	defer flush()
+	cycles(b, newHandler(d))
+}
+
+// cycleDeps are BenchmarkCycle's gateway's: the memory store, logs at info
+// level, metrics.
+func cycleDeps() (deps, func()) {
 	m := metrics.New()
 	log, flush := newLogger(Config{LogLevel: zerolog.InfoLevel, LogFormat: "json"}, io.Discard)
-	defer flush()
-	h := newHandler(deps{
+	return deps{
 		store:      lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: 1000}),
 		backend:    BackendMemory,
 		limits:     handlers.Limits{DefaultTTL: 30 * time.Second, MaxTTL: 24 * time.Hour, MaxWait: time.Minute, MaxBodyBytes: 65536, BackendTimeout: time.Second},
@@ -37,7 +44,11 @@ func BenchmarkCycle(b *testing.B) {
 		stopping:   make(chan struct{}),
 		clientAddr: ratelimit.PeerAddr,
 		metrics:    m,
-	})
+	}, flush
+}
+
+// cycles runs b.N acquire+release cycles through h.
+func cycles(b *testing.B, h http.Handler) {
 	body := []byte(`{"ttl_ms":10000}`)
 	w := &discardWriter{header: http.Header{}}
 	b.ReportAllocs()

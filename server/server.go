@@ -18,9 +18,11 @@ import (
 	chimw "github.com/go-chi/chi/v5/middleware"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockgateway/lockgateway"
 	"github.com/lockgateway/lockgateway/handlers"
+	"github.com/lockgateway/lockgateway/internal/tracing"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/metrics"
 	"github.com/lockgateway/lockgateway/middleware"
@@ -65,6 +67,8 @@ type deps struct {
 	// semWatch is the same for semaphores (nil without them).
 	semWatch *handlers.SemHub
 	ui       bool
+	// tracing is nil with tracing off (tracing.go).
+	tracing trace.TracerProvider
 }
 
 // newHandler returns the gateway's HTTP handler: the middleware every
@@ -74,6 +78,11 @@ func newHandler(d deps) http.Handler {
 	r.Use(
 		middleware.RequestID,
 		middleware.AccessLog(d.log),
+	)
+	if d.tracing != nil {
+		r.Use(middleware.Trace(d.tracing, tracing.Propagator()))
+	}
+	r.Use(
 		middleware.Observe(d.metrics.Request),
 		middleware.Recoverer(d.log, handlers.InternalError()),
 	)
@@ -88,6 +97,16 @@ func newHandler(d deps) http.Handler {
 // arguments without the program name; getenv reads LOCKGW_* variables.
 // Logs go to stdout; flag usage to stderr.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return run(ctx, args, getenv, stdout, stderr, runOptions{})
+}
+
+// runOptions are what tests give a gateway beyond its configuration.
+type runOptions struct {
+	// tracing replaces the provider the OTEL_* variables would make.
+	tracing trace.TracerProvider
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, o runOptions) error {
 	cfg, err := parseConfig(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -98,18 +117,24 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	tp, stopTracing, err := startTracing(ctx, getenv, o.tracing, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	m := metrics.New()
 	// go-redis has one logger per process, not per client: the last Run's
 	// logger wins, which is only ever a concern in tests.
 	redis.SetLogger(redisLogger{logger})
 
-	store, nodes, err := openStore(cfg, bounds, logger, m)
+	store, nodes, err := openStore(cfg, bounds, logger, m, tracer(tp))
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 
 	waiting := newWaitLimit(store, bounds.maxWaiting, m.WaitingRefused)
+	waiting.tracer = tracer(tp)
 	d := deps{
 		store:   waiting,
 		backend: cfg.Backend,
@@ -131,6 +156,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		pprof:        cfg.PProf,
 		watch:        lockstore.NewLockHub(store, cfg.BackendTimeout),
 		ui:           cfg.UI,
+		tracing:      tp,
 	}
 	if r, ok := store.(*lockstore.Redis); ok {
 		d.topology = r.Topology
@@ -155,6 +181,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	ln := newConnLimit(rawErrorListener{tcp, logger}, bounds.maxConns, m.ConnectionReplaced)
 	m.Bounds(ln.Open, waiting.Waiting)
+	m.Limits(bounds.maxConns, bounds.maxWaiting)
 	m.Watching(func() (keys, watchers int) {
 		keys, watchers = d.watch.Watchers()
 		if d.semWatch != nil {
@@ -271,10 +298,10 @@ func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func()) {
 
 // openStore builds the configured backend. lockstore.OpenRedis and
 // OpenRedlock give their clients the options the stores rely on.
-func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics) (lockstore.Store, func() []lockstore.NodeStatus, error) {
+func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics, t trace.Tracer) (lockstore.Store, func() []lockstore.NodeStatus, error) {
 	switch cfg.Backend {
 	case BackendRedis:
-		store, err := lockstore.OpenRedis(cfg.RedisURL, lockstore.RedisOptions{Mode: cfg.RedisMode, Timeout: cfg.BackendTimeout, WaitReplicas: cfg.RedisWaitReplicas})
+		store, err := lockstore.OpenRedis(cfg.RedisURL, lockstore.RedisOptions{Mode: cfg.RedisMode, Timeout: cfg.BackendTimeout, WaitReplicas: cfg.RedisWaitReplicas, Tracer: t})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--redis-url: %s: %w", redactURL(cfg.RedisURL), err)
 		}
@@ -286,6 +313,7 @@ func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics) 
 			MaxTTL:      cfg.MaxTTL, // a restarted node sits out the longest lease it may have forgotten
 			Logger:      logger,
 			OnVote:      m.Vote,
+			Tracer:      t,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--redlock-urls: %w", err)
@@ -299,6 +327,7 @@ func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics) 
 			_ = rl.Close()
 			return nil, nil, fmt.Errorf("--redlock-urls: %w", err)
 		}
+		m.RedlockNodes(rl.Nodes)
 		return rl, rl.Nodes, nil
 	}
 	return lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: b.maxLocks}), nil, nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/problem"
@@ -27,7 +29,8 @@ type waitLimit struct {
 	sems    lockstore.Semaphores
 	slots   chan struct{}
 	refuse  *handlers.Error
-	refused func() // counts a refusal
+	refused func()       // counts a refusal
+	tracer  trace.Tracer // nil with tracing off
 }
 
 func newWaitLimit(store lockstore.Store, max int, refused func()) waitLimit {
@@ -61,7 +64,10 @@ func (s waitLimit) Acquire(ctx context.Context, key string, req lockstore.Acquir
 		s.refused()
 		return lockstore.Lease{}, s.refuse
 	}
-	return s.Store.Acquire(ctx, key, req)
+	ctx, span := startWait(ctx, s.tracer, "lock wait", req.Wait)
+	l, err := s.Store.Acquire(ctx, key, req)
+	endWait(span, err)
+	return l, err
 }
 
 // Waiting is how many acquires are waiting.
@@ -80,7 +86,10 @@ func (s waitLimit) SemAcquire(ctx context.Context, key string, req lockstore.Per
 		s.refused()
 		return lockstore.Permit{}, s.refuse
 	}
-	return s.sems.SemAcquire(ctx, key, req)
+	ctx, span := startWait(ctx, s.tracer, "permit wait", req.Wait)
+	p, err := s.sems.SemAcquire(ctx, key, req)
+	endWait(span, err)
+	return p, err
 }
 
 func (s waitLimit) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Permit, error) {

@@ -80,10 +80,21 @@ type Gateway struct {
 // a clean exit.
 func Start(t testing.TB, env map[string]string) *Gateway {
 	t.Helper()
+	return StartWith(t, env, server.Run)
+}
+
+// RunFunc is server.Run's signature.
+type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+
+// StartWith is Start with run in place of server.Run: for a test that
+// gives the gateway something its configuration cannot (a tracer provider
+// of the test's).
+func StartWith(t testing.TB, env map[string]string, run RunFunc) *Gateway {
+	t.Helper()
 	// A port found free can be taken by a parallel test before Run binds
 	// it; then try another.
 	for range 5 {
-		if g := start(t, env); g != nil {
+		if g := start(t, env, run); g != nil {
 			t.Cleanup(func() { require.NoError(t, g.Stop(), "gateway exit") })
 			return g
 		}
@@ -92,7 +103,7 @@ func Start(t testing.TB, env map[string]string) *Gateway {
 	return nil
 }
 
-func start(t testing.TB, env map[string]string) *Gateway {
+func start(t testing.TB, env map[string]string, run RunFunc) *Gateway {
 	t.Helper()
 	addr := freeAddr(t)
 	ctx, stop := context.WithCancel(context.Background())
@@ -103,7 +114,7 @@ func start(t testing.TB, env map[string]string) *Gateway {
 		}
 		return env[k]
 	}
-	go func() { g.done <- server.Run(ctx, nil, getenv, g.Logs, g.Logs) }()
+	go func() { g.done <- run(ctx, nil, getenv, g.Logs, g.Logs) }()
 
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -44,8 +44,10 @@ type bench struct {
 	redisAddr string
 	gateway   *target // the gateway on redisAddr
 	redlockGW *target
-	baseline  string // host:port
-	etcd      string // host:port of its client URL
+	traced    *target   // the gateway on redisAddr with tracing on (traced.go)
+	sink      *spanSink // where the traced gateway's spans go
+	baseline  string    // host:port
+	etcd      string    // host:port of its client URL
 	direct    *lockstore.Redis
 	// The Sentinel rows' set-up and gateways, by replica count (sentinel.go).
 	sentinels   *redistest.Sentinels
@@ -403,10 +405,10 @@ func (b *bench) etcdServer(ctx context.Context) (string, error) {
 // the clients' connections have closed.
 func (b *bench) finish(ctx context.Context) []processStats {
 	var out []processStats
-	if b.gateway != nil || b.redlockGW != nil {
+	if b.gateway != nil || b.redlockGW != nil || b.traced != nil {
 		time.Sleep(300 * time.Millisecond) // the clients closed; let the servers see it
 	}
-	for _, t := range []*target{b.gateway, b.redlockGW} {
+	for _, t := range []*target{b.gateway, b.redlockGW, b.traced} {
 		if t == nil {
 			continue
 		}
@@ -428,11 +430,16 @@ func (b *bench) close() error {
 	if b.direct != nil {
 		errs = append(errs, b.direct.Close())
 	}
-	for _, t := range []*target{b.gateway, b.redlockGW} {
+	for _, t := range []*target{b.gateway, b.redlockGW, b.traced} {
 		if t != nil && t.stop != nil {
 			errs = append(errs, t.stop())
 		}
 	}
+	if b.traced != nil && b.traced.proc != nil {
+		b.traced.proc.stop() // it flushes its spans as it stops
+	}
+	b.sink.report(b.stderr)
+	errs = append(errs, b.sink.close())
 	errs = append(errs, b.closeSentinel())
 	errs = append(errs, b.closeCluster())
 	for i := len(b.procs) - 1; i >= 0; i-- {

@@ -30,8 +30,8 @@ type proc struct {
 }
 
 // startProc runs bin with args and env (added to lockbench's environment,
-// minus any LOCKGW_ variable, so the caller's shell cannot change what is
-// measured).
+// minus any LOCKGW_ or OTEL_ variable, so the caller's shell cannot change
+// what is measured).
 func (b *bench) startProc(name, bin string, args, env []string) (*proc, error) {
 	safe := strings.NewReplacer(" ", "-", "(", "", ")", "", "/", "-").Replace(name)
 	for _, p := range b.procs {
@@ -78,7 +78,7 @@ func (b *bench) startProc(name, bin string, args, env []string) (*proc, error) {
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LOCKGW_") {
+		if !strings.HasPrefix(kv, "LOCKGW_") && !strings.HasPrefix(kv, "OTEL_") {
 			env = append(env, kv)
 		}
 	}
