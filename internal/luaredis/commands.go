@@ -27,8 +27,8 @@ func init() {
 		"EXISTS":           {-2, false, cmdExists},
 		"TYPE":             {2, false, cmdType},
 		"KEYS":             {2, false, cmdKeys},
-		"PEXPIRE":          {3, false, func(s *Server, a []string) any { return s.expire(a, false) }},
-		"PEXPIREAT":        {3, false, func(s *Server, a []string) any { return s.expire(a, true) }},
+		"PEXPIRE":          {-3, false, func(s *Server, a []string) any { return s.expire(a, false) }},
+		"PEXPIREAT":        {-3, false, func(s *Server, a []string) any { return s.expire(a, true) }},
 		"PEXPIRETIME":      {2, false, cmdPexpiretime},
 		"PTTL":             {2, false, cmdPttl},
 		"TIME":             {1, false, cmdTime},
@@ -94,17 +94,27 @@ func parseFloat(s string) (float64, bool) {
 	if s == "" || strings.ContainsAny(s[:1], " \t\n\r\v\f") || strings.Contains(s, "_") {
 		return 0, false
 	}
-	v, err := strconv.ParseFloat(s, 64)
+	v, err := strtod(s) // ERANGE (overflow, underflow) is an error too
 	if err != nil {
-		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
-			return 0, false
-		}
 		return 0, false
 	}
 	if math.IsNaN(v) {
 		return 0, false
 	}
 	return v, true
+}
+
+// strtod is strconv.ParseFloat, but reading hexadecimal without a "p"
+// exponent as C's strtod does ("0x10" is 16).
+func strtod(s string) (float64, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		u := strings.ToLower(strings.TrimLeft(s, "+-"))
+		if strings.HasPrefix(u, "0x") && !strings.Contains(u, "p") {
+			return strconv.ParseFloat(s+"p0", 64)
+		}
+	}
+	return f, err
 }
 
 // formatScore is how Redis 7.0 replies a double (RESP2): "%.17g", and
@@ -133,43 +143,36 @@ func cmdGet(s *Server, a []string) any {
 func cmdSet(s *Server, a []string) any {
 	key, val := a[0], a[1]
 	var nx, xx, keep bool
-	expiry := int64(noExpiry)
+	unit, amount := "", "" // the expiry option and its argument
 	for i := 2; i < len(a); i++ {
-		switch strings.ToUpper(a[i]) {
-		case "NX":
-			if xx {
-				return errSyntax
-			}
+		o := strings.ToUpper(a[i])
+		switch {
+		case o == "NX" && !xx:
 			nx = true
-		case "XX":
-			if nx {
-				return errSyntax
-			}
+		case o == "XX" && !nx:
 			xx = true
-		case "KEEPTTL":
-			if expiry != noExpiry {
-				return errSyntax
-			}
+		case o == "KEEPTTL" && unit == "":
 			keep = true
-		case "PX", "EX":
-			if keep || expiry != noExpiry || i+1 >= len(a) {
-				return errSyntax
-			}
-			n, ok := parseInt(a[i+1])
-			if !ok {
-				return errNotInteger
-			}
-			if n <= 0 {
-				return Error("ERR invalid expire time in 'set' command")
-			}
-			if strings.ToUpper(a[i]) == "EX" {
-				n *= 1000
-			}
-			expiry = s.nowMs() + n
+		case (o == "PX" || o == "EX") && !keep && unit == "" && i+1 < len(a):
+			unit, amount = o, a[i+1]
 			i++
 		default:
 			return errSyntax
 		}
+	}
+	expiry := int64(noExpiry)
+	if unit != "" {
+		n, ok := parseInt(amount)
+		if !ok {
+			return errNotInteger
+		}
+		if n <= 0 || (unit == "EX" && n > math.MaxInt64/1000) {
+			return Error("ERR invalid expire time in 'set' command")
+		}
+		if unit == "EX" {
+			n *= 1000
+		}
+		expiry = s.nowMs() + n
 	}
 	old := s.lookup(key)
 	if (nx && old != nil) || (xx && old == nil) {
@@ -218,27 +221,56 @@ func cmdKeys(s *Server, a []string) any {
 	}
 	out := []any{}
 	for _, k := range s.sortedKeys() {
-		if s.lookup(k) != nil {
+		if e := s.keys[k]; e.expiry == noExpiry || s.nowMs() <= e.expiry { // as Redis: checks, deletes nothing
 			out = append(out, k)
 		}
 	}
 	return out
 }
 
-// expire is PEXPIRE (at false: ms from now) and PEXPIREAT (Unix ms). An
-// expiry that is not in the future deletes the key, as Redis does.
+// expire is PEXPIRE (at false: ms from now) and PEXPIREAT (Unix ms), with
+// Redis 7's NX, XX, GT and LT. An expiry that is not in the future deletes
+// the key, as Redis does.
 func (s *Server) expire(a []string, at bool) any {
+	var nx, xx, gt, lt bool
+	for _, o := range a[2:] {
+		switch strings.ToUpper(o) {
+		case "NX":
+			nx = true
+		case "XX":
+			xx = true
+		case "GT":
+			gt = true
+		case "LT":
+			lt = true
+		default:
+			return Error("ERR Unsupported option " + o)
+		}
+	}
+	if nx && (xx || gt || lt) {
+		return Error("ERR NX and XX, GT or LT options at the same time are not compatible")
+	}
+	if gt && lt {
+		return Error("ERR GT and LT options at the same time are not compatible")
+	}
 	n, ok := parseInt(a[1])
 	if !ok {
 		return errNotInteger
+	}
+	when := n
+	if !at {
+		if n > math.MaxInt64-s.nowMs() {
+			return Error("ERR invalid expire time in 'pexpire' command")
+		}
+		when += s.nowMs()
 	}
 	e := s.lookup(a[0])
 	if e == nil {
 		return int64(0)
 	}
-	when := n
-	if !at {
-		when += s.nowMs()
+	cur := e.expiry
+	if (nx && cur != noExpiry) || (xx && cur == noExpiry) || (gt && (cur == noExpiry || when <= cur)) || (lt && cur != noExpiry && when >= cur) {
+		return int64(0)
 	}
 	if when <= s.nowMs() {
 		delete(s.keys, a[0])
@@ -571,13 +603,28 @@ type scoreRange struct {
 	minEx, maxEx bool
 }
 
+// parseBound parses a score range bound as zslParseRange does: strtod
+// on the whole rest, which skips leading spaces and reads "" as 0, and
+// no NaN.
 func parseBound(b string) (float64, bool, bool) {
 	ex := false
 	if strings.HasPrefix(b, "(") {
 		ex, b = true, b[1:]
 	}
-	f, ok := parseFloat(b)
-	return f, ex, ok
+	b = strings.TrimLeft(b, " \t\n\r\v\f")
+	if b == "" {
+		return 0, ex, true
+	}
+	if strings.Contains(b, "_") {
+		return 0, ex, false
+	}
+	f, err := strtod(b)
+	if err != nil {
+		if ne, ok := err.(*strconv.NumError); !ok || ne.Err != strconv.ErrRange {
+			return 0, ex, false
+		}
+	}
+	return f, ex, !math.IsNaN(f)
 }
 
 func parseRange(lo, hi string) (scoreRange, error) {

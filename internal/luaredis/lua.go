@@ -94,6 +94,22 @@ func luaToString(L *lua.LState) int {
 	return 1
 }
 
+// formatG17 is C's printf("%.17g"), whose inf and nan Go spells
+// otherwise.
+func formatG17(f float64) string {
+	switch {
+	case math.IsNaN(f) && math.Signbit(f):
+		return "-nan"
+	case math.IsNaN(f):
+		return "nan"
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	}
+	return fmt.Sprintf("%.17g", f)
+}
+
 func formatLuaNumber(f float64) string {
 	switch {
 	case math.IsInf(f, 1):
@@ -218,7 +234,9 @@ func scriptError(err error, sha string) Error {
 // toReply converts a script's return value as Redis does: a string is a
 // bulk, a number an integer (truncated), true 1, false and nil a nil bulk,
 // a table with err or ok an error or status, any other table the array of
-// its elements up to the first nil.
+// its elements up to the first nil. (On a RESP3 connection too: booleans
+// follow the script's redis.setresp, 2 unless it says otherwise, which
+// lockstore's scripts never do.)
 func toReply(v lua.LValue) any {
 	switch x := v.(type) {
 	case lua.LString:
@@ -299,7 +317,7 @@ func (e *engine) call(L *lua.LState, raise bool) int {
 			argv[i-1] = string(v)
 		case lua.LNumber:
 			// Redis 7.0 turns a Lua number into "%.17g", not Lua's %.14g.
-			argv[i-1] = fmt.Sprintf("%.17g", float64(v))
+			argv[i-1] = formatG17(float64(v))
 		default:
 			return fail("ERR Lua redis lib command arguments must be strings or integers")
 		}

@@ -144,8 +144,10 @@ func (s *Server) typed(key string, k kind) (*entry, error) {
 }
 
 // Do runs one command, as a client would send it, and returns its reply in
-// go-redis's terms: int64, string (bulk or status), nil (a nil bulk),
-// []any, or an Error. Arguments are converted as go-redis does.
+// go-redis's terms, as on a RESP2 connection (a script's reply is the
+// same on RESP3, go-redis's default): int64, string (bulk or
+// status), nil (a nil bulk), []any, or an Error. Arguments are converted as
+// go-redis does.
 func (s *Server) Do(args ...any) (any, error) {
 	argv := make([]string, len(args))
 	for i, a := range args {
@@ -154,7 +156,8 @@ func (s *Server) Do(args ...any) (any, error) {
 	return external(s.command(argv, false))
 }
 
-// Eval runs EVAL script with keys and args.
+// Eval runs EVAL script with keys and args. A script's reply is the same
+// on RESP2 and RESP3 connections (see toReply).
 func (s *Server) Eval(script string, keys []string, args ...any) (any, error) {
 	return s.Do(append(append([]any{"EVAL", script, len(keys)}, toAny(keys)...), args...)...)
 }
@@ -247,13 +250,14 @@ type Value struct {
 	Expiry int64
 }
 
-// Dump returns every live key's state (expired keys are dropped first, as
-// a read would).
+// Dump returns every live key's state. Like KEYS it skips expired keys
+// without deleting them: a key past its expiry that no command touched
+// comes back if the clock steps back, in Redis too.
 func (s *Server) Dump() map[string]Value {
 	out := map[string]Value{}
 	for _, k := range s.sortedKeys() {
-		e := s.lookup(k)
-		if e == nil {
+		e := s.keys[k]
+		if e.expiry != noExpiry && s.nowMs() > e.expiry {
 			continue
 		}
 		v := Value{Kind: e.kind.String(), Str: e.str, Expiry: e.expiry}
@@ -272,6 +276,17 @@ func (s *Server) Dump() map[string]Value {
 		out[k] = v
 	}
 	return out
+}
+
+// Peek returns one live key's state without touching it (an expired key
+// is not deleted, as no command read it).
+func (s *Server) Peek(key string) (Value, bool) {
+	e := s.keys[key]
+	if e == nil || (e.expiry != noExpiry && s.nowMs() > e.expiry) {
+		return Value{}, false
+	}
+	v := Value{Kind: e.kind.String(), Str: e.str, Expiry: e.expiry, Hash: e.hash, Zset: e.zset}
+	return v, true
 }
 
 func (s *Server) sortedKeys() []string {

@@ -10,34 +10,37 @@ import (
 // The replies below were read from redis-server 7.0.15; lockstore's
 // differential test compares far more against a live one.
 
+// eval2 runs a script on a RESP2 connection.
+func eval2(s *Server, src string) (any, error) { return s.Do("EVAL", src, 0) }
+
 func TestConversions(t *testing.T) {
 	s := New()
 	s.SetTime(1_700_000_000_123_456)
-	r, err := s.Eval(`redis.call('SET','a', 1e15); redis.call('SET','b', 0.1); redis.call('SET','c', 1712345678901234)
+	r, err := eval2(s, `redis.call('SET','a', 1e15); redis.call('SET','b', 0.1); redis.call('SET','c', 1712345678901234)
 return {redis.call('GET','a'), redis.call('GET','b'), redis.call('GET','c'), tostring(1712345678901234), 3.9, -3.9,
-  tonumber('1e3'), tostring(tonumber(' 12 ')), true, false, 7}`, nil)
+  tonumber('1e3'), tostring(tonumber(' 12 ')), true, false, 7}`)
 	require.NoError(t, err)
 	assert.Equal(t, []any{"1000000000000000", "0.10000000000000001", "1712345678901234", "1.7123456789012e+15",
 		int64(3), int64(-3), int64(1000), "12", int64(1), nil, int64(7)}, r)
 
-	r, err = s.Eval(`return {ok='fine'}`, nil)
+	r, err = eval2(s, `return {ok='fine'}`)
 	require.NoError(t, err)
 	assert.Equal(t, "fine", r)
-	r, err = s.Eval(`return {1,2,nil,4}`, nil)
+	r, err = eval2(s, `return {1,2,nil,4}`)
 	require.NoError(t, err)
 	assert.Equal(t, []any{int64(1), int64(2)}, r)
 
-	_, err = s.Eval(`return redis.pcall('HGET','a','x')`, nil)
+	_, err = eval2(s, `return redis.pcall('HGET','a','x')`)
 	assert.EqualError(t, err, "WRONGTYPE Operation against a key holding the wrong kind of value")
-	_, err = s.Eval(`return redis.call('HGET','a','x')`, nil)
+	_, err = eval2(s, `return redis.call('HGET','a','x')`)
 	assert.ErrorContains(t, err, "WRONGTYPE Operation against a key holding the wrong kind of value script: ")
-	_, err = s.Eval(`return x`, nil)
+	_, err = eval2(s, `return x`)
 	assert.ErrorContains(t, err, "ERR user_script:1: Script attempted to access nonexistent global variable 'x'")
-	_, err = s.Eval(`x = 1`, nil)
+	_, err = eval2(s, `x = 1`)
 	assert.ErrorContains(t, err, "Attempt to modify a readonly table")
-	_, err = s.Eval(`return redis.call('SET','k','v','PX',0)`, nil)
+	_, err = eval2(s, `return redis.call('SET','k','v','PX',0)`)
 	assert.ErrorContains(t, err, "ERR invalid expire time in 'set' command script:")
-	r, err = s.Eval(`return redis.call('TIME')`, nil)
+	r, err = eval2(s, `return redis.call('TIME')`)
 	require.NoError(t, err)
 	assert.Equal(t, []any{"1700000000", "123456"}, r)
 }
