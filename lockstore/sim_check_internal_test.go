@@ -153,7 +153,7 @@ func (h *simHistory) sent(now int64, r *simRequest, limit int) {
 	switch r.kind {
 	case "acquire":
 		for tok, f := range k.maxFence {
-			if tok != r.token && f > r.otherFence {
+			if tok != r.token && (f > r.otherFence || f == r.otherFence && tok < r.otherToken) {
 				r.otherFence, r.otherToken = f, tok
 			}
 		}
