@@ -108,7 +108,7 @@ func runSimRedis(seed uint64, cfg simConfig) simRun {
 	}
 	if v := hist.first(); v != nil {
 		run.violation = v
-		run.trace = hist.traceOf(v, run.base(), 60)
+		run.trace = hist.traceOf(v, run.base(), simTraceLen)
 	}
 	return run
 }
@@ -395,3 +395,6 @@ func TestSimRedis(t *testing.T) {
 		t.Fatalf("%s\nreplay: go test ./lockstore -run 'TestSimRedis$' -sim.seed %d%s -v", failed.report(), failed.seed, ctl)
 	}
 }
+
+// simTraceLen is how many events of the failing key a report shows.
+var simTraceLen = 60
