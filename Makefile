@@ -25,6 +25,7 @@ help:
 	@echo 'make test-short   go test -short ./...: only Go needed, under a minute (no redis-server, nginx, chromium)'
 	@echo 'make lint    gofmt and go vet'
 	@echo 'make bench   benchmarks'
+	@echo 'make sim     deterministic protocol simulator on fresh seeds (SIM_DURATION=10m make sim)'
 	@echo 'make chaos   fault-injection suite (~11 min): real Redis and gateway processes; writes docs/chaos-report.md'
 	@echo 'make generate     regenerate client/lockgateway.gen.go from openapi.yaml'
 	@echo 'make sdk-check    lint openapi.yaml (Redocly), generate a TypeScript client from it (npm), run it and the docs'"'"' TypeScript example against a gateway'
@@ -143,3 +144,12 @@ generate:
 # sdk/ts/package-lock.json and installed into sdk/ts/node_modules.
 sdk-check:
 	GO=$(GO) sdk/ts/check.sh
+
+# The deterministic protocol simulator (issue 26; lockstore/sim_*_test.go):
+# fresh seeds, from the clock, until SIM_DURATION passes. A failing seed
+# prints its trace and the command that replays it. `go test -short` runs a
+# fixed 100 000 requests of it; this runs as long as asked.
+SIM_DURATION ?= 1m
+.PHONY: sim
+sim:
+	$(GO) test ./lockstore -run 'TestSimRedis$$' -count=1 -timeout 0 -v -sim.duration $(SIM_DURATION) -sim.first "$$(date +%s)000"

@@ -1,0 +1,362 @@
+package lockstore
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The simulator's history and checkers. What a client was told is all they
+// look at (and the node's log, for the trace):
+//
+//   - one holder: a client holds a lock from an answer that granted or
+//     extended it (201/200) until the expires_at it was given (the
+//     gateway's start + ttl, less simGrace) or until it sends a release,
+//     whichever comes first; two tokens never hold one lock at once;
+//   - the limit: at most limit tokens hold permits of one semaphore at once;
+//   - fences increase: a new grant (201) sent after another token's grant
+//     was answered gets a higher fence; one sent after the same token's grant
+//     was answered gets no lower a fence (a new grant, 201, a higher one);
+//   - a sequential same-token retry keeps its fence: an acquire sent while
+//     the token holds the key (after its grant's answer, before its expiry,
+//     no release in between) and answered before that expiry gets the same
+//     fence;
+//   - "a 204 never removes a later grant" is the one-holder check: a grant
+//     answered after a release was sent is a new holding, which a late
+//     delete that removed it would leave open to a second holder.
+//
+// Clients send a release only when nothing else of theirs is outstanding,
+// so every answer after a release's send is to a request sent after it.
+
+// simGrace: a client stops 1 ms before expires_at. The node keeps expiries
+// in ms (a permit is dropped once TIME's ms reaches its expiry) while the
+// gateway's start has µs: the last sub-millisecond is not promised.
+const simGrace = 1000
+
+type simRequest struct {
+	id       int
+	client   int
+	gw       int
+	kind     string // acquire, extend, release
+	key      string
+	sem      bool
+	token    string
+	ttl      time.Duration
+	sent     int64
+	answered int64
+	answer   string // 201, 200, 204, 404, 409 …, 503, 500 …
+	fence    int64
+	expires  int64 // start + granted, for 201/200
+
+	// Snapshots at the send, for the fence checks.
+	otherFence  int64  // the highest fence answered to another token
+	otherToken  string // … and to whom
+	ownFence    int64  // the highest fence answered to this token (0: none)
+	seqActive   bool   // the token held the key (a sequential retry)
+	seqFence    int64
+	seqUntil    int64
+	seqGrantReq int
+}
+
+type simInterval struct {
+	token    string
+	from, to int64
+	req      *simRequest
+}
+
+type simSession struct {
+	fence int64
+	until int64
+	req   int
+}
+
+type simKeyHist struct {
+	name     string
+	sem      bool
+	limit    int
+	iv       []simInterval
+	releases map[string][]int64
+	maxFence map[string]int64
+	session  map[string]*simSession
+	trace    []simTraceEvent
+}
+
+type simTraceEvent struct {
+	at  int64
+	msg string
+}
+
+// simViolation is a checker's finding.
+type simViolation struct {
+	check string // one-holder, limit, fence-order, retry-fence, error
+	at    int64
+	key   string
+	msg   string
+}
+
+type simHistory struct {
+	// latest: a client believes the expiry of its latest answer, not the
+	// latest of all its answers (a weaker promise, what a client before
+	// rule V1 could count on; a control uses it to show it finds a late
+	// write, not a shorter answer).
+	latest     bool
+	keys       map[string]*simKeyHist
+	violations []simViolation
+	digests    map[string]string // digest → token, for the trace
+	reqs       []*simRequest
+	global     []simTraceEvent
+}
+
+func newSimHistory() *simHistory {
+	return &simHistory{keys: map[string]*simKeyHist{}, digests: map[string]string{}}
+}
+
+func (h *simHistory) key(name string, sem bool, limit int) *simKeyHist {
+	k := h.keys[name]
+	if k == nil {
+		k = &simKeyHist{name: name, sem: sem, limit: limit, releases: map[string][]int64{},
+			maxFence: map[string]int64{}, session: map[string]*simSession{}}
+		h.keys[name] = k
+	}
+	return k
+}
+
+func (h *simHistory) note(at int64, key, format string, args ...any) {
+	e := simTraceEvent{at: at, msg: fmt.Sprintf(format, args...)}
+	if k := h.keys[key]; k != nil {
+		k.trace = append(k.trace, e)
+		return
+	}
+	h.global = append(h.global, e)
+}
+
+func (h *simHistory) violate(check string, at int64, key, format string, args ...any) {
+	h.violations = append(h.violations, simViolation{check: check, at: at, key: key, msg: fmt.Sprintf(format, args...)})
+}
+
+func (h *simHistory) tokenOf(digest string) string {
+	if t, ok := h.digests[digest]; ok {
+		return t
+	}
+	return digest[:min(8, len(digest))]
+}
+
+// sent records a request as it leaves its client, with the snapshots the
+// fence checks compare its answer to.
+func (h *simHistory) sent(now int64, r *simRequest, limit int) {
+	h.reqs = append(h.reqs, r)
+	r.id = len(h.reqs)
+	r.sent = now
+	h.digests[digestHex(r.token)] = r.token
+	k := h.key(r.key, r.sem, limit)
+	switch r.kind {
+	case "acquire":
+		for tok, f := range k.maxFence {
+			if tok != r.token && (f > r.otherFence || f == r.otherFence && tok < r.otherToken) {
+				r.otherFence, r.otherToken = f, tok
+			}
+		}
+		r.ownFence = k.maxFence[r.token]
+		if s := k.session[r.token]; s != nil && s.until > now {
+			r.seqActive, r.seqFence, r.seqUntil, r.seqGrantReq = true, s.fence, s.until, s.req
+		}
+	case "release":
+		k.releases[r.token] = append(k.releases[r.token], now)
+		delete(k.session, r.token)
+	}
+	h.note(now, r.key, "c%d → gw%d  #%d %s tok=%s%s", r.client, r.gw, r.id, r.kind, r.token, ttlNote(r))
+}
+
+func ttlNote(r *simRequest) string {
+	if r.kind == "release" {
+		return ""
+	}
+	return fmt.Sprintf(" ttl=%v", r.ttl)
+}
+
+// answered records a request's answer and runs the online checks.
+func (h *simHistory) answered(now int64, r *simRequest) {
+	r.answered = now
+	k := h.keys[r.key]
+	detail := ""
+	if r.answer == "201" || r.answer == "200" {
+		detail = fmt.Sprintf(" fence=%d expires=+%s", r.fence, simDur(r.expires-now))
+	}
+	h.note(now, r.key, "gw%d → c%d  #%d %s%s", r.gw, r.client, r.id, r.answer, detail)
+	if strings.HasPrefix(r.answer, "500") {
+		h.violate("error", now, r.key, "#%d %s answered %s", r.id, r.kind, r.answer)
+	}
+	if r.answer != "201" && r.answer != "200" {
+		return
+	}
+	if r.expires-simGrace > now {
+		k.iv = append(k.iv, simInterval{token: r.token, from: now, to: r.expires - simGrace, req: r})
+	}
+	if r.kind != "acquire" {
+		if s := k.session[r.token]; s != nil {
+			s.until = max(s.until, r.expires)
+		} else if r.expires > now {
+			k.session[r.token] = &simSession{fence: r.fence, until: r.expires, req: r.id}
+		}
+		return
+	}
+	// A renewal (200) keeps its fence, which a permit granted to another
+	// token since may exceed: the order is between new grants.
+	if r.answer == "201" && r.otherToken != "" && r.fence <= r.otherFence {
+		h.violate("fence-order", now, r.key, "#%d (tok %s) answered fence %d, not above fence %d answered to tok %s before #%d was sent",
+			r.id, r.token, r.fence, r.otherFence, r.otherToken, r.id)
+	}
+	if r.ownFence > 0 && (r.fence < r.ownFence || (r.answer == "201" && r.fence == r.ownFence)) {
+		h.violate("fence-order", now, r.key, "#%d (tok %s) answered %s with fence %d after the same token was answered fence %d",
+			r.id, r.token, r.answer, r.fence, r.ownFence)
+	}
+	if r.seqActive && now < r.seqUntil-simGrace && r.fence != r.seqFence {
+		h.violate("retry-fence", now, r.key, "#%d, a retry of tok %s sent while it held the key with fence %d (granted by #%d, until +%s), answered %s with fence %d",
+			r.id, r.token, r.seqFence, r.seqGrantReq, simDur(r.seqUntil-r.sent), r.answer, r.fence)
+	}
+	k.maxFence[r.token] = max(k.maxFence[r.token], r.fence)
+	if s := k.session[r.token]; s != nil && s.until > now {
+		s.fence, s.until, s.req = r.fence, max(s.until, r.expires), r.id
+	} else if r.expires > now {
+		k.session[r.token] = &simSession{fence: r.fence, until: r.expires, req: r.id}
+	}
+}
+
+// nodeRan logs a script's run on a node in the trace of its key.
+func (h *simHistory) nodeRan(now int64, c *simCall, name string, r simReply, late bool) {
+	key := simKeyOf(c.keys)
+	tok := ""
+	if len(c.args) > 0 {
+		if d, ok := c.args[0].(string); ok && len(d) == 64 {
+			tok = " tok=" + h.tokenOf(d)
+		}
+	}
+	when := ""
+	if late {
+		when = fmt.Sprintf("  LATE: sent %s ago, its gateway gave up", simDur(now-c.sentAt))
+	}
+	h.note(now, key, "  node runs %s for #%d%s → %s%s", name, c.op.req.id, tok, h.short(r), when)
+}
+
+func (h *simHistory) short(r simReply) string {
+	if r.err != nil {
+		return "error " + r.err.Error()
+	}
+	s := fmt.Sprint(r.val)
+	for d, t := range h.digests {
+		s = strings.ReplaceAll(s, d, t)
+	}
+	if len(s) > 100 {
+		s = s[:100] + "…"
+	}
+	return s
+}
+
+// check runs the interval checks (one holder, limit) over the whole
+// history, after the run: a holding ends at the first release its token
+// sent after it began.
+func (h *simHistory) check() {
+	names := make([]string, 0, len(h.keys))
+	for n := range h.keys {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		k := h.keys[n]
+		iv := make([]simInterval, 0, len(k.iv))
+		next := map[string]int64{} // token → when its next answer came
+		for i := len(k.iv) - 1; i >= 0; i-- {
+			v := &k.iv[i]
+			if t, ok := next[v.token]; ok && h.latest && t < v.to {
+				v.to = t
+			}
+			next[v.token] = v.from
+		}
+		for _, v := range k.iv {
+			for _, t := range k.releases[v.token] {
+				if t >= v.from && t < v.to {
+					v.to = t
+					break
+				}
+			}
+			if v.to > v.from {
+				iv = append(iv, v)
+			}
+		}
+		sort.SliceStable(iv, func(i, j int) bool { return iv[i].from < iv[j].from })
+		var active []simInterval
+		for _, v := range iv {
+			keep := active[:0]
+			for _, a := range active {
+				if a.to > v.from {
+					keep = append(keep, a)
+				}
+			}
+			active = append(keep, v)
+			holders := map[string]simInterval{}
+			for _, a := range active {
+				if old, ok := holders[a.token]; !ok || a.to > old.to {
+					holders[a.token] = a
+				}
+			}
+			limit := 1
+			if k.sem {
+				limit = k.limit
+			}
+			if len(holders) > limit {
+				var parts []string
+				for _, a := range active {
+					parts = append(parts, fmt.Sprintf("tok %s (#%d %s, fence %d, told it holds until +%s)",
+						a.token, a.req.id, a.req.answer, a.req.fence, simDur(a.to+simGrace-v.from)))
+				}
+				check := "one-holder"
+				if k.sem {
+					check = "limit"
+				}
+				h.violate(check, v.from, n, "%d holders at once, limit %d: %s", len(holders), limit, strings.Join(parts, "; "))
+				break
+			}
+		}
+	}
+}
+
+// first is the earliest violation.
+func (h *simHistory) first() *simViolation {
+	var f *simViolation
+	for i := range h.violations {
+		if f == nil || h.violations[i].at < f.at {
+			f = &h.violations[i]
+		}
+	}
+	return f
+}
+
+// traceOf is the last events of v's key up to its time (and a little
+// after): the short replayable story of the failure.
+func (h *simHistory) traceOf(v *simViolation, base int64, n int) string {
+	k := h.keys[v.key]
+	if k == nil {
+		return ""
+	}
+	var ev []simTraceEvent
+	for _, e := range k.trace {
+		if e.at <= v.at+1000 {
+			ev = append(ev, e)
+		}
+	}
+	for _, e := range h.global {
+		if e.at <= v.at+1000 && e.at >= v.at-2_000_000 {
+			ev = append(ev, e)
+		}
+	}
+	sort.SliceStable(ev, func(i, j int) bool { return ev[i].at < ev[j].at })
+	if len(ev) > n {
+		ev = ev[len(ev)-n:]
+	}
+	var b strings.Builder
+	for _, e := range ev {
+		fmt.Fprintf(&b, "  %12.3f ms  %s\n", float64(e.at-base)/1000, e.msg)
+	}
+	return b.String()
+}

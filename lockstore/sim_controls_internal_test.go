@@ -1,0 +1,100 @@
+package lockstore
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The simulator's controls: each undoes one rule (or breaks a script on
+// purpose), and the simulator must find it within the short budget. They
+// prove the checks can fail, and that the workload reaches the cases the
+// rules are for.
+//
+//   - old-ttl: the scripts of 844e0f3 (testdata/sim/844e0f3), where a
+//     renewal or extend set the TTL it asked for and could shorten a lease
+//     (docs/safety.md, rule V1 undone): a late PATCH ttl=short cuts the
+//     lease a later PATCH was answered for;
+//   - old-release: the 844e0f3 release scripts, which deleted whatever the
+//     token held, with the arguments the Go code passed then (rule V2
+//     undone): a late DELETE removes a later grant of the same token;
+//   - grant-held: acquire.lua grants a key another token holds (the
+//     one-holder check);
+//   - fence-flat: acquire.lua hands out one fence for ever (fence order);
+//   - over-limit: sem_acquire.lua lets one permit more in (the limit);
+//   - renew-refence: acquire.lua answers a renewal with the next fence
+//     (the same-token retry check).
+
+type simControl struct {
+	scripts map[string]simScript
+	want    string // the check that must find it
+	latest  bool   // check holdings by the latest answer (simHistory.latest)
+}
+
+var simControls = map[string]simControl{"": {}}
+
+func init() {
+	old := func(name string) string {
+		b, err := os.ReadFile("testdata/sim/844e0f3/" + name)
+		if err != nil {
+			panic(err)
+		}
+		return string(b)
+	}
+	oldCommon := old("sem_common.lua")
+	simControls["old-ttl"] = simControl{want: "one-holder|limit", latest: true, scripts: map[string]simScript{
+		"acquire.lua":     {src: old("acquire.lua")},
+		"extend.lua":      {src: old("extend.lua")},
+		"sem_acquire.lua": {src: oldCommon + semAcquireLua},
+		"sem_extend.lua":  {src: oldCommon + semExtendLua},
+	}}
+	simControls["old-release"] = simControl{want: "one-holder|limit", scripts: map[string]simScript{
+		"release.lua":     {src: old("release.lua"), nargs: 4},
+		"sem_release.lua": {src: semCommonLua + old("sem_release.lua"), nargs: 3},
+	}}
+	simControls["grant-held"] = simControl{want: "one-holder", scripts: map[string]simScript{
+		"acquire.lua": {src: mustReplace(acquireLua, "if cur then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}",
+			"if cur and string.sub(cur, 1, 64) == ARGV[1] then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}\nend\nif cur then\n  redis.call('DEL', KEYS[1])")},
+	}}
+	simControls["fence-flat"] = simControl{want: "fence-order", scripts: map[string]simScript{
+		"acquire.lua": {src: mustReplace(acquireLua,
+			"local fence = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, seed, now_us - margin * 1000)",
+			"local fence = 1000000")},
+	}}
+	simControls["over-limit"] = simControl{want: "limit", scripts: map[string]simScript{
+		"sem_acquire.lua": {src: semCommonLua + mustReplace(semAcquireLua, "local free = limit - n", "local free = limit + 1 - n")},
+	}}
+	simControls["renew-refence"] = simControl{want: "retry-fence", scripts: map[string]simScript{
+		"acquire.lua": {src: mustReplace(acquireLua, "    redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)\n    return {2, value}",
+			"    return {2, (string.gsub(value, ':(%d+)%+', function(f) return ':' .. string.format('%.0f', tonumber(f) + 1) .. '+' end))}")},
+	}}
+}
+
+func mustReplace(src, old, new string) string {
+	if strings.Count(src, old) != 1 {
+		panic("sim control: the script no longer contains " + old)
+	}
+	return strings.Replace(src, old, new, 1)
+}
+
+// TestSimRedisControls runs each control within the short budget and
+// requires the simulator to find it, by the check it is for.
+func TestSimRedisControls(t *testing.T) {
+	for _, name := range []string{"old-ttl", "old-release", "grant-held", "fence-flat", "over-limit", "renew-refence"} {
+		ctl := simControls[name]
+		t.Run(name, func(t *testing.T) {
+			cfg := defaultSimConfig()
+			cfg.control = name
+			began := time.Now()
+			runs, found := simSweep(t, cfg, 1, simBudget(), 0, func(r simRun) bool {
+				return strings.Contains("|"+ctl.want+"|", "|"+r.violation.check+"|")
+			})
+			ops, _, _, _ := simTotals(runs)
+			if found == nil {
+				t.Fatalf("the simulator did not find control %s (check %s) in %d requests over %d seeds", name, ctl.want, ops, len(runs))
+			}
+			t.Logf("found after %d requests (%d seeds, %s): %s", ops, len(runs), time.Since(began).Round(time.Millisecond), found.report())
+		})
+	}
+}

@@ -1,0 +1,342 @@
+-- acquire.lua: take a free lock, or re-grant it to the token that holds it,
+-- in the order waiters queued for it.
+--
+-- KEYS[1]  the lock, "lockgw:{<key>}:lock"; its value is
+--          "<digest>:<fence>+<ms>:<owner>" (Redis; <ms> is the length the
+--          lease was last granted or extended with, absent in values from
+--          older gateways),
+--          "<digest>:^<user>:<fence>:<owner>" (Redis, counted against a
+--          user's quota; see "Counting") or
+--          "<digest>:<attempt>:<fence>:<owner>" (Redlock, see ARGV[9])
+-- KEYS[2]  the key's fence counter, "lockgw:{<key>}:fence"
+-- KEYS[3]  the wait queue, "lockgw:{<key>}:queue": waiter ids by arrival (µs)
+-- KEYS[4]  the waiters' heartbeats, "lockgw:{<key>}:alive": gateway id by
+--          deadline (ms), refreshed by heartbeat.lua for all of a gateway's
+--          waiters of the key
+-- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
+-- ARGV[2]  lease TTL in milliseconds
+-- ARGV[3]  owner label (may be empty)
+-- ARGV[4]  the fence margin in milliseconds: the counter lives until the
+--          lease ends and Redis TIME has passed the fence, plus this margin
+-- ARGV[5]  waiter ticket, "<gateway>.<id>", or "" for a caller that does
+--          not wait
+-- ARGV[6]  heartbeat in milliseconds: the tickets of a gateway not seen
+--          again within it are dropped from the queue (the gateway died)
+-- ARGV[7]  the key's notification channel, "lockgw:{<key>}:released"
+-- ARGV[8]  fence seed in microseconds, or 0 to seed from Redis TIME. Redlock
+--          passes the gateway's clock, so the nodes of one grant usually
+--          agree on the fence and need no write-back round.
+-- ARGV[9]  Redlock only (absent for Redis): this round's attempt id, 22
+--          characters of base64url. The value then carries an attempt
+--          field saying which rounds hold it on this node: "~<id>" when
+--          this round took the free key, "~<id1>.<id2>…" after other rounds
+--          of the same token took it over (renewals), and "~!<id>" once
+--          more than four did ("pinned": no round's clean-up deletes it any
+--          more; <id> is the last round that took it over). A renewal only
+--          ever lengthens the lease here: a late renewal must not shorten a
+--          later grant. See redlock.go for why. "" for Redis when the
+--          arguments below follow.
+--
+-- Redlock only:
+-- KEYS[5]  the node's lease horizon, "lockgw:redlock:horizon": a key that
+--          lives as long as the longest lease this node granted or
+--          lengthened, raised before the lease is written. When a node
+--          restarts and forgets its leases, its peers' horizons bound how
+--          long it must stay quarantined (see redlock_node.go).
+--
+-- Redis only, with per-user quotas (see "Counting" below); Redlock never
+-- passes them:
+-- KEYS[5]  (absent without a quota) the caller's quota set,
+--          "lockgw:{quota:<user>}:locks"
+-- KEYS[6]  (absent without a quota) the quota set of the user the caller
+--          believes the lock counts against, if the caller already holds it
+--          (usually KEYS[5])
+-- ARGV[10] the caller's cap on live locks; 0 counts nothing new
+-- ARGV[11] the caller's user, escaped (no ":", "{" or "}"), as KEYS[5] names it
+--
+-- Redis on a Cluster only (absent elsewhere):
+-- ARGV[12] "SPUBLISH": tell waiters by sharded pub/sub (Redis 7), so the
+--          notification stays on this key's shard; ARGV[7] shares the
+--          lock's hash tag, so a script may. Absent: PUBLISH, which any
+--          Redis has. (ARGV[9] to ARGV[11] are then "", 0, "" when there
+--          is no quota.) On a Cluster a user's quota set lives in another
+--          slot, so this script never names one (no KEYS[5], KEYS[6]) and
+--          the caller counts (redis_cluster.go): ARGV[10] > 0 only records
+--          ARGV[11] as the lock's user in a new grant's value; ARGV[10] -1
+--          says the caller's user is at its cap: everything happens as
+--          usual (queueing, renewals, a held key is held) except a new
+--          grant, which is refused with {4, 0}.
+--
+-- Returns
+--   {1, value}        acquired: a new grant with a new fence
+--   {2, value}        the same digest already held it: TTL reset, fence unchanged
+--   {0, pttl, head}   not granted: held by another digest with pttl ms left,
+--                     or free but promised to an earlier waiter (pttl 0);
+--                     head is 1 when the caller is first in the queue
+--   {3, user}         the same digest holds it, counted against user, whose
+--                     set is not KEYS[6] (or none was passed): nothing
+--                     changed; call again with that user's set as KEYS[6]
+--   {4, ms}           not granted: the caller holds ARGV[10] live locks;
+--                     the earliest of them expires in ms
+--
+-- Counting. A quota set holds the user's live locks, each lock's Redis key
+-- scored by its expiry (ms, Redis TIME); only members whose expiry has not
+-- passed count, so an expired lock frees its place without anyone calling
+-- (the others are trimmed at the user's next grant). A lock granted under a cap records its user in its value,
+-- "<digest>:^<user>:<fence>:<owner>", and every script that renews,
+-- extends or deletes such a lock changes its user's set in the same step,
+-- or changes nothing and names the user ({3, user} here). So the set and
+-- the locks never disagree, whichever gateway or identity acts on the lock.
+-- (The set and the lock hash to different Redis Cluster slots: on a
+-- Cluster the caller counts in steps of its own, see ARGV[12] and
+-- redis_cluster.go.)
+--
+-- A free lock goes to the first waiter in the queue, never to a newcomer,
+-- so waiters are granted in arrival order across every gateway sharing this
+-- Redis. The fence is max(counter + 1, seed, TIME - margin), the seed being
+-- Redis TIME in microseconds (or ARGV[8]), so a counter lost in a restart
+-- without persistence, or expired, restarts above every fence handed out
+-- before (unless the clock stepped back): a counter expires only once TIME
+-- has passed it by the margin (docs/safety.md, "Fences").
+local waiter = ARGV[5]
+local publish = ARGV[12] or 'PUBLISH'
+local apart = publish == 'SPUBLISH' -- on a Cluster: quota sets are the caller's
+local attempt = ARGV[9]
+if attempt == '' then
+  attempt = nil
+end
+local ttl = tonumber(ARGV[2])
+
+-- The user a value is counted against, or nil.
+local function counted_user(value)
+  if string.sub(value, 66, 66) ~= '^' then
+    return nil
+  end
+  return string.match(value, '^[^:]*:%^([^:]*):')
+end
+-- Counts the lock in set until now + ttl; the set lives as long as its
+-- last lock.
+local function count(set, now)
+  redis.call('ZADD', set, string.format('%.0f', now + ttl), KEYS[1])
+  if redis.call('PTTL', set) < ttl then
+    redis.call('PEXPIRE', set, ttl)
+  end
+end
+-- with_length is value with the length in its fence field ("<fence>" or
+-- "<fence>+<ms>") set to ms: the length an extend without a TTL reuses.
+local function with_length(value, ms)
+  local head, rest = string.sub(value, 1, 65), string.sub(value, 66)
+  local c = string.sub(rest, 1, 1)
+  if c == '~' or c == '^' then
+    local f, r = string.match(rest, '^([^:]*:)(.*)$')
+    head, rest = head .. f, r
+  end
+  local fence, owner = string.match(rest, '^([^:+]*)[^:]*:(.*)$')
+  return head .. fence .. '+' .. ms .. ':' .. owner
+end
+local function clock_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- raise_horizon makes the Redlock horizon outlive a lease of ms: PEXPIRE
+-- needs no memory when the key exists, so only the first grant on a node
+-- can be refused for memory, before it writes anything. A key with no TTL
+-- (PTTL -1) is left alone: it reads as "unbounded".
+local function raise_horizon(ms)
+  local p = redis.call('PTTL', KEYS[5])
+  if p == -2 then
+    redis.call('SET', KEYS[5], '1', 'PX', ms)
+  elseif p >= 0 and p < tonumber(ms) then
+    redis.call('PEXPIRE', KEYS[5], ms)
+  end
+end
+
+-- reset_ttl sets the lock's TTL to ms and makes sure its expiry moves, by
+-- a millisecond if need be: a new grant that too few replicas acknowledged
+-- is taken back only while its expiry is unchanged (unwait.lua), so a
+-- renewal or extend by the same token, which may be answered 200, must
+-- never leave it where the grant put it, even in the same millisecond with
+-- the same TTL. PEXPIRETIME is Redis 7; an older Redis skips the check
+-- (WAIT's take-back needs Redis 7 anyway).
+local function reset_ttl(key, ms)
+  local before = redis.pcall('PEXPIRETIME', key)
+  redis.call('PEXPIRE', key, ms)
+  if type(before) == 'number' and redis.call('PEXPIRETIME', key) == before then
+    redis.call('PEXPIRE', key, tonumber(ms) + 1)
+  end
+end
+
+-- dequeue takes a granted waiter's ticket out of the queue (and its
+-- heartbeat, for an older gateway's); the heartbeats go with the last one.
+local function dequeue(ticket)
+  redis.call('ZREM', KEYS[3], ticket)
+  redis.call('ZREM', KEYS[4], ticket)
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    redis.call('DEL', KEYS[4])
+  end
+end
+
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, 64) == ARGV[1] then
+  local user = counted_user(cur)
+  if user and not apart and KEYS[6] ~= 'lockgw:{quota:' .. user .. '}:locks' then
+    return {3, user}
+  end
+  if waiter ~= '' then
+    dequeue(waiter)
+  end
+  if not attempt then
+    -- Recording the length needs memory; out of memory, the renewal
+    -- still resets the TTL (PEXPIRE needs none) and keeps the old one.
+    local value = with_length(cur, ARGV[2])
+    if value ~= cur then
+      local r = redis.pcall('SET', KEYS[1], value, 'KEEPTTL')
+      if type(r) == 'table' and r.err then
+        value = cur
+      end
+    end
+    reset_ttl(KEYS[1], ARGV[2])
+    if user and not apart then
+      count(KEYS[6], clock_ms())
+    end
+    redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)
+    return {2, value}
+  end
+  -- Redlock: join the rounds that hold the lease, keeping fence and owner.
+  -- The value's tail after the digest is "<fence>:<owner>" (a value from
+  -- before attempt fields) or "<field>:<fence>:<owner>".
+  local rest = string.sub(cur, 66)
+  local field = ''
+  if string.sub(rest, 1, 1) == '~' then
+    field, rest = string.match(rest, '^([^:]*):(.*)$')
+  end
+  local _, dots = string.gsub(field, '%.', '')
+  if field == '' or string.sub(field, 2, 2) == '!' or dots >= 3 then
+    field = '~!' .. attempt
+  else
+    field = field .. '.' .. attempt
+  end
+  local value = with_length(ARGV[1] .. ':' .. field .. ':' .. rest, ARGV[2])
+  raise_horizon(ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+  else
+    redis.call('SET', KEYS[1], value, 'KEEPTTL')
+  end
+  redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)
+  return {2, value}
+end
+
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- A waiter's ticket is "<gateway>.<id>", and the heartbeats in KEYS[4] are
+-- per gateway (heartbeat.lua refreshes them for all of a gateway's waiters
+-- of this key at once). A ticket without "." is an older gateway's, with a
+-- heartbeat of its own under its own name.
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  -- Forget gateways (and older gateways' waiters) not refreshed in time.
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+  if #dead > 0 then
+    redis.call('ZREM', KEYS[3], unpack(dead))
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+  end
+end
+if waiter ~= '' then
+  local heartbeat = tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), waiter)
+  redis.call('ZADD', KEYS[4], now_ms + heartbeat, string.match(waiter, '^([^.]*)%.') or waiter)
+  redis.call('PEXPIRE', KEYS[3], 2 * heartbeat)
+  redis.call('PEXPIRE', KEYS[4], 2 * heartbeat)
+end
+
+-- The first ticket whose gateway is alive: the tickets of a gateway that
+-- died go when they come first (at most 100 per call), so they never
+-- hold up the line.
+local head = nil
+for _ = 1, 100 do
+  head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if not head or head == waiter then
+    break
+  end
+  if redis.call('ZSCORE', KEYS[4], string.match(head, '^([^.]*)%.') or head) then
+    break
+  end
+  redis.call('ZREM', KEYS[3], head)
+  head = nil
+end
+if not head then -- more than 100 went: the rest go at the next call
+  head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+end
+local is_head = 0
+if head and head == waiter then
+  is_head = 1
+end
+if cur then
+  return {0, redis.call('PTTL', KEYS[1]), is_head}
+end
+if head and head ~= waiter then
+  return {0, 0, 0}
+end
+
+-- The count reads only: a script's first write is where Redis refuses it
+-- when out of memory (after one, it lets the script finish), and that must
+-- stay the fence's SET below.
+local cap = tonumber(ARGV[10]) or 0
+if apart and cap < 0 then
+  return {4, 0}
+end
+local now_s = string.format('%.0f', now_ms)
+-- At the cap, a lock the set still counts (a lease deleted without its set
+-- by an older gateway) is not a second lock.
+if cap > 0 and not apart and redis.call('ZCOUNT', KEYS[5], now_s, '+inf') >= cap
+    and tonumber(redis.call('ZSCORE', KEYS[5], KEYS[1]) or '0') < now_ms then
+  local first = redis.call('ZRANGEBYSCORE', KEYS[5], now_s, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  return {4, tonumber(first[2]) - now_ms}
+end
+
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local margin = tonumber(ARGV[4])
+local seed = tonumber(ARGV[8]) or 0
+if seed <= 0 then
+  seed = now_us
+end
+local fence = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, seed, now_us - margin * 1000)
+-- The counter lives past the lease's end, and past the moment TIME reaches
+-- the fence (a Redlock seed may be ahead of this clock), by the margin.
+local ahead = math.ceil((fence - now_us) / 1000)
+-- %.0f: tostring would print 1.7e+15 and lose digits; fences stay below 2^53.
+fence = string.format('%.0f', fence)
+redis.call('SET', KEYS[2], fence, 'PX', math.max(tonumber(ARGV[2]), ahead) + margin)
+
+-- The fence field carries the lease's length, "<fence>+<ms>", which an
+-- extend without a TTL reuses (extend.lua).
+fence = fence .. '+' .. ARGV[2]
+local value = ARGV[1] .. ':' .. fence .. ':' .. ARGV[3]
+if attempt then
+  value = ARGV[1] .. ':~' .. attempt .. ':' .. fence .. ':' .. ARGV[3]
+elseif cap > 0 then
+  value = ARGV[1] .. ':^' .. ARGV[11] .. ':' .. fence .. ':' .. ARGV[3]
+end
+if attempt then
+  raise_horizon(ARGV[2])
+end
+redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
+if cap > 0 and not apart then
+  -- Forget the user's expired locks, then count this one.
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. now_s)
+  count(KEYS[5], now_ms)
+end
+if waiter ~= '' then
+  dequeue(waiter)
+  -- Tell the next waiter it is first now, so it learns when this lease
+  -- runs out and can take over if this holder dies.
+  local next = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if next then
+    redis.call(publish, ARGV[7], next)
+  end
+end
+-- Tell watchers (watch.go) of the new holder; waiters ignore the message.
+redis.call(publish, ARGV[7], '!acquired')
+return {1, value}
