@@ -103,8 +103,9 @@ return 0`
 }
 
 // As TestLockHubRedlockNodesExpireApart for a permit: its nodes let it go
-// 25 ms apart, and the hub reports its expiry, never a change of expiry
-// between (a watcher's "extended").
+// 50 ms apart (more than the 32 ms drift allowance of its 3 s lease), and
+// the hub reports its expiry, never a change of expiry between (a
+// watcher's "extended").
 func TestSemHubRedlockNodesExpireApart(t *testing.T) {
 	t.Parallel()
 	srvs := startNodes(t, 5)
@@ -113,14 +114,14 @@ func TestSemHubRedlockNodesExpireApart(t *testing.T) {
 	for round := range 3 {
 		key := fmt.Sprintf("apart-%d", round)
 		token := lockstore.NewToken()
-		req := lockstore.PermitRequest{Token: token, TTL: 1500 * time.Millisecond, Limit: 2}
+		req := lockstore.PermitRequest{Token: token, TTL: 3 * time.Second, Limit: 2}
 		p, err := store.SemAcquire(ctx, key, req)
 		for try := 0; try < 5 && errors.Is(err, lockstore.ErrUnavailable); try++ {
 			p, err = store.SemAcquire(ctx, key, req) // with its token, as a client would
 		}
 		require.NoError(t, err)
 		for i, srv := range srvs {
-			require.NoError(t, skewPermits(ctx, srv, key, time.Duration(2000+25*i)*time.Millisecond))
+			require.NoError(t, skewPermits(ctx, srv, key, time.Duration(2000+50*i)*time.Millisecond))
 		}
 		hub := lockstore.NewSemHub(store, time.Second)
 		w := hub.Watch(key)
