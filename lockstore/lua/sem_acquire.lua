@@ -70,7 +70,7 @@ if n > 0 and recorded and recorded ~= limit then
   return {5, recorded, last(KEYS[2], now)}
 end
 
-local slot, p = mine(KEYS[1], digest)
+local slot, p = mine(KEYS[1], digest, now)
 if slot then
   if attempt and tonumber(slot) ~= want then
     return {6, tonumber(slot)}

@@ -103,14 +103,20 @@ local function open(hash, zset, now)
   return redis.call('ZCARD', zset)
 end
 
--- mine finds digest's slot (a string) and permit.
-local function mine(hash, digest)
+-- mine finds digest's slot (a string) and live permit as of now. A permit
+-- whose expiry has passed is not held, even when its entries are still in
+-- the hash: the expiry set, which open() cleans from, can expire (by its
+-- TTL) while the hash, whose TTL outlives every permit it ever held,
+-- stays; without this check such a permit came back as a "renewal" and
+-- put a third holder in a semaphore of limit 2 (found by the simulator,
+-- seed 109; docs/safety.md, "Semaphores").
+local function mine(hash, digest, now)
   local slot = redis.call('HGET', hash, 't:' .. digest)
   if not slot then
     return nil, nil
   end
   local p = parse(redis.call('HGET', hash, slot))
-  if not p or p.digest ~= digest then
+  if not p or p.digest ~= digest or p.exp <= now then
     return nil, nil
   end
   return slot, p

@@ -9,7 +9,7 @@
 -- 0 nothing of this round's here (pinned included).
 local now = clock()
 open(KEYS[1], KEYS[2], now)
-local slot, p = mine(KEYS[1], ARGV[1])
+local slot, p = mine(KEYS[1], ARGV[1], now)
 if not slot or string.sub(p.field, 1, 1) ~= '~' then
   return 0
 end

@@ -15,7 +15,7 @@ local now = clock()
 if open(KEYS[1], KEYS[2], now) == 0 then
   return {0}
 end
-local slot, p = mine(KEYS[1], ARGV[1])
+local slot, p = mine(KEYS[1], ARGV[1], now)
 if not slot then
   return {-1}
 end

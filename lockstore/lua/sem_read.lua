@@ -9,7 +9,7 @@
 -- caller's. The value carries the permit's expiry, so it names the permit
 -- as it is now: sem_release.lua deletes it only if it is still that value.
 local now = clock()
-local slot, p = mine(KEYS[1], ARGV[1])
+local slot, p = mine(KEYS[1], ARGV[1], now)
 if slot and p.exp > now then
   return {p.value, tonumber(slot)}
 end
