@@ -194,9 +194,19 @@ func (h *simHistory) answered(now int64, r *simRequest) {
 		k.iv = append(k.iv, simInterval{token: r.token, from: now, to: r.expires - simGrace, req: r})
 	}
 	if r.kind != "acquire" {
-		if s := k.session[r.token]; s != nil {
+		if s := k.session[r.token]; s != nil && s.until > r.sent {
+			// An extend of a lease the token held when it was sent: the
+			// same lease, the same fence (docs/api.md).
+			if r.fence != s.fence {
+				h.violate("extend-fence", now, r.key, "#%d, an extend of tok %s sent while it held the key with fence %d (granted by #%d), answered fence %d",
+					r.id, r.token, s.fence, s.req, r.fence)
+			}
 			s.until = max(s.until, r.expires)
 		} else if r.expires > now {
+			// The token's lease had ended when this extend was sent, and it
+			// found a lease of the token all the same: one granted by a PUT
+			// of the token answered 503, "outcome unknown", that landed
+			// after (docs/api.md, Safe retries). Its fence is that grant's.
 			k.session[r.token] = &simSession{fence: r.fence, until: r.expires, req: r.id}
 		}
 		return
