@@ -290,21 +290,85 @@ func autoCount(field func(*Config) *int) func(*Config, string) error {
 	}
 }
 
+// switches are the settings that are true or false (ui also auto): their
+// flag alone, as --pprof, means true, as a Go bool flag does. Their
+// variables still take a value (LOCKGW_PPROF=true).
+var switches = map[string]bool{"rate-limit-shadow": true, "pprof": true, "ui": true}
+
+// flagText is a setting's flag: the text given, parsed with the variables
+// once every flag is read.
+type flagText struct {
+	v       string
+	switch_ bool
+}
+
+func (f *flagText) String() string     { return f.v }
+func (f *flagText) Set(v string) error { f.v = v; return nil }
+func (f *flagText) IsBoolFlag() bool   { return f.switch_ }
+
+// errHelp and errVersion end parseConfig when --help or --version was
+// given: Run prints what was asked for and returns nil (exit status 0).
+var (
+	errHelp    = flag.ErrHelp
+	errVersion = errors.New("version requested")
+)
+
+// newFlagSet is the command line: one flag per setting, plus --version
+// (and -h, --help, which the flag package knows).
+func newFlagSet() (*flag.FlagSet, map[string]*flagText, *bool) {
+	fs := flag.NewFlagSet("lockgateway", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned; --help is printed by printUsage
+	fs.Usage = func() {}
+	flags := make(map[string]*flagText, len(settings))
+	for _, s := range settings {
+		flags[s.name] = &flagText{v: s.def, switch_: switches[s.name]}
+		fs.Var(flags[s.name], s.name, s.help+" ("+s.env()+")")
+	}
+	version := fs.Bool("version", false, "print the version and exit")
+	return fs, flags, version
+}
+
+// printUsage writes --help's text to w: every setting with its variable
+// and default, in the order they are parsed.
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, "usage: lockgateway [--flag value]...\n\n"+
+		"Serves leases (locks with a TTL) and fencing tokens over HTTP; see README.md and docs/.\n"+
+		"Every flag is also a LOCKGW_* variable; a flag wins over its variable. The switches\n"+
+		"(--pprof, --rate-limit-shadow, --ui) alone mean true: --pprof, or --pprof=false.\n\n")
+	for _, s := range settings {
+		name := "--" + s.name
+		if !switches[s.name] {
+			name += " value"
+		}
+		def := ""
+		if s.def != "" {
+			def = " (default " + s.def + ")"
+		}
+		fmt.Fprintf(w, "  %s, %s%s\n      %s\n", name, s.env(), def, s.help)
+	}
+	fmt.Fprint(w, "  --version\n      print the version and exit\n  --help\n      print this and exit\n")
+}
+
 // parseConfig reads flags from args and, for each flag not given, the
 // LOCKGW_* variable from getenv. Nonsense is an error that says what is
-// wrong and what would be right.
+// wrong and what would be right. --help and --version return errHelp and
+// errVersion, for Run to answer.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
-	fs := flag.NewFlagSet("lockgateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	flags := make(map[string]*string, len(settings))
-	for _, s := range settings {
-		flags[s.name] = fs.String(s.name, s.def, s.help+" ("+s.env()+")")
-	}
+	fs, flags, version := newFlagSet()
 	if err := fs.Parse(args); err != nil {
-		return Config{}, err
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, errHelp
+		}
+		return Config{}, fmt.Errorf("%w (lockgateway --help lists every flag)", err)
+	}
+	if *version {
+		return Config{}, errVersion
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected argument %q; every setting is a --flag", fs.Arg(0))
+		if a := fs.Arg(0); a == "true" || a == "false" {
+			return Config{}, fmt.Errorf("unexpected argument %q: a switch takes its value after =, as --pprof=%s (alone, --pprof means true)", a, a)
+		}
+		return Config{}, fmt.Errorf("unexpected argument %q; every setting is a --flag (lockgateway --help lists them)", fs.Arg(0))
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -314,7 +378,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	src := make(map[string]string, len(settings)) // where each value came from
 	for _, s := range settings {
 		// The flag when given, else its variable when set, else the default.
-		v, from := *flags[s.name], "--"+s.name
+		v, from := flags[s.name].v, "--"+s.name
 		if env := getenv(s.env()); !given[s.name] && env != "" {
 			v, from = env, s.env()
 		}

@@ -89,7 +89,14 @@ func newHandler(d deps) http.Handler {
 // Logs go to stdout; flag usage to stderr.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := parseConfig(args, getenv, stderr)
-	if err != nil {
+	switch {
+	case errors.Is(err, errHelp):
+		printUsage(stdout)
+		return nil
+	case errors.Is(err, errVersion):
+		fmt.Fprintf(stdout, "lockgateway %s\n", lockgateway.Version)
+		return nil
+	case err != nil:
 		return err
 	}
 	logger, flushLog := newLogger(cfg, stdout)
