@@ -365,8 +365,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		return Config{}, errVersion
 	}
 	if fs.NArg() > 0 {
-		if a := fs.Arg(0); a == "true" || a == "false" {
-			return Config{}, fmt.Errorf("unexpected argument %q: a switch takes its value after =, as --pprof=%s (alone, --pprof means true)", a, a)
+		// A value after a switch, as in --pprof false, ends the flags.
+		if i := len(args) - fs.NArg(); i > 0 {
+			if name := strings.TrimLeft(args[i-1], "-"); switches[name] && strings.HasPrefix(args[i-1], "-") {
+				return Config{}, fmt.Errorf("unexpected argument %q after --%s: a switch alone means true; give its value after =, as --%s=%s", fs.Arg(0), name, name, fs.Arg(0))
+			}
 		}
 		return Config{}, fmt.Errorf("unexpected argument %q; every setting is a --flag (lockgateway --help lists them)", fs.Arg(0))
 	}

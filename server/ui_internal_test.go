@@ -26,6 +26,6 @@ func TestUIDefault(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, c.UI, "%v", tc.env)
 	}
-	_, err := parseConfig([]string{"--ui", "maybe"}, func(string) string { return "" }, io.Discard)
+	_, err := parseConfig([]string{"--ui=maybe"}, func(string) string { return "" }, io.Discard)
 	assert.ErrorContains(t, err, "--ui")
 }
