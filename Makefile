@@ -18,7 +18,7 @@ SHELL       := /bin/bash
 .PHONY: help run build test deps lint bench docker clean
 
 help:
-	@echo 'make run     serve on :8080 with the memory backend (nothing to install)'
+	@echo 'make run     serve on 127.0.0.1:8080 with the memory backend (nothing to install)'
 	@echo 'make build   static binary in $(BIN)'
 	@echo 'make test    install missing test tools (as root), then go test -race ./...'
 	@echo 'make lint    gofmt and go vet'

@@ -38,16 +38,22 @@ type Config struct {
 	UserHeader       string
 	TrustedProxies   []netip.Prefix
 	APIKeysFile      string
-	PProf            bool
-	UI               bool // serve the dashboard at /ui/
-	LogLevel         zerolog.Level
-	LogFormat        string
-	DefaultTTL       time.Duration
-	MaxTTL           time.Duration
-	MaxWait          time.Duration
-	MaxBodyBytes     int64
-	BackendTimeout   time.Duration
-	ShutdownTimeout  time.Duration
+	// AllowUnauthenticated lets a non-loopback Addr serve without API
+	// keys: something in front (a proxy, a private network) authenticates.
+	AllowUnauthenticated bool
+	// TLSCert and TLSKey, both set, serve HTTPS with that pair, read again
+	// when either file changes (tls.go).
+	TLSCert, TLSKey string
+	PProf           bool
+	UI              bool // serve the dashboard at /ui/
+	LogLevel        zerolog.Level
+	LogFormat       string
+	DefaultTTL      time.Duration
+	MaxTTL          time.Duration
+	MaxWait         time.Duration
+	MaxBodyBytes    int64
+	BackendTimeout  time.Duration
+	ShutdownTimeout time.Duration
 	// What one client can make the gateway hold (limits.go): MaxConns and
 	// MaxWaiting are 0 for "auto", derived from the memory limit.
 	MemoryLimit string // "auto" or a size, as GOMEMLIMIT reads it
@@ -65,6 +71,7 @@ type Config struct {
 	RedisWaitReplicas int
 
 	redlockList string // as given; RedlockURLs once checked
+	uiAuto      bool   // UI was decided by auto
 }
 
 // Backends the gateway can run on.
@@ -104,7 +111,9 @@ var settings = []setting{
 		}
 		return fmt.Errorf("unknown backend %q (want memory, redis or redlock)", v)
 	}},
-	{"addr", ":8080", "listen address", text(func(c *Config) *string { return &c.Addr })},
+	{"addr", "127.0.0.1:8080", "listen address; loopback by default: set 0.0.0.0:8080 (or an interface's address) to serve other machines, with API keys or --allow-unauthenticated", text(func(c *Config) *string { return &c.Addr })},
+	{"tls-cert", "", "PEM certificate (chain) file: with --tls-key, serve HTTPS; both are read again when either changes", text(func(c *Config) *string { return &c.TLSCert })},
+	{"tls-key", "", "PEM private key file of --tls-cert", text(func(c *Config) *string { return &c.TLSKey })},
 	{"metrics-addr", "", "serve /metrics on this address only (e.g. 127.0.0.1:9090), not on --addr", text(func(c *Config) *string { return &c.MetricsAddr })},
 	{"redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the redis backend, in the form --redis-mode takes", text(func(c *Config) *string { return &c.RedisURL })},
 	{"redis-mode", string(lockstore.RedisSingle), "how the redis backend reaches Redis: single, sentinel or cluster", func(c *Config, v string) error {
@@ -177,13 +186,14 @@ var settings = []setting{
 		return nil
 	}},
 	{"api-keys-file", "", "JSON file of users and key digests; set, every /locks request needs a key", text(func(c *Config) *string { return &c.APIKeysFile })},
+	{"allow-unauthenticated", "false", "serve a non-loopback --addr without API keys: only when something in front of the gateway authenticates (a proxy, a private network)", boolean(func(c *Config) *bool { return &c.AllowUnauthenticated })},
 	{"pprof", "false", "serve Go's profiler at /debug/pprof/, without cmdline; needs API keys or a loopback --addr", boolean(func(c *Config) *bool { return &c.PProf })},
 	{"ui", "auto", "serve the live dashboard at /ui/: true, false, or auto (on when --addr is a loopback address)", func(c *Config, v string) error {
 		if v == "auto" {
 			// The page shows what the listing shows, every held key and
 			// its owner, to whoever can reach it; on a loopback address
 			// that is this machine only. Elsewhere, turn it on knowingly.
-			c.UI = loopback(c.Addr)
+			c.UI, c.uiAuto = loopback(c.Addr), true
 			return nil
 		}
 		return boolean(func(c *Config) *bool { return &c.UI })(c, v)
@@ -293,7 +303,7 @@ func autoCount(field func(*Config) *int) func(*Config, string) error {
 // switches are the settings that are true or false (ui also auto): their
 // flag alone, as --pprof, means true, as a Go bool flag does. Their
 // variables still take a value (LOCKGW_PPROF=true).
-var switches = map[string]bool{"rate-limit-shadow": true, "pprof": true, "ui": true}
+var switches = map[string]bool{"rate-limit-shadow": true, "pprof": true, "ui": true, "allow-unauthenticated": true}
 
 // flagText is a setting's flag: the text given, parsed with the variables
 // once every flag is read.
@@ -334,7 +344,8 @@ func printUsage(w io.Writer) {
 	fmt.Fprint(w, "usage: lockgateway [--flag value]...\n\n"+
 		"Serves leases (locks with a TTL) and fencing tokens over HTTP; see README.md and docs/.\n"+
 		"Every flag is also a LOCKGW_* variable; a flag wins over its variable. The switches\n"+
-		"(--pprof, --rate-limit-shadow, --ui) alone mean true: --pprof, or --pprof=false.\n\n")
+		"(--allow-unauthenticated, --pprof, --rate-limit-shadow, --ui) alone mean true:\n"+
+		"--pprof, or --pprof=false.\n\n")
 	for _, s := range settings {
 		name := "--" + s.name
 		if !switches[s.name] {
@@ -421,6 +432,16 @@ func check(c *Config, src map[string]string, set func(name string) bool) []error
 	}
 	if c.UserHeader != "" && len(c.TrustedProxies) == 0 {
 		errs = append(errs, fmt.Errorf("%s (%s) needs trusted proxies (LOCKGW_TRUSTED_PROXIES): anyone could set it", src["user-header"], c.UserHeader))
+	}
+	if !loopback(c.Addr) && c.APIKeysFile == "" && !c.AllowUnauthenticated {
+		// Anyone who reaches the address could take and release every
+		// lock; nothing the gateway could notice later would undo that.
+		errs = append(errs, fmt.Errorf("%s: %q accepts connections from other machines, and no API keys are set, so anyone who reaches it could take and release every lock. "+
+			"Set API keys (LOCKGW_API_KEYS_FILE, docs/rate-limiting.md), or, when something in front of the gateway authenticates (a proxy, a private network), set LOCKGW_ALLOW_UNAUTHENTICATED=true (--allow-unauthenticated); "+
+			"or listen on loopback only (LOCKGW_ADDR=127.0.0.1:8080, the default)", src["addr"], c.Addr))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, fmt.Errorf("HTTPS needs both a certificate and its key: set LOCKGW_TLS_CERT and LOCKGW_TLS_KEY (--tls-cert, --tls-key), or neither for plain HTTP"))
 	}
 	if c.PProf && c.APIKeysFile == "" && !loopback(c.Addr) {
 		// Profiles show the whole process; with no key to ask for, only

@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -65,6 +66,7 @@ type deps struct {
 	// semWatch is the same for semaphores (nil without them).
 	semWatch *handlers.SemHub
 	ui       bool
+	uiAuto   bool // ui was left to auto (for the 404 that says why it is off)
 }
 
 // newHandler returns the gateway's HTTP handler: the middleware every
@@ -136,6 +138,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		pprof:        cfg.PProf,
 		watch:        lockstore.NewLockHub(store, cfg.BackendTimeout),
 		ui:           cfg.UI,
+		uiAuto:       cfg.uiAuto,
 	}
 	if r, ok := store.(*lockstore.Redis); ok {
 		d.topology = r.Topology
@@ -154,11 +157,23 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
+	var certs *certFiles
+	if cfg.TLSCert != "" {
+		if certs, err = loadCertFiles(cfg.TLSCert, cfg.TLSKey, logger); err != nil {
+			return err
+		}
+	}
 	tcp, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	ln := newConnLimit(rawErrorListener{tcp, logger}, bounds.maxConns, m.ConnectionReplaced)
+	var base net.Listener = tcp
+	if certs != nil {
+		// TLS under the raw-error rewriting and the connection cap, so
+		// that both see requests, not ciphertext.
+		base = tls.NewListener(tcp, certs.tlsConfig())
+	}
+	ln := newConnLimit(rawErrorListener{base, logger}, bounds.maxConns, m.ConnectionReplaced)
 	m.Bounds(ln.Open, waiting.Waiting)
 	m.Watching(func() (keys, watchers int) {
 		keys, watchers = d.watch.Watchers()
@@ -201,11 +216,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer msrv.Close()
 	}
 	go func() { serveErr <- srv.Serve(ln) }()
-	logger.Info().
-		Str("addr", ln.Addr().String()).
-		Str("backend", cfg.Backend).
-		Str("version", lockgateway.Version).
-		Msg("lockgateway listening")
+	logExposure(logger, cfg, ln.Addr().String(), certs != nil)
 	if cfg.Backend != BackendMemory {
 		pingCtx, cancel := context.WithTimeout(ctx, cfg.BackendTimeout)
 		if err := store.Ping(pingCtx); err != nil {
@@ -233,6 +244,54 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger.Info().Msg("stopped")
 	return nil
+}
+
+// logExposure says at start-up who can reach what: the address and
+// scheme, whether a key is asked for, and what else the API's address
+// serves; and warns of the combinations that are allowed but risky.
+func logExposure(logger zerolog.Logger, cfg Config, addr string, https bool) {
+	scheme, auth, reach := "http", "none", "this machine only (loopback)"
+	if https {
+		scheme = "https"
+	}
+	if cfg.APIKeysFile != "" {
+		auth = "api-keys"
+	}
+	local := loopback(cfg.Addr)
+	if !local {
+		reach = "other machines too"
+	}
+	metricsAt := "the API's address, without a key"
+	if cfg.MetricsAddr != "" {
+		metricsAt = cfg.MetricsAddr
+	}
+	logger.Info().
+		Str("addr", addr).
+		Str("url", scheme+"://"+addr).
+		Str("backend", cfg.Backend).
+		Str("version", lockgateway.Version).
+		Str("reachable_from", reach).
+		Str("auth", auth).
+		Bool("tls", https).
+		Bool("ui", cfg.UI).
+		Bool("pprof", cfg.PProf).
+		Str("metrics", metricsAt).
+		Msg("lockgateway listening")
+	if local {
+		return
+	}
+	if cfg.APIKeysFile == "" {
+		logger.Warn().Str("addr", addr).
+			Msg("serving other machines without API keys (LOCKGW_ALLOW_UNAUTHENTICATED): anyone who reaches this address can take and release every lock; make sure what is in front of the gateway authenticates")
+	}
+	if !https && cfg.APIKeysFile != "" {
+		logger.Warn().Str("addr", addr).
+			Msg("API keys travel in plain HTTP to other machines: serve HTTPS (LOCKGW_TLS_CERT, LOCKGW_TLS_KEY) or put a TLS proxy in front (docs/operations.md)")
+	}
+	if cfg.Backend == BackendMemory {
+		logger.Warn().Str("addr", addr).
+			Msg("the memory backend keeps locks in this process only: a second gateway (another replica) would grant the same key again; set LOCKGW_BACKEND=redis (or redlock) when more than one gateway serves these locks")
+	}
 }
 
 // serveMetrics serves /metrics alone on addr (LOCKGW_METRICS_ADDR), for a
