@@ -64,14 +64,19 @@ func TestValkey(t *testing.T) {
 	srv := redistest.StartValkey(t)
 	logVersion(t, srv)
 	s := openValkey(t, srv.URL(), lockstore.RedisSingle, 0)
-	t.Run("Conformance", func(t *testing.T) {
-		lockstoretest.Run(t, func(*testing.T) lockstore.Store { return s })
-	})
-	t.Run("Semaphores", func(t *testing.T) {
-		lockstoretest.RunSemaphores(t, func(*testing.T) lockstore.Semaphores { return s }, true)
-	})
-	t.Run("Quota", func(t *testing.T) { // two clients of one Valkey, as two gateways would be
-		lockstoretest.RunQuota(t, func(t *testing.T) lockstore.Store { return openValkey(t, srv.URL(), lockstore.RedisSingle, 0) })
+	t.Run("Suites", func(t *testing.T) { // at once: they use keys of their own; the group ends when all three have
+		t.Run("Conformance", func(t *testing.T) {
+			t.Parallel()
+			lockstoretest.Run(t, func(*testing.T) lockstore.Store { return s })
+		})
+		t.Run("Semaphores", func(t *testing.T) {
+			t.Parallel()
+			lockstoretest.RunSemaphores(t, func(*testing.T) lockstore.Semaphores { return s }, true)
+		})
+		t.Run("Quota", func(t *testing.T) { // two clients of one Valkey, as two gateways would be
+			t.Parallel()
+			lockstoretest.RunQuota(t, func(t *testing.T) lockstore.Store { return openValkey(t, srv.URL(), lockstore.RedisSingle, 0) })
+		})
 	})
 	requireNoErrors(t, srv)
 }
