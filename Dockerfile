@@ -21,7 +21,15 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 # distroless/static: CA certificates, tzdata and /etc/passwd with a nonroot
 # user (65532), and nothing else: no shell to exploit.
 FROM gcr.io/distroless/static-debian12:nonroot
+# OCI annotations; the license is the repository's LICENSE.
+LABEL org.opencontainers.image.title="lockgateway" \
+      org.opencontainers.image.description="Leases (locks with a TTL) and fencing tokens over HTTP" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/lockgateway /usr/local/bin/lockgateway
 USER nonroot:nonroot
+# A container's loopback reaches nobody, so the image listens on every
+# interface; the gateway then refuses to start without API keys
+# (LOCKGW_API_KEYS_FILE) or LOCKGW_ALLOW_UNAUTHENTICATED=true, and says so.
+ENV LOCKGW_ADDR=0.0.0.0:8080
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/lockgateway"]

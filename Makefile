@@ -19,7 +19,7 @@ SHELL       := /bin/bash
 .PHONY: help run build test test-short deps lint bench docker clean
 
 help:
-	@echo 'make run     serve on :8080 with the memory backend (nothing to install)'
+	@echo 'make run     serve on 127.0.0.1:8080 with the memory backend (nothing to install)'
 	@echo 'make build   static binary in $(BIN)'
 	@echo 'make test    install missing test tools (as root), then go test -race ./...'
 	@echo 'make test-short   go test -short ./...: only Go needed, under a minute (no redis-server, nginx, chromium)'
@@ -60,6 +60,11 @@ test-short:
 # Tools the tests need beyond Go:
 #  - redis-server: the Redis and Redlock tests run real servers (Debian puts
 #    it in /usr/bin). REDIS_SERVER=/path/to/redis-server skips the install.
+#  - valkey-server: the same suites run on Valkey too (lockstore/valkey_test.go).
+#    Debian 12 has it in bookworm-backports only: as root on bookworm, the
+#    backports source is added when missing, and only valkey-server comes
+#    from it (-t bookworm-backports); Debian 13 and later have it in main.
+#    VALKEY_SERVER=/path/to/valkey-server skips the install.
 #  - a C compiler: -race needs cgo, and Go turns cgo off without one.
 #  - docker-compose: to check docker-compose.yml.
 #  - nginx (with auth_request, as Debian's has): examples/nginx runs a real
@@ -81,17 +86,32 @@ deps:
 	if [[ -z "$${NGINX:-}" ]] && ! command -v nginx >/dev/null && ! test -x /usr/sbin/nginx; then missing+=(nginx); fi; \
 	if [[ "$(PROMTOOL)" == promtool ]] && ! command -v promtool >/dev/null; then missing+=(prometheus); fi; \
 	if [[ -z "$${LOCKGW_CHROMIUM:-}" ]] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && ! command -v google-chrome >/dev/null; then missing+=(chromium); fi; \
-	if (( $${#missing[@]} == 0 )); then exit 0; fi; \
+	valkey=(); \
+	if [[ -z "$${VALKEY_SERVER:-}" ]] && ! command -v valkey-server >/dev/null; then valkey=(valkey-server); fi; \
+	if (( $${#missing[@]} + $${#valkey[@]} == 0 )); then exit 0; fi; \
+	codename=$$(. /etc/os-release 2>/dev/null && echo "$${VERSION_CODENAME:-}"); \
 	if [[ "$$(id -u)" != 0 ]]; then \
-		echo "make test needs: $${missing[*]}" >&2; \
-		echo "Install them (Debian/Ubuntu): sudo apt-get install -y $${missing[*]}" >&2; \
+		echo "make test needs: $${missing[*]}$${missing[*]:+ }$${valkey[*]}" >&2; \
+		if (( $${#missing[@]} )); then echo "Install them (Debian/Ubuntu): sudo apt-get install -y $${missing[*]}" >&2; fi; \
+		if (( $${#valkey[@]} )) && [[ "$$codename" == bookworm ]]; then \
+			echo "valkey-server (Debian 12): echo 'deb http://deb.debian.org/debian bookworm-backports main' | sudo tee /etc/apt/sources.list.d/bookworm-backports.list; sudo apt-get update; sudo apt-get install -y -t bookworm-backports valkey-server" >&2; \
+		elif (( $${#valkey[@]} )); then echo "valkey-server: sudo apt-get install -y valkey-server (Debian 13+), or brew install valkey" >&2; fi; \
 		echo "or run make test as root, which installs them itself." >&2; \
-		echo "(Or point REDIS_SERVER at a redis-server binary, NGINX at an nginx binary, PROMTOOL at a promtool, LOCKGW_CHROMIUM at a Chromium, or set COMPOSE to another compose command.)" >&2; \
+		echo "(Or point REDIS_SERVER at a redis-server binary, VALKEY_SERVER at a valkey-server, NGINX at an nginx binary, PROMTOOL at a promtool, LOCKGW_CHROMIUM at a Chromium, or set COMPOSE to another compose command.)" >&2; \
 		exit 1; \
 	fi; \
-	echo "installing $${missing[*]}"; \
+	echo "installing $${missing[*]}$${missing[*]:+ }$${valkey[*]}"; \
+	target=(); \
+	if (( $${#valkey[@]} )) && [[ "$$codename" == bookworm ]]; then \
+		target=(-t bookworm-backports); \
+		if ! grep -rqs '^[^#]*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then \
+			echo "adding the bookworm-backports apt source, for valkey-server"; \
+			echo 'deb http://deb.debian.org/debian bookworm-backports main' > /etc/apt/sources.list.d/bookworm-backports.list; \
+		fi; \
+	fi; \
 	apt-get update; \
-	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$${missing[@]}"
+	if (( $${#missing[@]} )); then DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$${missing[@]}"; fi; \
+	if (( $${#valkey[@]} )); then DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$${target[@]}" valkey-server; fi
 
 lint:
 	@unformatted="$$(gofmt -l .)"; \

@@ -374,7 +374,7 @@ type Problem struct {
 	// Errors On `422` (validation), one entry per offending field.
 	Errors *[]FieldError `json:"errors,omitempty"`
 
-	// Instance The request path.
+	// Instance The request path; one longer than any valid key's path is cut, and ends in `…`.
 	//
 	// Example: /locks/jobs/nightly
 	Instance string `json:"instance"`

@@ -241,11 +241,20 @@ func quoteName(name string) string {
 	if len(name) <= max {
 		return strconv.Quote(name)
 	}
-	cut := name[:max]
-	for !utf8.ValidString(cut) { // never split a character
+	return strconv.Quote(clip(name, max)) + "…"
+}
+
+// clip cuts s to at most max bytes, never inside a character: what an error
+// repeats of a client's input stays small however large the input was.
+func clip(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := s[:max]
+	for !utf8.ValidString(cut) {
 		cut = cut[:len(cut)-1]
 	}
-	return strconv.Quote(cut) + "…"
+	return cut
 }
 
 // jsonProblem words a JSON error for the client.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/lockgateway/lockgateway/problem"
 )
@@ -49,7 +50,7 @@ func CheckKey(key string) error {
 	}
 	for i := 0; i < len(key); i++ {
 		if !keyByte(key[i]) {
-			return fmt.Errorf("the lock key may hold only A-Z a-z 0-9 . _ - : @ and /, not %q", rune(key[i]))
+			return fmt.Errorf("the lock key may hold only A-Z a-z 0-9 . _ - : @ and /, not %s at byte offset %d", character(key[i:]), i)
 		}
 	}
 	for seg := range strings.SplitSeq(key, "/") {
@@ -80,6 +81,17 @@ func CheckKeyPrefix(prefix string) error {
 		return fmt.Errorf("no lock key starts with it (a prefix is plain text, not a pattern): %w", err)
 	}
 	return nil
+}
+
+// character names the character s starts with as a reader can find it:
+// its code point and itself, U+00E9 'é' (an escape such as '\x00' for one
+// that does not print), or the byte when s is not UTF-8 there.
+func character(s string) string {
+	r, size := utf8.DecodeRuneInString(s)
+	if r == utf8.RuneError && size <= 1 {
+		return fmt.Sprintf("the byte 0x%02X (not UTF-8)", s[0])
+	}
+	return fmt.Sprintf("%U %q", r, r)
 }
 
 func keyByte(c byte) bool {

@@ -62,26 +62,31 @@ var domainErrors = []struct {
 	err    error
 	kind   problem.Kind
 	detail string
+	// read, when set, is the detail for a GET or HEAD, which changes
+	// nothing and has no Lock-Token to retry with.
+	read string
 }{
-	{lockstore.ErrHeld, problem.LockHeld, "the lock is held by another token"},
+	{lockstore.ErrHeld, problem.LockHeld, "the lock is held by another token", ""},
 	// Retry-After is when the first permit may free itself.
-	{lockstore.ErrSemaphoreFull, problem.SemaphoreFull, "all permits of the semaphore are held; nothing was taken; retry after Retry-After seconds, or wait with wait_ms"},
-	{lockstore.ErrLimitMismatch, problem.LimitMismatch, "the semaphore's current permits were granted under another limit; nothing was taken; use the same limit as the other holders, or retry once their permits are gone"},
-	{lockstore.ErrNotHeld, problem.LockNotFound, "the lock is not held: it was never taken, was released, or expired"},
-	{lockstore.ErrTokenMismatch, problem.TokenMismatch, "the lock is held by another token"},
+	{lockstore.ErrSemaphoreFull, problem.SemaphoreFull, "all permits of the semaphore are held; nothing was taken; retry after Retry-After seconds, or wait with wait_ms", ""},
+	{lockstore.ErrLimitMismatch, problem.LimitMismatch, "the semaphore's current permits were granted under another limit; nothing was taken; use the same limit as the other holders, or retry once their permits are gone", ""},
+	{lockstore.ErrNotHeld, problem.LockNotFound, "the lock is not held: it was never taken, was released, or expired", ""},
+	{lockstore.ErrTokenMismatch, problem.TokenMismatch, "the lock is held by another token", ""},
 	// Retry-After is when the earliest of the counted locks expires.
-	{lockstore.ErrUserQuota, problem.QuotaExceeded, "you already hold as many live locks as one user may (LOCKGW_MAX_LOCKS_PER_USER); nothing was taken; release one of yours, or retry after Retry-After seconds, when your earliest lock expires"},
-	{lockstore.ErrFull, problem.TooManyLocks, "the gateway holds as many live locks as it may (LOCKGW_MAX_LOCKS); nothing was taken; retry after Retry-After seconds, when the earliest lock expires"},
+	{lockstore.ErrUserQuota, problem.QuotaExceeded, "you already hold as many live locks as one user may (LOCKGW_MAX_LOCKS_PER_USER); nothing was taken; release one of yours, or retry after Retry-After seconds, when your earliest lock expires", ""},
+	{lockstore.ErrFull, problem.TooManyLocks, "the gateway holds as many live locks as it may (LOCKGW_MAX_LOCKS); nothing was taken; retry after Retry-After seconds, when the earliest lock expires", ""},
 	// Before ErrUnavailable, which it also is; refusalDetails says why.
-	{lockstore.ErrRefused, problem.Refused, "the lock backend refuses writes; nothing was written"},
+	{lockstore.ErrRefused, problem.Refused, "the lock backend refuses writes; nothing was written", ""},
 	// Before ErrUnavailable, which it also is: the backend did answer.
-	{lockstore.ErrReplicas, problem.Unavailable, "fewer Redis replicas acknowledged the write than the gateway waits for (LOCKGW_REDIS_WAIT_REPLICAS), so a failover could lose it; a new lock was taken back, a renewal or extend may have happened; retry with the same Lock-Token"},
-	{lockstore.ErrUnavailable, problem.Unavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
+	{lockstore.ErrReplicas, problem.Unavailable, "fewer Redis replicas acknowledged the write than the gateway waits for (LOCKGW_REDIS_WAIT_REPLICAS), so a failover could lose it; a new lock was taken back, a renewal or extend may have happened; retry with the same Lock-Token", ""},
+	{lockstore.ErrUnavailable, problem.Unavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token", readUnavailable},
 	// A client that went away, or a deadline we set, ends the request
 	// before the backend answered.
-	{context.Canceled, problem.Unavailable, "the request was cancelled before the backend answered; retry with the same Lock-Token"},
-	{context.DeadlineExceeded, problem.Unavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token"},
+	{context.Canceled, problem.Unavailable, "the request was cancelled before the backend answered; retry with the same Lock-Token", "the request was cancelled before the backend answered; a read changes nothing, retry it"},
+	{context.DeadlineExceeded, problem.Unavailable, "the lock backend did not answer in time; the outcome is unknown, retry with the same Lock-Token", readUnavailable},
 }
+
+const readUnavailable = "the lock backend did not answer in time; a read changes nothing, retry it after Retry-After seconds"
 
 // refusalDetails says why the backend refuses writes, by
 // lockstore.RefusedError.Reason: what the operator has to fix. Nothing was
@@ -117,7 +122,7 @@ type quorumError interface {
 func WriteError(w http.ResponseWriter, r *http.Request, log zerolog.Logger, err error) {
 	var e *Error
 	if !errors.As(err, &e) {
-		e = fromDomain(err)
+		e = fromDomainFor(err, r.Method == http.MethodGet || r.Method == http.MethodHead)
 		if e == nil {
 			log.Error().Err(err).
 				Str("request_id", middleware.GetRequestID(r.Context())).
@@ -129,12 +134,19 @@ func WriteError(w http.ResponseWriter, r *http.Request, log zerolog.Logger, err 
 	WriteProblem(w, r, e)
 }
 
-func fromDomain(err error) *Error {
+func fromDomain(err error) *Error { return fromDomainFor(err, false) }
+
+// fromDomainFor is fromDomain for a request that only reads (GET, HEAD)
+// when read is true: its details never tell it to retry with a token.
+func fromDomainFor(err error, read bool) *Error {
 	for _, d := range domainErrors {
 		if !errors.Is(err, d.err) {
 			continue
 		}
 		e := newError(d.kind, d.detail)
+		if read && d.read != "" {
+			e.Detail = d.read
+		}
 		if c, ok := errors.AsType[*lockstore.CapError](err); ok {
 			// Rounded up, at least 1 s (WriteProblem). A release may free
 			// a place sooner, but only its owner knows when.
@@ -152,6 +164,9 @@ func fromDomain(err error) *Error {
 			}
 			if m, ok := errors.AsType[*lockstore.LimitMismatchError](err); ok {
 				e.RetryAfter = m.Remaining
+				if m.Limit > 0 {
+					e.Detail = fmt.Sprintf("the semaphore's current permits were granted under limit %d; nothing was taken; use limit %d as the other holders do, or retry once their permits are gone", m.Limit, m.Limit)
+				}
 			}
 		case http.StatusServiceUnavailable:
 			// Redlock says why a majority was impossible; that text names
@@ -191,12 +206,28 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *Error) {
 		Title:     e.Kind.Title,
 		Status:    e.Kind.Status,
 		Detail:    e.Detail,
-		Instance:  r.URL.EscapedPath(),
+		Instance:  instance(r),
 		RequestID: middleware.GetRequestID(r.Context()),
 		Errors:    e.Fields,
 		Nodes:     e.Nodes,
 		Token:     e.Token,
 	})
+}
+
+// maxInstance bounds how much of the request path a problem repeats in
+// instance: the path of every valid key fits (MaxKeyBytes after the longest
+// prefix, /semaphores/), and a 20 000-byte path gets a short answer, not
+// its own echo.
+const maxInstance = len(SemaphoresPrefix) + MaxKeyBytes + 32
+
+// instance is a problem's instance: the request path, cut to maxInstance
+// bytes and marked with "…" when longer.
+func instance(r *http.Request) string {
+	p := r.URL.EscapedPath()
+	if len(p) <= maxInstance {
+		return p
+	}
+	return clip(p, maxInstance) + "…"
 }
 
 // ProblemJSON is the body of a problem of kind k, for a response written

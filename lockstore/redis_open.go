@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -71,7 +72,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		if err != nil {
 			return nil, urlError(mode, err)
 		}
-		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries}.set(o.Timeout)
+		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries, &opts.MaintNotificationsConfig}.set(o.Timeout)
 		client = redis.NewClient(opts)
 		newCmdTracer(o.Tracer, opts.Addr).hook(client)
 	case RedisSentinel:
@@ -86,7 +87,10 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		if err != nil {
 			return nil, urlError(mode, err)
 		}
-		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries}.set(o.Timeout)
+		// go-redis's failover client turns the maintenance handshake off
+		// itself (FailoverOptions has no such field); its sentinel clients
+		// below are ours to configure.
+		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries, nil}.set(o.Timeout)
 		client = redis.NewFailoverClient(opts)
 		newCmdTracer(o.Tracer, opts.MasterName).hook(client)
 		for _, addr := range opts.SentinelAddrs {
@@ -94,6 +98,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 				Addr: addr, Username: opts.SentinelUsername, Password: opts.SentinelPassword, TLSConfig: opts.TLSConfig,
 				DialTimeout: o.Timeout, ReadTimeout: o.Timeout, WriteTimeout: o.Timeout,
 				ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, PoolSize: 1,
+				MaintNotificationsConfig: noMaintNotifications(),
 			}))
 		}
 		masterName = opts.MasterName
@@ -102,7 +107,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		if err != nil {
 			return nil, urlError(mode, err)
 		}
-		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries}.set(o.Timeout)
+		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries, &opts.MaintNotificationsConfig}.set(o.Timeout)
 		client = redis.NewClusterClient(opts)
 		newCmdTracer(o.Tracer, "").hook(client)
 	default:
@@ -122,6 +127,7 @@ type safeOptions struct {
 	dial, read, write    *time.Duration
 	contextTimeout       *bool
 	retries, dialRetries *int
+	maint                **maintnotifications.Config // nil where go-redis has no such option
 }
 
 func (o safeOptions) set(timeout time.Duration) {
@@ -134,6 +140,18 @@ func (o safeOptions) set(timeout time.Duration) {
 	// dial per call: five would outlast the caller's deadline.
 	*o.retries = -1
 	*o.dialRetries = 1
+	if o.maint != nil {
+		*o.maint = noMaintNotifications()
+	}
+}
+
+// noMaintNotifications turns off go-redis's maintenance-notifications
+// handshake (CLIENT MAINT_NOTIFICATIONS, sent on every new connection in
+// its default "auto" mode) as the Redlock clients do (OpenRedlock). Valkey
+// and Redis versions without it refuse it and count an error for every
+// connection (INFO errorstats); the gateway needs none of what it offers.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 func urlError(mode RedisMode, err error) error {

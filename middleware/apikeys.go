@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -56,7 +57,7 @@ func LoadAPIKeys(path string) ([]APIKey, error) {
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&file); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %s; the file is %s", path, keysFileError(raw, err), keysFileShape)
 	}
 	if len(file.Users) == 0 {
 		return nil, fmt.Errorf("%s: no users", path)
@@ -86,6 +87,66 @@ func LoadAPIKeys(path string) ([]APIKey, error) {
 		keys = append(keys, k)
 	}
 	return keys, nil
+}
+
+// keysFileShape is what a keys file looks like, for its error messages.
+const keysFileShape = `{"users": [{"user": "ops", "key_sha256": "<sha256sum of the key>", "prefixes": ["jobs/"]}]}`
+
+// keysFileError words a JSON error of a keys file for the person who wrote
+// it: where it is and what was expected, never a Go type.
+func keysFileError(raw []byte, err error) string {
+	if e, ok := errors.AsType[*json.SyntaxError](err); ok {
+		line, col := position(raw, e.Offset-1)
+		return fmt.Sprintf("not valid JSON at line %d, column %d (%v)", line, col, e)
+	}
+	if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		want := map[string]string{
+			"":                 "an object",
+			"users":            "a list of users",
+			"users.user":       "a string",
+			"users.key_sha256": "a string of 64 hex digits",
+			"users.prefixes":   "a list of strings",
+		}[e.Field]
+		if want == "" {
+			want = "something else"
+		}
+		where := "the file"
+		if e.Field != "" {
+			where = fmt.Sprintf("%q", e.Field)
+		}
+		line, col := position(raw, e.Offset-1)
+		return fmt.Sprintf("%s is %s at line %d, column %d, but must be %s", where, article(e.Value), line, col, want)
+	}
+	if errors.Is(err, io.EOF) {
+		return "it is empty"
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return fmt.Sprintf("unknown field %s (a user has \"user\", \"key_sha256\" and \"prefixes\", the file \"users\" only)", name)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// article is a JSON kind as a phrase: "an array", "a string".
+func article(kind string) string {
+	if kind == "array" || kind == "object" {
+		return "an " + kind
+	}
+	return "a " + kind
+}
+
+// position is the line and column (from 1) of byte offset off in b; the
+// json errors' offsets count the byte where they stopped, hence off-1.
+func position(b []byte, off int64) (line, col int) {
+	off = min(max(off, 0), int64(len(b)))
+	line, col = 1, 1
+	for _, c := range b[:off] {
+		if c == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return line, col
 }
 
 // prefixes reads a user's "prefixes": ["*"] alone is every key; anything

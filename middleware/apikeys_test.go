@@ -185,3 +185,24 @@ func TestAPIKeysWithoutLockKey(t *testing.T) {
 		assert.Equal(t, want, rec.Code, key)
 	}
 }
+
+// TestLoadAPIKeysShapeErrors: a keys file of the wrong shape is told in the
+// file's terms (which field, where, what it must be), never a Go type.
+func TestLoadAPIKeysShapeErrors(t *testing.T) {
+	for body, want := range map[string]string{
+		`[{"user":"ops"}]`:                        `the file is an array at line 1, column 1, but must be an object`,
+		`{"users":{"user":"ops"}}`:                `"users" is an object at line 1, column 10, but must be a list of users`,
+		`{"users":[{"user":7}]}`:                  `"users.user" is a number at line 1, column 19, but must be a string`,
+		`{"users":[{"user":"a","prefixes":"x"}]}`: `"users.prefixes" is a string at line 1, column 36, but must be a list of strings`,
+		"{\"users\":[\n  {\"user\": \"a\",}]}":    `not valid JSON at line 2, column 16`,
+		`{"keys":[]}`:                             `unknown field "keys"`,
+		``:                                        `it is empty`,
+	} {
+		_, err := middleware.LoadAPIKeys(writeKeys(t, body))
+		require.Error(t, err, body)
+		assert.Contains(t, err.Error(), want, body)
+		assert.NotContains(t, err.Error(), "Go value", body)
+		assert.NotContains(t, err.Error(), "struct", body)
+		assert.Contains(t, err.Error(), `the file is {"users": [{"user": "ops"`, body)
+	}
+}

@@ -41,18 +41,24 @@ type Config struct {
 	UserHeader       string
 	TrustedProxies   []netip.Prefix
 	APIKeysFile      string
-	PProf            bool
-	UI               bool // serve the dashboard at /ui/
-	LogLevel         zerolog.Level
-	LogFormat        string
-	DefaultTTL       time.Duration
-	MaxTTL           time.Duration
-	MaxWait          time.Duration
-	HoldTTL          time.Duration // a hold's lease length by default
-	MaxHold          time.Duration // longest hold
-	MaxBodyBytes     int64
-	BackendTimeout   time.Duration
-	ShutdownTimeout  time.Duration
+	// AllowUnauthenticated lets a non-loopback Addr serve without API
+	// keys: something in front (a proxy, a private network) authenticates.
+	AllowUnauthenticated bool
+	// TLSCert and TLSKey, both set, serve HTTPS with that pair, read again
+	// when either file changes (tls.go).
+	TLSCert, TLSKey string
+	PProf           bool
+	UI              bool // serve the dashboard at /ui/
+	LogLevel        zerolog.Level
+	LogFormat       string
+	DefaultTTL      time.Duration
+	MaxTTL          time.Duration
+	MaxWait         time.Duration
+	HoldTTL         time.Duration // a hold's lease length by default
+	MaxHold         time.Duration // longest hold
+	MaxBodyBytes    int64
+	BackendTimeout  time.Duration
+	ShutdownTimeout time.Duration
 	// What one client can make the gateway hold (limits.go): MaxConns and
 	// MaxWaiting are 0 for "auto", derived from the memory limit.
 	MemoryLimit string // "auto" or a size, as GOMEMLIMIT reads it
@@ -70,6 +76,7 @@ type Config struct {
 	RedisWaitReplicas int
 
 	redlockList string // as given; RedlockURLs once checked
+	uiAuto      bool   // UI was decided by auto
 }
 
 // Backends the gateway can run on.
@@ -109,7 +116,9 @@ var settings = []setting{
 		}
 		return fmt.Errorf("unknown backend %q (want memory, redis or redlock)", v)
 	}},
-	{"addr", ":8080", "listen address", text(func(c *Config) *string { return &c.Addr })},
+	{"addr", "127.0.0.1:8080", "listen address; loopback by default: set 0.0.0.0:8080 (or an interface's address) to serve other machines, with API keys or --allow-unauthenticated", text(func(c *Config) *string { return &c.Addr })},
+	{"tls-cert", "", "PEM certificate (chain) file: with --tls-key, serve HTTPS; both are read again when either changes", text(func(c *Config) *string { return &c.TLSCert })},
+	{"tls-key", "", "PEM private key file of --tls-cert", text(func(c *Config) *string { return &c.TLSKey })},
 	{"metrics-addr", "", "serve /metrics on this address only (e.g. 127.0.0.1:9090), not on --addr", text(func(c *Config) *string { return &c.MetricsAddr })},
 	{"redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the redis backend, in the form --redis-mode takes", text(func(c *Config) *string { return &c.RedisURL })},
 	{"redis-mode", string(lockstore.RedisSingle), "how the redis backend reaches Redis: single, sentinel or cluster", func(c *Config, v string) error {
@@ -191,13 +200,14 @@ var settings = []setting{
 		return nil
 	}},
 	{"api-keys-file", "", "JSON file of users and key digests; set, every /locks request needs a key", text(func(c *Config) *string { return &c.APIKeysFile })},
+	{"allow-unauthenticated", "false", "serve a non-loopback --addr without API keys: only when something in front of the gateway authenticates (a proxy, a private network)", boolean(func(c *Config) *bool { return &c.AllowUnauthenticated })},
 	{"pprof", "false", "serve Go's profiler at /debug/pprof/, without cmdline; needs API keys or a loopback --addr", boolean(func(c *Config) *bool { return &c.PProf })},
 	{"ui", "auto", "serve the live dashboard at /ui/: true, false, or auto (on when --addr is a loopback address)", func(c *Config, v string) error {
 		if v == "auto" {
 			// The page shows what the listing shows, every held key and
 			// its owner, to whoever can reach it; on a loopback address
 			// that is this machine only. Elsewhere, turn it on knowingly.
-			c.UI = loopback(c.Addr)
+			c.UI, c.uiAuto = loopback(c.Addr), true
 			return nil
 		}
 		return boolean(func(c *Config) *bool { return &c.UI })(c, v)
@@ -306,21 +316,89 @@ func autoCount(field func(*Config) *int) func(*Config, string) error {
 	}
 }
 
+// switches are the settings that are true or false (ui also auto): their
+// flag alone, as --pprof, means true, as a Go bool flag does. Their
+// variables still take a value (LOCKGW_PPROF=true).
+var switches = map[string]bool{"rate-limit-shadow": true, "pprof": true, "ui": true, "allow-unauthenticated": true}
+
+// flagText is a setting's flag: the text given, parsed with the variables
+// once every flag is read.
+type flagText struct {
+	v       string
+	switch_ bool
+}
+
+func (f *flagText) String() string     { return f.v }
+func (f *flagText) Set(v string) error { f.v = v; return nil }
+func (f *flagText) IsBoolFlag() bool   { return f.switch_ }
+
+// errHelp and errVersion end parseConfig when --help or --version was
+// given: Run prints what was asked for and returns nil (exit status 0).
+var (
+	errHelp    = flag.ErrHelp
+	errVersion = errors.New("version requested")
+)
+
+// newFlagSet is the command line: one flag per setting, plus --version
+// (and -h, --help, which the flag package knows).
+func newFlagSet() (*flag.FlagSet, map[string]*flagText, *bool) {
+	fs := flag.NewFlagSet("lockgateway", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned; --help is printed by printUsage
+	fs.Usage = func() {}
+	flags := make(map[string]*flagText, len(settings))
+	for _, s := range settings {
+		flags[s.name] = &flagText{v: s.def, switch_: switches[s.name]}
+		fs.Var(flags[s.name], s.name, s.help+" ("+s.env()+")")
+	}
+	version := fs.Bool("version", false, "print the version and exit")
+	return fs, flags, version
+}
+
+// printUsage writes --help's text to w: every setting with its variable
+// and default, in the order they are parsed.
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, "usage: lockgateway [--flag value]...\n\n"+
+		"Serves leases (locks with a TTL) and fencing tokens over HTTP; see README.md and docs/.\n"+
+		"Every flag is also a LOCKGW_* variable; a flag wins over its variable. The switches\n"+
+		"(--allow-unauthenticated, --pprof, --rate-limit-shadow, --ui) alone mean true:\n"+
+		"--pprof, or --pprof=false.\n\n")
+	for _, s := range settings {
+		name := "--" + s.name
+		if !switches[s.name] {
+			name += " value"
+		}
+		def := ""
+		if s.def != "" {
+			def = " (default " + s.def + ")"
+		}
+		fmt.Fprintf(w, "  %s, %s%s\n      %s\n", name, s.env(), def, s.help)
+	}
+	fmt.Fprint(w, "  --version\n      print the version and exit\n  --help\n      print this and exit\n")
+}
+
 // parseConfig reads flags from args and, for each flag not given, the
 // LOCKGW_* variable from getenv. Nonsense is an error that says what is
-// wrong and what would be right.
+// wrong and what would be right. --help and --version return errHelp and
+// errVersion, for Run to answer.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
-	fs := flag.NewFlagSet("lockgateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	flags := make(map[string]*string, len(settings))
-	for _, s := range settings {
-		flags[s.name] = fs.String(s.name, s.def, s.help+" ("+s.env()+")")
-	}
+	fs, flags, version := newFlagSet()
 	if err := fs.Parse(args); err != nil {
-		return Config{}, err
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, errHelp
+		}
+		return Config{}, fmt.Errorf("%w (lockgateway --help lists every flag)", err)
+	}
+	if *version {
+		return Config{}, errVersion
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected argument %q; every setting is a --flag", fs.Arg(0))
+		// A value after a switch, as in --pprof false, ends the flags.
+		if i := len(args) - fs.NArg(); i > 0 {
+			if name := strings.TrimLeft(args[i-1], "-"); switches[name] && strings.HasPrefix(args[i-1], "-") {
+				return Config{}, fmt.Errorf("unexpected argument %q after --%s: a switch alone means true; give its value after =, as --%s=%s", fs.Arg(0), name, name, fs.Arg(0))
+			}
+		}
+		return Config{}, fmt.Errorf("unexpected argument %q; every setting is a --flag (lockgateway --help lists them)", fs.Arg(0))
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -330,7 +408,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	src := make(map[string]string, len(settings)) // where each value came from
 	for _, s := range settings {
 		// The flag when given, else its variable when set, else the default.
-		v, from := *flags[s.name], "--"+s.name
+		v, from := flags[s.name].v, "--"+s.name
 		if env := getenv(s.env()); !given[s.name] && env != "" {
 			v, from = env, s.env()
 		}
@@ -370,6 +448,16 @@ func check(c *Config, src map[string]string, set func(name string) bool) []error
 	}
 	if c.UserHeader != "" && len(c.TrustedProxies) == 0 {
 		errs = append(errs, fmt.Errorf("%s (%s) needs trusted proxies (LOCKGW_TRUSTED_PROXIES): anyone could set it", src["user-header"], c.UserHeader))
+	}
+	if !loopback(c.Addr) && c.APIKeysFile == "" && !c.AllowUnauthenticated {
+		// Anyone who reaches the address could take and release every
+		// lock; nothing the gateway could notice later would undo that.
+		errs = append(errs, fmt.Errorf("%s: %q accepts connections from other machines, and no API keys are set, so anyone who reaches it could take and release every lock. "+
+			"Set API keys (LOCKGW_API_KEYS_FILE, docs/rate-limiting.md), or, when something in front of the gateway authenticates (a proxy, a private network), set LOCKGW_ALLOW_UNAUTHENTICATED=true (--allow-unauthenticated); "+
+			"or listen on loopback only (LOCKGW_ADDR=127.0.0.1:8080, the default)", src["addr"], c.Addr))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, fmt.Errorf("HTTPS needs both a certificate and its key: set LOCKGW_TLS_CERT and LOCKGW_TLS_KEY (--tls-cert, --tls-key), or neither for plain HTTP"))
 	}
 	if c.PProf && c.APIKeysFile == "" && !loopback(c.Addr) {
 		// Profiles show the whole process; with no key to ask for, only

@@ -69,7 +69,7 @@ func TestProfilerWithoutKeysOnlyOnLoopback(t *testing.T) {
 		t.Run(addr, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			env := map[string]string{"LOCKGW_ADDR": addr, "LOCKGW_PPROF": "true"}
+			env := map[string]string{"LOCKGW_ADDR": addr, "LOCKGW_PPROF": "true", "LOCKGW_ALLOW_UNAUTHENTICATED": "true"}
 			err := server.Run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
 			require.Error(t, err, "the profiler was served on %s without API keys", addr)
 			assert.Contains(t, err.Error(), "LOCKGW_PPROF")

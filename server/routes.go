@@ -9,6 +9,7 @@ import (
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/middleware"
+	"github.com/lockgateway/lockgateway/problem"
 	"github.com/lockgateway/lockgateway/ui"
 )
 
@@ -89,6 +90,11 @@ func addRoutes(r chi.Router, d deps) {
 		// which asks for an API key when the gateway has them.
 		r.Get("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently).ServeHTTP)
 		r.Get("/ui/*", ui.Handler(handlers.NotFound()).ServeHTTP)
+	} else {
+		// Still a 404, but one that says why: the page is off, not missing.
+		off := handlers.Refuse(problem.NotFound, uiOff(d.uiAuto))
+		r.Get("/ui", off.ServeHTTP)
+		r.Get("/ui/*", off.ServeHTTP)
 	}
 
 	if d.check != nil { // rate limiting is on
@@ -113,4 +119,15 @@ func allowedMethods(router chi.Routes) func(r *http.Request) []string {
 		}
 		return allowed
 	}
+}
+
+// uiOff is the 404's detail for /ui/ when the dashboard is off: auto (the
+// default) turned it off because the address is not loopback, or the
+// configuration did.
+func uiOff(auto bool) string {
+	if auto {
+		return "the dashboard is off on this address: LOCKGW_UI is auto, which serves it only when LOCKGW_ADDR is a loopback address, " +
+			"as the page shows every held key and its owner to whoever can reach it; set LOCKGW_UI=true (--ui) to serve it here anyway"
+	}
+	return "the dashboard is off: LOCKGW_UI is false; set LOCKGW_UI=true (--ui), or auto to serve it on a loopback address"
 }

@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -69,6 +70,7 @@ type deps struct {
 	ui       bool
 	// tracing is nil with tracing off (tracing.go).
 	tracing trace.TracerProvider
+	uiAuto  bool // ui was left to auto (for the 404 that says why it is off)
 }
 
 // newHandler returns the gateway's HTTP handler: the middleware every
@@ -108,7 +110,14 @@ type runOptions struct {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, o runOptions) error {
 	cfg, err := parseConfig(args, getenv, stderr)
-	if err != nil {
+	switch {
+	case errors.Is(err, errHelp):
+		printUsage(stdout)
+		return nil
+	case errors.Is(err, errVersion):
+		fmt.Fprintf(stdout, "lockgateway %s\n", lockgateway.Version)
+		return nil
+	case err != nil:
 		return err
 	}
 	logger, flushLog := newLogger(cfg, stdout)
@@ -157,6 +166,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		watch:        lockstore.NewLockHub(store, cfg.BackendTimeout),
 		ui:           cfg.UI,
 		tracing:      tp,
+		uiAuto:       cfg.uiAuto,
 	}
 	if r, ok := store.(*lockstore.Redis); ok {
 		d.topology = r.Topology
@@ -175,11 +185,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
+	var certs *certFiles
+	if cfg.TLSCert != "" {
+		if certs, err = loadCertFiles(cfg.TLSCert, cfg.TLSKey, logger); err != nil {
+			return err
+		}
+	}
 	tcp, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	ln := newConnLimit(rawErrorListener{tcp, logger}, bounds.maxConns, m.ConnectionReplaced)
+	var base net.Listener = tcp
+	if certs != nil {
+		// TLS under the raw-error rewriting and the connection cap, so
+		// that both see requests, not ciphertext.
+		base = tls.NewListener(tcp, certs.tlsConfig())
+	}
+	ln := newConnLimit(rawErrorListener{base, logger}, bounds.maxConns, m.ConnectionReplaced)
 	m.Bounds(ln.Open, waiting.Waiting)
 	m.Limits(bounds.maxConns, bounds.maxWaiting)
 	m.Watching(func() (keys, watchers int) {
@@ -223,11 +245,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer msrv.Close()
 	}
 	go func() { serveErr <- srv.Serve(ln) }()
-	logger.Info().
-		Str("addr", ln.Addr().String()).
-		Str("backend", cfg.Backend).
-		Str("version", lockgateway.Version).
-		Msg("lockgateway listening")
+	logExposure(logger, cfg, ln.Addr().String(), certs != nil)
 	if cfg.Backend != BackendMemory {
 		pingCtx, cancel := context.WithTimeout(ctx, cfg.BackendTimeout)
 		if err := store.Ping(pingCtx); err != nil {
@@ -255,6 +273,54 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger.Info().Msg("stopped")
 	return nil
+}
+
+// logExposure says at start-up who can reach what: the address and
+// scheme, whether a key is asked for, and what else the API's address
+// serves; and warns of the combinations that are allowed but risky.
+func logExposure(logger zerolog.Logger, cfg Config, addr string, https bool) {
+	scheme, auth, reach := "http", "none", "this machine only (loopback)"
+	if https {
+		scheme = "https"
+	}
+	if cfg.APIKeysFile != "" {
+		auth = "api-keys"
+	}
+	local := loopback(cfg.Addr)
+	if !local {
+		reach = "other machines too"
+	}
+	metricsAt := "the API's address, without a key"
+	if cfg.MetricsAddr != "" {
+		metricsAt = cfg.MetricsAddr
+	}
+	logger.Info().
+		Str("addr", addr).
+		Str("url", scheme+"://"+addr).
+		Str("backend", cfg.Backend).
+		Str("version", lockgateway.Version).
+		Str("reachable_from", reach).
+		Str("auth", auth).
+		Bool("tls", https).
+		Bool("ui", cfg.UI).
+		Bool("pprof", cfg.PProf).
+		Str("metrics", metricsAt).
+		Msg("lockgateway listening")
+	if local {
+		return
+	}
+	if cfg.APIKeysFile == "" {
+		logger.Warn().Str("addr", addr).
+			Msg("serving other machines without API keys (LOCKGW_ALLOW_UNAUTHENTICATED): anyone who reaches this address can take and release every lock; make sure what is in front of the gateway authenticates")
+	}
+	if !https && cfg.APIKeysFile != "" {
+		logger.Warn().Str("addr", addr).
+			Msg("API keys travel in plain HTTP to other machines: serve HTTPS (LOCKGW_TLS_CERT, LOCKGW_TLS_KEY) or put a TLS proxy in front (docs/operations.md)")
+	}
+	if cfg.Backend == BackendMemory {
+		logger.Warn().Str("addr", addr).
+			Msg("the memory backend keeps locks in this process only: a second gateway (another replica) would grant the same key again; set LOCKGW_BACKEND=redis (or redlock) when more than one gateway serves these locks")
+	}
 }
 
 // serveMetrics serves /metrics alone on addr (LOCKGW_METRICS_ADDR), for a

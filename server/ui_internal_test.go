@@ -15,10 +15,11 @@ func TestUIDefault(t *testing.T) {
 		env  map[string]string
 		want bool
 	}{
-		{map[string]string{}, false}, // :8080, every interface
+		{map[string]string{}, true}, // 127.0.0.1:8080, the default
+		{map[string]string{"LOCKGW_ADDR": ":8080", "LOCKGW_ALLOW_UNAUTHENTICATED": "true"}, false}, // every interface
 		{map[string]string{"LOCKGW_ADDR": "127.0.0.1:8080"}, true},
 		{map[string]string{"LOCKGW_ADDR": "[::1]:8080"}, true},
-		{map[string]string{"LOCKGW_ADDR": "10.0.0.5:8080"}, false},
+		{map[string]string{"LOCKGW_ADDR": "10.0.0.5:8080", "LOCKGW_ALLOW_UNAUTHENTICATED": "true"}, false},
 		{map[string]string{"LOCKGW_UI": "true"}, true},
 		{map[string]string{"LOCKGW_ADDR": "127.0.0.1:8080", "LOCKGW_UI": "false"}, false},
 	} {
@@ -26,6 +27,6 @@ func TestUIDefault(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, c.UI, "%v", tc.env)
 	}
-	_, err := parseConfig([]string{"--ui", "maybe"}, func(string) string { return "" }, io.Discard)
+	_, err := parseConfig([]string{"--ui=maybe"}, func(string) string { return "" }, io.Discard)
 	assert.ErrorContains(t, err, "--ui")
 }

@@ -40,7 +40,9 @@ Commands:
   acquire [--ttl D] [--wait D] [--owner S] [--token T] KEY
         take the lock; prints "export LOCK_KEY=…" lines for LOCK_KEY,
         LOCK_TOKEN, LOCK_FENCE and LOCK_EXPIRES_AT, quoted for a POSIX shell's
-        eval "$(lockctl acquire …)", or the lease as JSON with --json
+        eval "$(lockctl acquire …)", or the lease as JSON with --json;
+        on failure it prints a statement that unsets them and fails the
+        eval with acquire's exit status (not with --json, nor to a terminal)
   extend [--ttl D] [--token T] KEY
         extend a lease you hold (token: --token or $LOCK_TOKEN)
   release [--token T] KEY
@@ -225,7 +227,7 @@ func (g *globals) acquire(ctx context.Context, args []string, sigs <-chan os.Sig
 	fs.StringVar(&opts.Token, "token", "", "your own token")
 	key, c, err := g.keyArgs(fs, args)
 	if err != nil {
-		return usageError(g, err)
+		return g.evalFailure(usageError(g, err))
 	}
 	ctx, stop := interruptible(ctx, sigs)
 	defer stop()
@@ -233,10 +235,26 @@ func (g *globals) acquire(ctx context.Context, args []string, sigs <-chan os.Sig
 	lease, err := c.Acquire(ctx, key, opts)
 	endProgress()
 	if err != nil {
-		return g.fail(ctx, "acquire", key, err)
+		return g.evalFailure(g.fail(ctx, "acquire", key, err))
 	}
 	g.printLease(lease)
 	return exitOK
+}
+
+// evalFailure makes a failed acquire fail its eval too, and returns code.
+// `eval "$(lockctl acquire KEY)"` runs what acquire prints, and eval of
+// nothing succeeds, even under set -e: the script would go on without the
+// lock. So a failed acquire prints a shell statement that unsets the
+// variables a success exports (a LOCK_TOKEN left from an earlier lease must
+// not be used) and then fails with acquire's own exit status, in a
+// subshell, so that an interactive shell stays open. Nothing is printed
+// with --json, or to a terminal, where nobody evaluates it.
+func (g *globals) evalFailure(code int) int {
+	if code == exitOK || g.json || isTerminal(g.stdout) {
+		return code
+	}
+	fmt.Fprintf(g.stdout, "unset LOCK_KEY LOCK_TOKEN LOCK_FENCE LOCK_EXPIRES_AT; (exit %d)\n", code)
+	return code
 }
 
 // keyArgs reads what a command on one key needs: the key (after the flags)
@@ -382,6 +400,13 @@ func (g *globals) fail(ctx context.Context, op, key string, err error) int {
 	var e *client.Error
 	if errors.As(err, &e) && e.RetryAfter > 0 && (errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrSemaphoreFull) || errors.Is(err, client.ErrRateLimited)) {
 		msg += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
+	}
+	if e != nil && e.Status == http.StatusUnauthorized {
+		if os.Getenv("LOCKGW_API_KEY") == "" {
+			msg += "; this gateway asks for an API key: set LOCKGW_API_KEY to yours (export LOCKGW_API_KEY=…)"
+		} else {
+			msg += "; the gateway does not accept the key in LOCKGW_API_KEY: check that it is the whole key, for this gateway"
+		}
 	}
 	fmt.Fprintf(g.stderr, "lockctl: %s\n", msg)
 	if g.json {

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -529,4 +533,119 @@ func TestCronRunsTheJobOnce(t *testing.T) {
 	b, err = os.ReadFile(ran + "-plain")
 	require.NoError(t, err)
 	assert.Len(t, strings.Fields(string(b)), 2)
+}
+
+// TestEvalExamples runs docs/clients.md's two `set -e` scripts (the sh
+// blocks after "**`acquire` in a script.**") in bash and sh with the built
+// binary: with the lock free they do the work; with it held the first
+// stops at the eval with status 75, and the second says so and exits 0.
+// Neither goes on with a LOCK_TOKEN left from before.
+func TestEvalExamples(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/clients.md")
+	require.NoError(t, err)
+	section := string(doc)[strings.Index(string(doc), "**`acquire` in a script.**"):]
+	var scripts []string
+	for rest := section; len(scripts) < 2; {
+		start := strings.Index(rest, "```sh\n")
+		require.GreaterOrEqual(t, start, 0, "docs/clients.md: two sh blocks after the eval paragraph")
+		rest = rest[start+len("```sh\n"):]
+		end := strings.Index(rest, "```")
+		scripts = append(scripts, rest[:end])
+		rest = rest[end+3:]
+	}
+
+	bin := buildLockctl(t)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOCK_") && !strings.HasPrefix(kv, "LOCKGW_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "LOCK_TOKEN=stale-token-of-an-earlier-lease")
+	for _, shell := range []string{"bash", "sh"} {
+		path, err := exec.LookPath(shell)
+		if err != nil {
+			t.Logf("no %s: %v", shell, err)
+			continue
+		}
+		for i, script := range scripts {
+			for _, held := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/script%d/held=%v", shell, i+1, held), func(t *testing.T) {
+					g := memoryGateway(t)
+					if held {
+						_, err := newClient(t, g.URL).Acquire(t.Context(), "jobs/nightly", client.AcquireOptions{TTL: time.Minute})
+						require.NoError(t, err)
+					}
+					cmd := exec.Command(path, "-c", script+"\necho \"went on with LOCK_TOKEN=$LOCK_TOKEN\"\n")
+					cmd.Env = append(slices.Clone(env), "LOCKGW_URL="+g.URL)
+					out, err := cmd.CombinedOutput()
+					code := 0
+					if e, ok := err.(*exec.ExitError); ok {
+						code = e.ExitCode()
+					} else {
+						require.NoError(t, err)
+					}
+					switch {
+					case !held:
+						assert.Equal(t, 0, code, "%s", out)
+						assert.Contains(t, string(out), "working with fence ")
+						assert.Contains(t, string(out), "released jobs/nightly")
+					case i == 0:
+						assert.Equal(t, exitNotAcquired, code, "%s", out)
+						assert.NotContains(t, string(out), "working")
+						assert.NotContains(t, string(out), "went on")
+					default:
+						assert.Equal(t, 0, code, "%s", out)
+						assert.Contains(t, string(out), "not acquired (75), skipping")
+						assert.NotContains(t, string(out), "working")
+					}
+					assert.NotContains(t, string(out), "stale-token", "an earlier lease's token is never used")
+				})
+			}
+		}
+	}
+}
+
+// TestAcquireFailurePrintsAFailingStatement: what a failed acquire prints
+// for eval, and that it prints nothing with --json.
+func TestAcquireFailurePrintsAFailingStatement(t *testing.T) {
+	g := memoryGateway(t)
+	key := apitest.Key(t)
+	_, err := newClient(t, g.URL).Acquire(t.Context(), key, client.AcquireOptions{TTL: time.Minute})
+	require.NoError(t, err)
+	r := lockctl(t, g.URL, "acquire", key)
+	assert.Equal(t, exitNotAcquired, r.code)
+	assert.Equal(t, "unset LOCK_KEY LOCK_TOKEN LOCK_FENCE LOCK_EXPIRES_AT; (exit 75)\n", r.stdout)
+	r = lockctl(t, g.URL, "acquire", "bad key")
+	assert.Equal(t, exitInvalid, r.code)
+	assert.Equal(t, "unset LOCK_KEY LOCK_TOKEN LOCK_FENCE LOCK_EXPIRES_AT; (exit 65)\n", r.stdout)
+	r = lockctl(t, g.URL, "acquire")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Equal(t, "unset LOCK_KEY LOCK_TOKEN LOCK_FENCE LOCK_EXPIRES_AT; (exit 64)\n", r.stdout)
+	r = lockctl(t, g.URL, "--json", "acquire", key)
+	assert.Equal(t, exitNotAcquired, r.code)
+	assert.NotContains(t, r.stdout, "unset")
+}
+
+// TestUnauthorizedNamesTheVariable: on a 401, lockctl says to set
+// LOCKGW_API_KEY, or that the key in it is not accepted.
+func TestUnauthorizedNamesTheVariable(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys.json")
+	sum := sha256.Sum256([]byte("the-right-key"))
+	require.NoError(t, os.WriteFile(keys, []byte(`{"users":[{"user":"ops","key_sha256":"`+hex.EncodeToString(sum[:])+`","prefixes":["*"]}]}`), 0o600))
+	g := apitest.Start(t, map[string]string{"LOCKGW_API_KEYS_FILE": keys})
+
+	t.Setenv("LOCKGW_API_KEY", "")
+	r := lockctl(t, g.URL, "status", "jobs/nightly")
+	assert.Equal(t, exitNoPerm, r.code)
+	assert.Contains(t, r.stderr, "set LOCKGW_API_KEY to yours")
+
+	t.Setenv("LOCKGW_API_KEY", "a-wrong-key")
+	r = lockctl(t, g.URL, "status", "jobs/nightly")
+	assert.Equal(t, exitNoPerm, r.code)
+	assert.Contains(t, r.stderr, "does not accept the key in LOCKGW_API_KEY")
+
+	t.Setenv("LOCKGW_API_KEY", "the-right-key")
+	r = lockctl(t, g.URL, "status", "jobs/nightly")
+	assert.Equal(t, exitFree, r.code, r.stderr)
 }

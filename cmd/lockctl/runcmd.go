@@ -239,6 +239,12 @@ func exitStatus(ps *os.ProcessState) int {
 
 // progress shows, while Acquire waits and only when stderr is a terminal,
 // one line saying what lockctl waits for; the returned func clears it.
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
 func (g *globals) progress(ctx context.Context, c *client.Client, key string, wait time.Duration) (end func()) {
 	f, ok := g.stderr.(*os.File)
 	if wait <= 0 || !ok || !term.IsTerminal(int(f.Fd())) {

@@ -47,7 +47,12 @@ func StartCluster(t testing.TB, n int) *Cluster {
 // cluster-node-timeout of 2 s).
 func StartClusterReplicas(t testing.TB, masters, replicas int) *Cluster {
 	t.Helper()
-	c, err := RunClusterReplicas(Options{Bin: Binary(t), Dir: t.TempDir()}, masters, replicas)
+	return startCluster(t, Binary(t), masters, replicas)
+}
+
+func startCluster(t testing.TB, bin string, masters, replicas int) *Cluster {
+	t.Helper()
+	c, err := RunClusterReplicas(Options{Bin: bin, Dir: t.TempDir()}, masters, replicas)
 	if c != nil {
 		for _, s := range c.nodes() {
 			s.t = t
@@ -223,7 +228,7 @@ func (c *Cluster) URL() string {
 // Client returns a new cluster client, closed when the test ends (a
 // cluster from RunCluster: the caller closes it).
 func (c *Cluster) Client() *redis.ClusterClient {
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRetries: -1})
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRetries: -1, MaintNotificationsConfig: noMaint()})
 	if t := c.Masters[0].t; t != nil {
 		t.Cleanup(func() { _ = rdb.Close() })
 	}
@@ -239,7 +244,7 @@ func (c *Cluster) Kill() {
 
 // plainClient is a client of this one node, for the caller to close.
 func (s *Server) plainClient() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	return redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, MaintNotificationsConfig: noMaint()})
 }
 
 // clusterPort is a free loopback port whose cluster bus port (+10000) is

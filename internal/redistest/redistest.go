@@ -183,7 +183,7 @@ func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 // Client returns a new go-redis client for the server, closed when the test
 // ends.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, MaintNotificationsConfig: noMaint()})
 	if s.t != nil {
 		s.t.Cleanup(func() { _ = c.Close() })
 	}

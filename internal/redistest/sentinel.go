@@ -47,7 +47,12 @@ type Sentinels struct {
 // redis-sentinel is the same binary run with --sentinel.
 func StartSentinel(t testing.TB) *Sentinels {
 	t.Helper()
-	st, err := RunSentinel(Options{Bin: Binary(t), Dir: t.TempDir()})
+	return startSentinel(t, Binary(t))
+}
+
+func startSentinel(t testing.TB, bin string) *Sentinels {
+	t.Helper()
+	st, err := RunSentinel(Options{Bin: bin, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +273,7 @@ func (st *Sentinels) Rejoin(n *Server) {
 // many replicas acknowledged that write within 200 ms (WAIT, on the
 // connection that wrote).
 func ackedWrite(ctx context.Context, master *Server) (int64, error) {
-	c := redis.NewClient(&redis.Options{Addr: master.Addr(), MaxRetries: -1, PoolSize: 1})
+	c := redis.NewClient(&redis.Options{Addr: master.Addr(), MaxRetries: -1, MaintNotificationsConfig: noMaint(), PoolSize: 1})
 	defer c.Close()
 	conn := c.Conn()
 	defer conn.Close()
@@ -334,7 +339,7 @@ func (st *Sentinels) unsettled(ctx context.Context, master, replica *Server) str
 		if err != nil || addr != master.Addr() {
 			return fmt.Sprintf("sentinel %s names master %q (%v)", w.Addr(), addr, err)
 		}
-		c := redis.NewSentinelClient(&redis.Options{Addr: w.Addr(), MaxRetries: -1})
+		c := redis.NewSentinelClient(&redis.Options{Addr: w.Addr(), MaxRetries: -1, MaintNotificationsConfig: noMaint()})
 		replicas, err := c.Replicas(ctx, SentinelMaster).Result()
 		if err != nil {
 			_ = c.Close()
@@ -357,7 +362,7 @@ func (st *Sentinels) unsettled(ctx context.Context, master, replica *Server) str
 }
 
 func (st *Sentinels) masterAddr(w *Server) (string, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: w.Addr(), MaxRetries: -1, ReadTimeout: time.Second})
+	c := redis.NewSentinelClient(&redis.Options{Addr: w.Addr(), MaxRetries: -1, MaintNotificationsConfig: noMaint(), ReadTimeout: time.Second})
 	defer c.Close()
 	hp, err := c.GetMasterAddrByName(context.Background(), SentinelMaster).Result()
 	if err != nil {
@@ -372,7 +377,7 @@ func role(s *Server) string { return infoFields(s, "replication")["role"] }
 // infoFields reads one INFO section of s as a map; empty when s does not
 // answer.
 func infoFields(s *Server, section string) map[string]string {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, MaintNotificationsConfig: noMaint(), DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second})
 	defer c.Close()
 	text, err := c.Info(context.Background(), section).Result()
 	fields := map[string]string{}
