@@ -36,6 +36,11 @@ var scriptNames = func() map[string]string {
 	} {
 		names[s.Hash()] = name
 	}
+	// A Redlock script that grants or lengthens goes out with the node
+	// list check in front (redlock_set.go): the same name.
+	for plain, g := range guardedScripts {
+		names[g.script.Hash()] = names[plain]
+	}
 	return names
 }()
 
