@@ -1,3 +1,9 @@
+//go:build !race
+
+// The simulator runs one goroutine at a time, so the race detector finds
+// nothing in it, and slows its Lua interpreter several times over: make
+// test runs it without -race (Makefile, test).
+
 package lockstore
 
 import (

@@ -83,7 +83,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	assert.NotEmpty(t, res.Ratios)
-	require.Len(t, res.Processes, 2, "the Redis and the Redlock gateway")
+	require.Len(t, res.Processes, 3, "the Redis gateway, traced and not, and the Redlock gateway")
 	for _, p := range res.Processes {
 		assert.Positive(t, p.RSSEndMiB, p.Name)
 		assert.Positive(t, p.Cycles, p.Name)
