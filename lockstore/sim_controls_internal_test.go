@@ -7,6 +7,7 @@
 package lockstore
 
 import (
+	"github.com/stretchr/testify/require"
 	"os"
 	"strings"
 	"testing"
@@ -57,8 +58,17 @@ func init() {
 	}}
 	simControls["old-release"] = simControl{want: "one-holder|limit", scripts: map[string]simScript{
 		"release.lua":     {src: old("release.lua"), nargs: 4},
-		"sem_release.lua": {src: semCommonLua + old("sem_release.lua"), nargs: 3},
+		"sem_release.lua": {src: oldCommon + old("sem_release.lua"), nargs: 3},
 	}}
+	// stale-permit: mine without its expiry check, as before the fix of
+	// docs/safety.md ("An expired permit is not held"); seed 109 found it.
+	simControls["stale-permit"] = simControl{want: "limit", scripts: map[string]simScript{}}
+	for _, name := range []string{"sem_acquire.lua", "sem_extend.lua", "sem_release.lua", "sem_read.lua", "sem_discard.lua"} {
+		body := map[string]string{"sem_acquire.lua": semAcquireLua, "sem_extend.lua": semExtendLua,
+			"sem_release.lua": semReleaseLua, "sem_read.lua": semReadLua, "sem_discard.lua": semDiscardLua}[name]
+		simControls["stale-permit"].scripts[name] = simScript{src: mustReplace(semCommonLua,
+			"if not p or p.digest ~= digest or p.exp <= now then", "if not p or p.digest ~= digest then") + body}
+	}
 	simControls["grant-held"] = simControl{want: "one-holder", scripts: map[string]simScript{
 		"acquire.lua": {src: mustReplace(acquireLua, "if cur then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}",
 			"if cur and string.sub(cur, 1, 64) == ARGV[1] then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}\nend\nif cur then\n  redis.call('DEL', KEYS[1])")},
@@ -103,4 +113,22 @@ func TestSimRedisControls(t *testing.T) {
 			t.Logf("found after %d requests (%d seeds, %s): %s", ops, len(runs), time.Since(began).Round(time.Millisecond), found.report())
 		})
 	}
+}
+
+// TestSimRedisFoundSeeds replays the seeds on which the simulator found a
+// hole, each a request budget of its own (beyond the short budget's
+// seeds): they pass, and the one whose fix can be undone fails without it.
+func TestSimRedisFoundSeeds(t *testing.T) {
+	for _, seed := range []uint64{109, 128} {
+		runs, found := simSweep(t, defaultSimConfig(), seed, simSeedOps, 0, func(simRun) bool { return true })
+		require.Len(t, runs, 1)
+		if found != nil {
+			t.Fatalf("seed %d: %s", seed, found.report())
+		}
+	}
+	cfg := defaultSimConfig()
+	cfg.control = "stale-permit"
+	_, found := simSweep(t, cfg, 109, simSeedOps, 0, func(r simRun) bool { return r.violation.check == "limit" })
+	require.NotNil(t, found, "seed 109 finds the stale permit when mine does not check its expiry")
+	t.Logf("control: %s", found.report())
 }
