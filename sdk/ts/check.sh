@@ -78,9 +78,9 @@ fi
 
 LOCKGW_URL=$url node build/check.js
 
-# docs/clients.md's TypeScript example, as a newcomer runs it. Each block after a
-# <!-- sdk-check: NAME --> line in docs/clients.md is taken as it is, with only the
-# gateway's address put for http://127.0.0.1:8080.
+# docs/clients.md's TypeScript example, exactly as a newcomer runs it. Each block
+# after a <!-- sdk-check: NAME --> line in docs/clients.md is taken as it is, with
+# only the gateway's address put for http://127.0.0.1:8080.
 readme_block() {
 	local text
 	text=$(awk -v marker="<!-- sdk-check: $1 -->" '
@@ -108,8 +108,9 @@ fi
 
 project=$tmp/readme-project
 mkdir -p "$project" "$tmp/bin"
-# npm as the page's commands meet it: `npm install` held to package-lock.json
-# (pinned-npm says how); npx may run only what the project installed.
+# npm as the page's commands meet it, run as written; pinned-npm only checks
+# that each `npm install` names package-lock.json's versions. npx may run only
+# what the project installed.
 ln -s "$PWD/pinned-npm" "$tmp/bin/npm"
 readme_env=(env "PATH=$tmp/bin:$PATH" "REAL_NPM=$(command -v npm)" "PINS=$PWD/package-lock.json" npm_config_yes=false)
 cd "$project"

@@ -32,7 +32,9 @@ async function exercise(key: string): Promise<void> {
   });
   check(acquired.response.status === 201, `acquire ${key}: status ${acquired.response.status}`);
   const lease = acquired.data;
-  check(lease !== undefined, `acquire ${key}: no body`);
+  // The PUT's 200/201 is JSON, or a hold's event stream (text) when asked
+  // for one with Accept: text/event-stream; typeof tells them apart.
+  check(lease !== undefined && typeof lease !== "string", `acquire ${key}: no body`);
   check(lease.key === key, `acquire: key ${lease.key}, want ${key}`);
   check(lease.owner === "sdk-check", `acquire: owner ${lease.owner}`);
   check(lease.ttl_ms === 5000, `acquire: ttl_ms ${lease.ttl_ms}`);
