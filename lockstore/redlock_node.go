@@ -73,7 +73,8 @@ func (r *Redlock) Nodes() []NodeStatus {
 			out[i].QuarantinedUntil = held.Round(0)
 			out[i].Quarantine = fmt.Sprintf("found without the node list marker, so it lost its data (or is new): quarantined on the node itself until %s, "+
 				"LOCKGW_MAX_TTL (%s) plus 1%% after it was found; every gateway sees it. To avoid this: run Redis with appendonly yes and appendfsync always, "+
-				"or lower LOCKGW_MAX_TTL to the longest lease clients need", held.UTC().Format(time.RFC3339), r.maxTTL)
+				"or lower LOCKGW_MAX_TTL to the longest lease clients need; a node that was down for LOCKGW_MAX_TTL before it came back may be let in at once: "+
+				"DEL lockgw:redlock:quarantine on it (docs/backends.md, Restarted nodes)", held.UTC().Format(time.RFC3339), r.maxTTL)
 		}
 	}
 	return out
@@ -85,8 +86,9 @@ func (r *Redlock) Nodes() []NodeStatus {
 func (r *Redlock) quarantineReason(seen, until time.Time) string {
 	return fmt.Sprintf("restarted (a new run_id, seen at %s), so it may have lost leases it granted: its votes count again at %s, "+
 		"LOCKGW_MAX_TTL (%s) plus 1%% after the restart was seen; until then a grant needs a majority of all the nodes among the others. "+
-		"To avoid this: lower LOCKGW_MAX_TTL to the longest lease clients need; run Redis with appendonly yes and appendfsync always, "+
-		"or keep a crashed node down for LOCKGW_MAX_TTL before starting it (with either, restarting the gateway ends the quarantine safely)",
+		"To avoid this: lower LOCKGW_MAX_TTL to the longest lease clients need; run Redis with appendonly yes and appendfsync always "+
+		"(then restarting the gateway ends the quarantine safely); or keep a crashed node down for LOCKGW_MAX_TTL before starting it, "+
+		"and then DEL lockgw:redlock:quarantine on it and restart the gateways (docs/backends.md, Restarted nodes)",
 		seen.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339), r.maxTTL)
 }
 
