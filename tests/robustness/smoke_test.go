@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/internal/apitest"
+	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/tools/chaos"
 )
 
@@ -114,4 +115,65 @@ func TestChaosSmoke(t *testing.T) {
 	assert.Zero(t, jump["fences"], "fences still increase")
 	assert.Equal(t, map[string]int{"counter": 1}, byKey["n"], "the unfenced counter loses an update, and only that")
 	assert.NotZero(t, byKey["lockgw:{p}:lock"]["state"], "the persistent lock key")
+}
+
+// TestChaosSmokeValkey is the smoke's faults without its controls, on both
+// backends over valkey-server instead of redis-server: clients contend
+// through two gateways while a node is killed, one paused past the TTL,
+// and one restarted empty (Redlock); the checkers must find nothing.
+func TestChaosSmokeValkey(t *testing.T) {
+	for _, backend := range []string{chaos.Redis, chaos.Redlock} {
+		t.Run(backend, func(t *testing.T) {
+			const (
+				ttl    = 300 * time.Millisecond
+				maxTTL = 2 * time.Second
+			)
+			c := chaos.NewCluster(t, chaos.ClusterOptions{
+				Backend:   backend,
+				ServerBin: redistest.ValkeyBinary(t),
+				InProcess: func(t testing.TB, env map[string]string) string {
+					return apitest.Start(t, env).URL
+				},
+				MaxTTL: maxTTL,
+				Env:    map[string]string{"LOCKGW_REDLOCK_NODE_TIMEOUT": "250ms"},
+			})
+			registers := map[string]*chaos.Register{"r": chaos.NewRegister(true)}
+			w := &chaos.Workload{
+				Gateways: c.URLs, Keys: []string{"k"}, Clients: 6, TTL: ttl,
+				Hold: 20 * time.Millisecond, Wait: 200 * time.Millisecond, Extend: 0.3, Pause: 0.1,
+				Registers: registers, History: c.History, Client: c.Client, Seed: uint64(time.Now().UnixNano()),
+			}
+			c.Sample(200 * time.Millisecond)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			wait := w.Start(ctx)
+			time.Sleep(500 * time.Millisecond)
+			if backend == chaos.Redlock {
+				c.Nodes[1].Kill()
+				time.Sleep(300 * time.Millisecond)
+				c.Nodes[2].Pause()
+				time.Sleep(3 * ttl)
+				c.Nodes[2].Resume()
+				c.Nodes[1].Start() // empty: quarantined (by run_id, and by itself: rule Q)
+			} else {
+				c.Nodes[0].Pause()
+				time.Sleep(3 * ttl)
+				c.Nodes[0].Resume()
+			}
+			time.Sleep(time.Second)
+			c.Heal()
+			cancel()
+			wait()
+			c.Finish(time.Now().Add(time.Second))
+			v := c.Check(registers, os.Getenv("CHAOS_OUT"), name(t))
+			t.Logf("%s; %d state samples", v.Summary(), c.State.Samples())
+			for _, x := range v.Violations {
+				t.Logf("violation: %v", x)
+			}
+			assert.Empty(t, v.Violations)
+			assert.Empty(t, v.Inconclusive)
+			assert.Zero(t, w.Rejected(), "answers outside the API's lock statuses")
+			assert.NotZero(t, chaos.Count(v.Ops, chaos.Acquire, chaos.Granted), "grants")
+		})
+	}
 }

@@ -33,6 +33,9 @@ type ClusterOptions struct {
 	InProcess func(t testing.TB, env map[string]string) string
 	// ClockShim, when set, runs the nodes on the clock shim (Node.SetClock).
 	ClockShim string
+	// ServerBin is the nodes' server binary ("": redis-server; a
+	// valkey-server works alike).
+	ServerBin string
 	// MaxTTL is LOCKGW_MAX_TTL, and so how long a restarted Redlock node
 	// sits out and how long the state checker waits before calling a lock
 	// key a leftover.
@@ -79,7 +82,7 @@ func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		n = 0
 	}
 	for range n {
-		c.Nodes = append(c.Nodes, StartNode(t, opts.ClockShim))
+		c.Nodes = append(c.Nodes, newNode(t, redistest.StartOptions(t, redistest.Options{Bin: opts.ServerBin, ClockShim: opts.ClockShim})))
 	}
 	for range opts.Gateways {
 		c.AddGateway()
