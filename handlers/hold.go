@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lockgateway/lockgateway/lockstore"
 )
 
@@ -118,20 +121,34 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease l
 	// time even while a renewal waits for the backend.
 	interval := ttl / 3
 	ext := lockstore.Extension{Key: key, Token: token, User: user, TTL: ttl}
-	renewed := h.renewer.renew(time.Now().Add(interval), ext)
+	// Each renewal is a span under the hold's request span (a no-op when
+	// the request is not traced): from when it is due to its outcome.
+	tracer := trace.SpanFromContext(r.Context()).TracerProvider().Tracer("github.com/lockgateway/lockgateway/handlers")
+	var span trace.Span
+	renew := func(at time.Time) <-chan renewal {
+		_, span = tracer.Start(r.Context(), "hold renewal", trace.WithTimestamp(at))
+		return h.renewer.renew(at, ext)
+	}
+	defer func() { // the one pending when the hold ends (a no-op on an ended span)
+		span.SetAttributes(attribute.String("lockgw.hold.renewal", "hold-ended"))
+		span.End()
+	}()
+	renewed := renew(time.Now().Add(interval))
 	lost := time.NewTimer(time.Until(lease.ExpiresAt.Add(-lostMargin(ttl))))
 	defer lost.Stop()
 
 	for {
 		select {
 		case got := <-renewed:
+			span.SetAttributes(attribute.String("lockgw.hold.renewal", renewalOutcome(got.err)))
+			span.End()
 			switch {
 			case got.err == nil:
 				if got.lease.ExpiresAt.After(lease.ExpiresAt) {
 					lease.ExpiresAt = got.lease.ExpiresAt
 				}
 				lost.Reset(time.Until(lease.ExpiresAt.Add(-lostMargin(ttl))))
-				renewed = h.renewer.renew(time.Now().Add(interval), ext)
+				renewed = renew(time.Now().Add(interval))
 				h.obs.Extended(token, lease.ExpiresAt)
 				if !write("renewed", renewedBody{Key: key, Fence: lease.Fence, Owner: lease.Owner, TTLms: ttl.Milliseconds(), ExpiresAt: timestamp(lease.ExpiresAt)}) {
 					h.endHold(key, token, user, opts.lockDelay)
@@ -144,7 +161,7 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease l
 				end("lost", holdTaken)
 				return
 			default: // try again soon, while the lease lasts
-				renewed = h.renewer.renew(time.Now().Add(max(interval/4, 10*time.Millisecond)), ext)
+				renewed = renew(time.Now().Add(max(interval/4, 10*time.Millisecond)))
 			}
 		case <-lost.C:
 			// No renewal was confirmed in time: the holder must stop now,
@@ -185,6 +202,19 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease l
 			return
 		}
 	}
+}
+
+// renewalOutcome names a renewal's outcome for its span.
+func renewalOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "renewed"
+	case errors.Is(err, lockstore.ErrNotHeld):
+		return "expired"
+	case errors.Is(err, lockstore.ErrTokenMismatch):
+		return "taken"
+	}
+	return "unavailable"
 }
 
 type renewal struct {

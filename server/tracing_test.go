@@ -225,3 +225,27 @@ func TestTracingUntracedRequest(t *testing.T) {
 	assert.Equal(t, "GET /healthz", s.Name)
 	assert.False(t, s.Parent.IsValid())
 }
+
+// TestTracingHoldRenewals: a hold's renewals are spans under its request's.
+func TestTracingHoldRenewals(t *testing.T) {
+	c, exp := startTraced(t, nil)
+	events, resp := c.Hold(t, "/locks/traced-hold", []byte(`{"ttl_ms":300}`), "traceparent", traceparent)
+	require.Nil(t, resp)
+	for renewed := 0; renewed < 3; {
+		e, ok := <-events.C
+		require.True(t, ok)
+		if e.Name == "renewed" {
+			renewed++
+		}
+	}
+	events.Close()
+	srv, spans := traceOf(t, exp, "PUT /locks/*")
+	var renewals int
+	for _, s := range childrenOf(spans, srv) {
+		if s.Name == "hold renewal" && attrs(s)["lockgw.hold.renewal"].AsString() == "renewed" {
+			renewals++
+		}
+	}
+	logTrace(t, spans, trace.SpanID{}, 0)
+	assert.GreaterOrEqual(t, renewals, 3, "one span per renewal, under the hold's")
+}
