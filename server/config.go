@@ -417,6 +417,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			errs = append(errs, fmt.Errorf("%s: %w", from, err))
 		}
 	}
+	if len(errs) > 0 {
+		// The checks across settings would read the ones that failed as
+		// zero, and blame the others ("the default TTL is above the
+		// maximum TTL 0s"): fix these first.
+		return c, errors.Join(errs...)
+	}
 	errs = append(errs, check(&c, src, func(name string) bool { return given[name] || getenv(envName(name)) != "" })...)
 	return c, errors.Join(errs...)
 }

@@ -512,3 +512,11 @@ func TestExtendWithoutTTLKeepsLeaseLength(t *testing.T) {
 		assert.Equal(t, float64(45000), r.JSON(t)["ttl_ms"], "the last extend's length")
 	})
 }
+
+// TestConfigErrorsNotCompounded: a setting that fails is the one error,
+// not also the checks across settings that would read it as zero.
+func TestConfigErrorsNotCompounded(t *testing.T) {
+	err := server.Run(t.Context(), []string{"--max-ttl", "5"}, func(string) string { return "" }, io.Discard, io.Discard)
+	require.Error(t, err)
+	assert.Equal(t, `--max-ttl: "5" is not a duration (examples: 500ms, 30s, 24h)`, err.Error())
+}
