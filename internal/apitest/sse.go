@@ -62,51 +62,15 @@ func (c *Client) Stream(t testing.TB, path string, headers ...string) (*Events, 
 	CheckResponse(t, req, &Response{Status: hresp.StatusCode, Header: hresp.Header})
 	require.Equal(t, "text/event-stream", hresp.Header.Get("Content-Type"))
 
-	doc, _ := Spec(t)
-	ch := make(chan Event, 16)
-	go func() {
-		defer close(ch)
-		defer hresp.Body.Close()
-		sc := bufio.NewScanner(hresp.Body)
-		var ev Event
-		var data string
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if ev.Name == "" {
-					continue // a comment's blank line
-				}
-				ev.At = time.Now()
-				if err := json.Unmarshal([]byte(data), &ev.Data); err != nil {
-					t.Errorf("event %s: data %q is not JSON: %v", ev.Name, data, err)
-				}
-				schema := "LockInfo"
-				switch {
-				case strings.HasPrefix(path, "/semaphores/"):
-					schema = "SemaphoreEvent"
-				case ev.Name == "released" || ev.Name == "expired":
-					schema = "LockEnded"
-				}
-				var v any
-				_ = json.Unmarshal([]byte(data), &v)
-				if err := doc.Components.Schemas[schema].Value.VisitJSON(v); err != nil {
-					t.Errorf("event %s: data %s does not match %s: %v", ev.Name, data, schema, err)
-				}
-				ch <- ev
-				ev, data = Event{}, ""
-			case strings.HasPrefix(line, ":"):
-			case strings.HasPrefix(line, "event: "):
-				ev.Name = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "id: "):
-				ev.ID = strings.TrimPrefix(line, "id: ")
-			case strings.HasPrefix(line, "data: "):
-				data = strings.TrimPrefix(line, "data: ")
-			default:
-				t.Errorf("stream: unexpected line %q", line)
-			}
+	ch := readEvents(t, hresp.Body, func(name string) (string, bool) {
+		switch {
+		case strings.HasPrefix(path, "/semaphores/"):
+			return "SemaphoreEvent", true
+		case name == "released" || name == "expired":
+			return "LockEnded", true
 		}
-	}()
+		return "LockInfo", true
+	})
 	return &Events{C: ch, cancel: cancel}, nil
 }
 
@@ -141,13 +105,25 @@ func (c *Client) Hold(t testing.TB, path string, body []byte, headers ...string)
 	CheckResponse(t, req, &Response{Status: hresp.StatusCode, Header: hresp.Header})
 	require.Equal(t, "text/event-stream", hresp.Header.Get("Content-Type"))
 
-	doc, _ := Spec(t)
 	schemas := map[string]string{"acquired": "Lease", "renewed": "HoldRenewed", "released": "HoldEnd", "ended": "HoldEnd", "lost": "HoldEnd"}
+	ch := readEvents(t, hresp.Body, func(name string) (string, bool) {
+		schema, ok := schemas[name]
+		return schema, ok
+	})
+	return &Events{C: ch, cancel: cancel}, nil
+}
+
+// readEvents delivers the Server-Sent Events of body on the returned
+// channel, closed when the stream ends, each event's data checked against
+// the openapi.yaml schema schemaOf names for it (ok false: an event the
+// stream must not send).
+func readEvents(t testing.TB, body io.ReadCloser, schemaOf func(name string) (schema string, ok bool)) <-chan Event {
+	doc, _ := Spec(t)
 	ch := make(chan Event, 64)
 	go func() {
 		defer close(ch)
-		defer hresp.Body.Close()
-		sc := bufio.NewScanner(hresp.Body)
+		defer body.Close()
+		sc := bufio.NewScanner(body)
 		var ev Event
 		var data string
 		for sc.Scan() {
@@ -163,8 +139,8 @@ func (c *Client) Hold(t testing.TB, path string, body []byte, headers ...string)
 					t.Errorf("event %s: data %q is not JSON: %v", ev.Name, data, err)
 				}
 				_ = json.Unmarshal([]byte(data), &ev.Data)
-				if schema, ok := schemas[ev.Name]; !ok {
-					t.Errorf("hold: unexpected event %q", ev.Name)
+				if schema, ok := schemaOf(ev.Name); !ok {
+					t.Errorf("stream: unexpected event %q", ev.Name)
 				} else if err := doc.Components.Schemas[schema].Value.VisitJSON(v); err != nil {
 					t.Errorf("event %s: data %s does not match %s: %v", ev.Name, data, schema, err)
 				}
@@ -173,12 +149,14 @@ func (c *Client) Hold(t testing.TB, path string, body []byte, headers ...string)
 			case strings.HasPrefix(line, ":"):
 			case strings.HasPrefix(line, "event: "):
 				ev.Name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "id: "):
+				ev.ID = strings.TrimPrefix(line, "id: ")
 			case strings.HasPrefix(line, "data: "):
 				data = strings.TrimPrefix(line, "data: ")
 			default:
-				t.Errorf("hold stream: unexpected line %q", line)
+				t.Errorf("stream: unexpected line %q", line)
 			}
 		}
 	}()
-	return &Events{C: ch, cancel: cancel}, nil
+	return ch
 }
