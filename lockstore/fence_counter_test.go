@@ -40,6 +40,7 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 	// The most used memory from two margins in, when counters expire as
 	// fast as they come, to half way; and in the second half.
 	var early, late int64
+	var released []time.Time // when each batch was released
 	start := time.Now()
 	next := start
 	for first := 0; first < cycles; first += batch {
@@ -82,6 +83,25 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 		for i := range batch {
 			require.Equal(t, int64(1), releases[i].Val(), "cycle %d released", first+i)
 		}
+		released = append(released, time.Now())
+		// What is left is the counters of the releases of the last
+		// FenceMargin, and those Redis has not reclaimed yet (an expired
+		// key goes when its active expiry samples it, which lags under
+		// this load): three margins' worth, judged against the cycles this
+		// test really ran, not a memory figure that the rate a loaded
+		// machine reaches moves. Counters that outlived their margin (kept
+		// a day, as before) would be every cycle so far.
+		if first%(4*batch) == 0 && first > 0 {
+			n, err := rdb.DBSize(ctx).Result()
+			require.NoError(t, err)
+			recent := 0
+			for _, at := range released {
+				if time.Since(at) < 3*FenceMargin {
+					recent += batch
+				}
+			}
+			assert.LessOrEqual(t, n, int64(recent+batch), "after %d cycles: keys left by the releases of the last %v", first, 3*FenceMargin)
+		}
 		switch {
 		case first == 2*rate:
 			n, _ := rdb.DBSize(ctx).Result()
@@ -96,7 +116,8 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 	took := time.Since(start)
 	t.Logf("%d cycles in %v (%.0f/s); used memory at most %d KiB in the first half, %d KiB in the second",
 		cycles, took.Round(time.Millisecond), cycles/took.Seconds(), early>>10, late>>10)
-	assert.Less(t, late-early, int64(512<<10), "used memory stays flat")
+	// The memory figures are logged, not judged: the keys above are what
+	// grows if counters outlive their margin (kept a day, 200 000 fill 8 MB).
 
 	require.Eventually(t, func() bool {
 		n, err := rdb.DBSize(ctx).Result()
