@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,6 +215,15 @@ func TestRedlockSameTokenTwins(t *testing.T) {
 	var rec recorder
 	var holdLost sync.Map
 	var pairs, split atomic.Int64 // twins both granted, and those answered two fences
+	// Every fence answered to a holder's twins, with when the holder was
+	// granted: each must be above every earlier holder's fences and below
+	// every later one's (docs/safety.md, "What a fence promises to twins").
+	type holderFences struct {
+		granted time.Time
+		fences  []int64
+	}
+	var fencesMu sync.Mutex
+	var holders []holderFences
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for c := range 6 {
@@ -248,6 +258,15 @@ func TestRedlockSameTokenTwins(t *testing.T) {
 					time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
 					continue
 				}
+				h := holderFences{granted: granted}
+				for i := range 2 {
+					if errs[i] == nil {
+						h.fences = append(h.fences, leases[i].Fence)
+					}
+				}
+				fencesMu.Lock()
+				holders = append(holders, h)
+				fencesMu.Unlock()
 				time.Sleep(30 * time.Millisecond)
 				rec.addUntil(l, granted, time.Now())
 				rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -264,6 +283,11 @@ func TestRedlockSameTokenTwins(t *testing.T) {
 	n := rec.count(time.Time{}, time.Now())
 	t.Logf("%d grants to twins; %d twin pairs both granted, %d of them with two fences", n, pairs.Load(), split.Load())
 	assert.Empty(t, rec.violations())
+	slices.SortFunc(holders, func(a, b holderFences) int { return a.granted.Compare(b.granted) })
+	for i := 1; i < len(holders); i++ {
+		prev, next := slices.Max(holders[i-1].fences), slices.Min(holders[i].fences)
+		assert.Less(t, prev, next, "holder %d's fences %v are not all above the previous holder's %v", i, holders[i].fences, holders[i-1].fences)
+	}
 	holdLost.Range(func(k, v any) bool {
 		t.Errorf("a release of a held lease failed: %v", v)
 		return true
