@@ -39,30 +39,7 @@ func (e *Events) Close() { e.cancel() }
 // Events.
 func (c *Client) Stream(t testing.TB, path string, headers ...string) (*Events, *Response) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+path, nil)
-	require.NoError(t, err)
-	req.Header.Set("Accept", "text/event-stream")
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	client := *c.HTTP
-	client.Timeout = 0 // a stream lasts
-	hresp, err := client.Do(req)
-	require.NoError(t, err)
-	if hresp.StatusCode != http.StatusOK {
-		defer cancel()
-		defer hresp.Body.Close()
-		b, err := io.ReadAll(hresp.Body)
-		require.NoError(t, err)
-		resp := &Response{Status: hresp.StatusCode, Header: hresp.Header, Body: b}
-		CheckResponse(t, req, resp)
-		return nil, resp
-	}
-	CheckResponse(t, req, &Response{Status: hresp.StatusCode, Header: hresp.Header})
-	require.Equal(t, "text/event-stream", hresp.Header.Get("Content-Type"))
-
-	ch := readEvents(t, hresp.Body, func(name string) (string, bool) {
+	return c.openEvents(t, http.MethodGet, path, nil, headers, func(name string) (string, bool) {
 		switch {
 		case strings.HasPrefix(path, "/semaphores/"):
 			return "SemaphoreEvent", true
@@ -71,7 +48,6 @@ func (c *Client) Stream(t testing.TB, path string, headers ...string) (*Events, 
 		}
 		return "LockInfo", true
 	})
-	return &Events{C: ch, cancel: cancel}, nil
 }
 
 // Hold sends PUT path with Accept: text/event-stream and body: a hold. A
@@ -81,11 +57,29 @@ func (c *Client) Stream(t testing.TB, path string, headers ...string) (*Events, 
 // returned as a Response, checked like Do's, with nil Events.
 func (c *Client) Hold(t testing.TB, path string, body []byte, headers ...string) (*Events, *Response) {
 	t.Helper()
+	schemas := map[string]string{"acquired": "Lease", "renewed": "HoldRenewed", "released": "HoldEnd", "ended": "HoldEnd", "lost": "HoldEnd"}
+	headers = append([]string{"Content-Type", "application/json"}, headers...)
+	return c.openEvents(t, http.MethodPut, path, body, headers, func(name string) (string, bool) {
+		schema, ok := schemas[name]
+		return schema, ok
+	})
+}
+
+// openEvents sends method path with Accept: text/event-stream. A 2xx is
+// checked against openapi.yaml (status and headers; the body is a
+// stream), and its events are read as readEvents does; any other status
+// is returned as a Response, checked like Do's, with nil Events.
+func (c *Client) openEvents(t testing.TB, method, path string, body []byte, headers []string,
+	schemaOf func(name string) (string, bool)) (*Events, *Response) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.Base+path, bytes.NewReader(body))
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, rd)
 	require.NoError(t, err)
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
@@ -93,7 +87,7 @@ func (c *Client) Hold(t testing.TB, path string, body []byte, headers ...string)
 	client.Timeout = 0 // a stream lasts
 	hresp, err := client.Do(req)
 	require.NoError(t, err)
-	if hresp.StatusCode != http.StatusOK && hresp.StatusCode != http.StatusCreated {
+	if hresp.StatusCode/100 != 2 {
 		defer cancel()
 		defer hresp.Body.Close()
 		b, err := io.ReadAll(hresp.Body)
@@ -104,13 +98,7 @@ func (c *Client) Hold(t testing.TB, path string, body []byte, headers ...string)
 	}
 	CheckResponse(t, req, &Response{Status: hresp.StatusCode, Header: hresp.Header})
 	require.Equal(t, "text/event-stream", hresp.Header.Get("Content-Type"))
-
-	schemas := map[string]string{"acquired": "Lease", "renewed": "HoldRenewed", "released": "HoldEnd", "ended": "HoldEnd", "lost": "HoldEnd"}
-	ch := readEvents(t, hresp.Body, func(name string) (string, bool) {
-		schema, ok := schemas[name]
-		return schema, ok
-	})
-	return &Events{C: ch, cancel: cancel}, nil
+	return &Events{C: readEvents(t, hresp.Body, schemaOf), cancel: cancel}, nil
 }
 
 // readEvents delivers the Server-Sent Events of body on the returned

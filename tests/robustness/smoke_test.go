@@ -37,22 +37,8 @@ func TestChaosSmoke(t *testing.T) {
 		ttl    = 300 * time.Millisecond
 		maxTTL = 2 * time.Second
 	)
-	c := chaos.NewCluster(t, chaos.ClusterOptions{
-		Backend: chaos.Redlock,
-		InProcess: func(t testing.TB, env map[string]string) string {
-			return apitest.Start(t, env).URL
-		},
-		MaxTTL: maxTTL,
-		// Roomy: the race detector on a loaded machine slows live nodes;
-		// what is tested here is safety, not latency.
-		Env: map[string]string{"LOCKGW_REDLOCK_NODE_TIMEOUT": "250ms"},
-	})
 	registers := map[string]*chaos.Register{"n": chaos.NewRegister(false)}
-	w := &chaos.Workload{
-		Gateways: c.URLs, Keys: []string{"k"}, Clients: 6, TTL: ttl,
-		Hold: 20 * time.Millisecond, Wait: 200 * time.Millisecond, Extend: 0.3, Pause: 0.1,
-		Registers: registers, History: c.History, Client: c.Client, Seed: uint64(time.Now().UnixNano()),
-	}
+	c, w := smokeCluster(t, chaos.Redlock, "", registers, ttl, maxTTL)
 	c.Sample(200 * time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -128,21 +114,8 @@ func TestChaosSmokeValkey(t *testing.T) {
 				ttl    = 300 * time.Millisecond
 				maxTTL = 2 * time.Second
 			)
-			c := chaos.NewCluster(t, chaos.ClusterOptions{
-				Backend:   backend,
-				ServerBin: redistest.ValkeyBinary(t),
-				InProcess: func(t testing.TB, env map[string]string) string {
-					return apitest.Start(t, env).URL
-				},
-				MaxTTL: maxTTL,
-				Env:    map[string]string{"LOCKGW_REDLOCK_NODE_TIMEOUT": "250ms"},
-			})
 			registers := map[string]*chaos.Register{"r": chaos.NewRegister(true)}
-			w := &chaos.Workload{
-				Gateways: c.URLs, Keys: []string{"k"}, Clients: 6, TTL: ttl,
-				Hold: 20 * time.Millisecond, Wait: 200 * time.Millisecond, Extend: 0.3, Pause: 0.1,
-				Registers: registers, History: c.History, Client: c.Client, Seed: uint64(time.Now().UnixNano()),
-			}
+			c, w := smokeCluster(t, backend, redistest.ValkeyBinary(t), registers, ttl, maxTTL)
 			c.Sample(200 * time.Millisecond)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -176,4 +149,27 @@ func TestChaosSmokeValkey(t *testing.T) {
 			assert.NotZero(t, chaos.Count(v.Ops, chaos.Acquire, chaos.Granted), "grants")
 		})
 	}
+}
+
+// smokeCluster is the smokes' cluster, on backend's nodes (serverBin: ""
+// for redis-server) with in-process gateways, and their workload: six
+// clients contending for one key, holding, waiting, extending and pausing.
+func smokeCluster(t *testing.T, backend, serverBin string, registers map[string]*chaos.Register, ttl, maxTTL time.Duration) (*chaos.Cluster, *chaos.Workload) {
+	c := chaos.NewCluster(t, chaos.ClusterOptions{
+		Backend:   backend,
+		ServerBin: serverBin,
+		InProcess: func(t testing.TB, env map[string]string) string {
+			return apitest.Start(t, env).URL
+		},
+		MaxTTL: maxTTL,
+		// Roomy: the race detector on a loaded machine slows live nodes;
+		// what is tested here is safety, not latency.
+		Env: map[string]string{"LOCKGW_REDLOCK_NODE_TIMEOUT": "250ms"},
+	})
+	w := &chaos.Workload{
+		Gateways: c.URLs, Keys: []string{"k"}, Clients: 6, TTL: ttl,
+		Hold: 20 * time.Millisecond, Wait: 200 * time.Millisecond, Extend: 0.3, Pause: 0.1,
+		Registers: registers, History: c.History, Client: c.Client, Seed: uint64(time.Now().UnixNano()),
+	}
+	return c, w
 }
