@@ -505,6 +505,7 @@ func TestRunWaitLongerThanTTL(t *testing.T) {
 // host exits 75 without a word (cron would mail any output), and the lock
 // stays held for --hold-at-least after the job.
 func TestCronRunsTheJobOnce(t *testing.T) {
+	runsCommands(t)
 	g := memoryGateway(t)
 	c := newClient(t, g.URL)
 	key := apitest.Key(t)

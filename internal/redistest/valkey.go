@@ -37,6 +37,7 @@ func FindValkey() (string, error) {
 // a valkey-server, when there is none.
 func ValkeyBinary(t testing.TB) string {
 	t.Helper()
+	skipShort(t)
 	bin, err := FindValkey()
 	if err != nil {
 		t.Fatal("redistest: valkey-server not found on PATH. These tests run a real Valkey. " +
