@@ -35,6 +35,7 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 	require.NoError(t, releaseScript.Load(ctx, rdb).Err())
 	require.NoError(t, inspectScript.Load(ctx, rdb).Err())
 	base := redistest.UsedMemory(t, rdb)
+	deadline := farDeadline(t, rdb) // rule D: the grants below go out as the store's do
 
 	const cycles, batch, rate = 200_000, 500, 12_500
 	// The most used memory from two margins in, when counters expire as
@@ -56,7 +57,7 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 		for i := range batch {
 			keys[i], digests[i] = fmt.Sprintf("fresh/%d", first+i), digestHex(NewToken())
 			k, a := acquireArgs{digest: digests[i], ttl: 30 * time.Second}.call(keys[i])
-			acquires[i] = pipe.EvalSha(ctx, acquireScript.Hash(), k, a...)
+			acquires[i] = pipe.EvalSha(ctx, acquireScript.Hash(), k, append(a, deadline)...)
 		}
 		_, err := pipe.Exec(ctx)
 		require.NoError(t, err, "acquires from cycle %d (used memory %d KiB)", first, redistest.UsedMemory(t, rdb)>>10)
@@ -138,7 +139,7 @@ func TestFenceCounterLifetime(t *testing.T) {
 	grant := func(key string, seed int64) (digest string, fence int64) {
 		t.Helper()
 		digest = digestHex(NewToken())
-		r, err := nodeAcquire(ctx, rdb, key, acquireArgs{digest: digest, ttl: time.Minute, seed: seed})
+		r, err := nodeAcquire(ctx, rawGrants(rdb), key, acquireArgs{digest: digest, ttl: time.Minute, seed: seed})
 		require.NoError(t, err)
 		require.Equal(t, acquireNew, r.code)
 		return digest, r.value.fence

@@ -146,6 +146,12 @@ func newDiff(t *testing.T, srv *redistest.Server, c, c3 *redis.Client, seed uint
 	d.now = 1_750_000_000_000_000 + int64(seed)*1_000_000_000 + d.r.Int64N(1_000_000)
 	d.setTime()
 	require.NoError(t, c.FlushAll(d.ctx).Err())
+	// One run id on both sides, so that rule D's deadline (deadline.lua,
+	// clock.lua) names the same server on each.
+	info, err := c.Info(d.ctx, "server").Result()
+	require.NoError(t, err)
+	_, id, _ := strings.Cut(info, "run_id:")
+	d.m.RunID = strings.TrimSpace(id[:40])
 	return d
 }
 
@@ -519,6 +525,18 @@ func (d *diff) script() {
 			d.eval("list.lua", listLua, []string{lockKey(key), queueKey(key)})
 		} else {
 			d.eval("window.lua", windowLua, []string{"lockgw:{ratelimit:" + key + "}:window"}, d.attemptID(), 10+d.pick(2000))
+		}
+	case 17:
+		// Rule D: a deadline around now, on this server or another.
+		run := d.m.RunID
+		if d.chance(0.2) {
+			run = strings.Repeat("f", 40)
+		}
+		deadline := run + ":" + strconv.FormatInt(d.now-2+d.r.Int64N(5), 10)
+		if d.chance(0.5) {
+			d.eval("deadline.lua", deadlineLua+"return {'ran', #ARGV, ARGV[1]}", []string{lockKey(key)}, d.digest(), deadline)
+		} else {
+			d.eval("clock.lua", clockLua, []string{lockKey(key)})
 		}
 	case 16:
 		args := []any{"reserve", lockKey(key) + "#" + d.digest(), d.ttl().Milliseconds(), 1 + d.pick(2)}

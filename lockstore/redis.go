@@ -24,7 +24,7 @@ const FenceMargin = time.Second
 var (
 	//go:embed lua/acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = redis.NewScript(deadlineLua + acquireLua) // rule D: clock.go
 
 	//go:embed lua/extend.lua
 	extendLua    string
@@ -60,6 +60,7 @@ var (
 // trip (plus the two nodes' clock difference) before its lease does.
 type Redis struct {
 	client   redis.UniversalClient
+	clocks   *clocks     // rule D's samples of the servers (clock.go)
 	acks     replicaAcks // LOCKGW_REDIS_WAIT_REPLICAS (redis_wait.go)
 	notifier *notifier
 	rooms    *rooms // the waiters of this store, by key (wait_room.go)
@@ -94,7 +95,30 @@ func NewRedis(client redis.UniversalClient) *Redis {
 	if n.sharded {
 		publish, mode = publishShard, RedisCluster
 	}
-	return &Redis{client: client, notifier: n, rooms: newRooms(), publish: publish, mode: mode}
+	return &Redis{client: client, clocks: newClocks(clientTimeout(client), n.sharded), notifier: n, rooms: newRooms(), publish: publish, mode: mode}
+}
+
+// grants is the client for the scripts that grant: they carry rule D's
+// deadline (clock.go).
+func (s *Redis) grants(c redis.Scripter) clocked {
+	return clocked{Scripter: c, clocks: s.clocks}
+}
+
+// clientTimeout is how long a call through client may take before the
+// client gives up on it by itself (its read timeout), go-redis's default
+// when the client does not say.
+func clientTimeout(client redis.UniversalClient) time.Duration {
+	var t time.Duration
+	switch c := client.(type) {
+	case *redis.Client:
+		t = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		t = c.Options().ReadTimeout
+	}
+	if t <= 0 {
+		t = 3 * time.Second
+	}
+	return t
 }
 
 // Acquire implements Store.
@@ -413,7 +437,7 @@ func (a acquireArgs) call(key string) (keys []string, args []any) {
 	return keys, args
 }
 
-func nodeAcquire(ctx context.Context, c redis.Scripter, key string, a acquireArgs) (acquireResult, error) {
+func nodeAcquire(ctx context.Context, c clocked, key string, a acquireArgs) (acquireResult, error) {
 	keys, args := a.call(key)
 	reply, err := acquireScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
@@ -653,7 +677,8 @@ func redisErr(err error) error {
 		switch code {
 		case "OOM", "READONLY", "MISCONF", "NOREPLICAS", "BUSY":
 			return &RefusedError{Reason: strings.ToLower(code), msg: rerr.Error()}
-		case "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "TIMEOUT":
+		case "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "TIMEOUT",
+			lateReply, clockReply: // rule D (clock.go): the grant wrote nothing
 		default:
 			return fmt.Errorf("lockstore: redis: %w", err)
 		}

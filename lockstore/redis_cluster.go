@@ -86,7 +86,7 @@ func (s *Redis) clusterAcquire(ctx context.Context, key string, a *acquireArgs) 
 		// lock to renew; only a new grant is refused.
 		call.quota.max = -1
 	}
-	r, err := nodeAcquire(ctx, s.client, key, call)
+	r, err := nodeAcquire(ctx, s.grants(s.client), key, call)
 	if err != nil {
 		// Whether the lock was taken is unknown: keep the place; it stops
 		// counting when the lease it was reserved for would end.

@@ -37,6 +37,15 @@ func newLateGateway(t *testing.T, srv *redistest.Server, late time.Duration) *la
 	return &lateGateway{Redis: s, proxy: p, late: late}
 }
 
+// sample has the slow gateway sample Redis's clock (rule D) while its
+// path is fast, as a gateway that has been serving does: its grants then
+// carry a deadline, and only their own bytes are late.
+func (g *lateGateway) sample(t *testing.T) {
+	t.Helper()
+	_, err := g.Acquire(context.Background(), "late/sample", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.NoError(t, err)
+}
+
 // giveUp runs op with the path slow, so that op's calls time out and its
 // scripts land later; it checks that op failed as unavailable ("outcome
 // unknown": the 503 a client would see).
@@ -122,6 +131,42 @@ func TestRedisLateWrites(t *testing.T) {
 		time.Sleep(late + 300*time.Millisecond)
 		_, err = fast.SemAcquire(ctx, p.Key, lockstore.PermitRequest{Token: lockstore.NewToken(), Limit: 1, TTL: time.Second})
 		require.True(t, errors.Is(err, lockstore.ErrSemaphoreFull), "a second holder of a semaphore of limit 1: %v", err)
+	})
+
+	// Rule D (docs/safety.md, "Late grants"): a grant answered 503 that
+	// lands after the holder's later grant and release revives nothing.
+	t.Run("grant does not land after its 503", func(t *testing.T) {
+		slow, fast := newLateGateway(t, srv, late), newRedisStore(t, srv)
+		slow.sample(t)
+		token := lockstore.NewToken()
+		slow.giveUp(t, func(ctx context.Context) error {
+			_, err := slow.Acquire(ctx, "late/grant", lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second})
+			return err
+		})
+		l, err := fast.Acquire(ctx, "late/grant", lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second})
+		require.NoError(t, err)
+		require.NoError(t, fast.Release(ctx, l.Key, token))
+
+		time.Sleep(late + 300*time.Millisecond)
+		_, err = fast.Acquire(ctx, l.Key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		require.NoError(t, err, "the grant answered 503 landed after the release and took the key again")
+	})
+
+	t.Run("semaphore grant does not land after its 503", func(t *testing.T) {
+		slow, fast := newLateGateway(t, srv, late), newRedisStore(t, srv)
+		slow.sample(t)
+		token := lockstore.NewToken()
+		slow.giveUp(t, func(ctx context.Context) error {
+			_, err := slow.SemAcquire(ctx, "late/sem-grant", lockstore.PermitRequest{Token: token, Limit: 1, TTL: 10 * time.Second})
+			return err
+		})
+		p, err := fast.SemAcquire(ctx, "late/sem-grant", lockstore.PermitRequest{Token: token, Limit: 1, TTL: 10 * time.Second})
+		require.NoError(t, err)
+		require.NoError(t, fast.SemRelease(ctx, p.Key, token))
+
+		time.Sleep(late + 300*time.Millisecond)
+		_, err = fast.SemAcquire(ctx, p.Key, lockstore.PermitRequest{Token: lockstore.NewToken(), Limit: 1, TTL: time.Second})
+		require.NoError(t, err, "the permit answered 503 landed after the release and took the only place again")
 	})
 
 	t.Run("semaphore extend does not shorten a later answer", func(t *testing.T) {

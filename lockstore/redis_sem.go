@@ -25,7 +25,7 @@ var (
 
 	//go:embed lua/sem_acquire.lua
 	semAcquireLua    string
-	semAcquireScript = redis.NewScript(semCommonLua + semAcquireLua)
+	semAcquireScript = redis.NewScript(deadlineLua + semCommonLua + semAcquireLua) // rule D: clock.go
 
 	//go:embed lua/sem_extend.lua
 	semExtendLua    string
@@ -97,14 +97,14 @@ func (s *Redis) SemAcquire(ctx context.Context, key string, req PermitRequest) (
 
 func (s *Redis) semAcquire(ctx context.Context, key string, a semArgs) (semResult, error) {
 	if s.acks.replicas == 0 {
-		return nodeSemAcquire(ctx, s.client, key, a)
+		return nodeSemAcquire(ctx, s.grants(s.client), key, a)
 	}
 	conn, err := s.conn()
 	if err != nil {
 		return semResult{}, err
 	}
 	defer conn.Close()
-	r, err := nodeSemAcquire(ctx, conn, key, a)
+	r, err := nodeSemAcquire(ctx, s.grants(conn), key, a)
 	if err != nil || (r.code != semNew && r.code != semRenewed) {
 		return r, err
 	}
@@ -307,7 +307,7 @@ func (r semResult) permit(key string, req PermitRequest, start time.Time) (Permi
 	return Permit{}, &FullError{Limit: req.Limit, Remaining: r.remaining}
 }
 
-func nodeSemAcquire(ctx context.Context, c redis.Scripter, key string, a semArgs) (semResult, error) {
+func nodeSemAcquire(ctx context.Context, c clocked, key string, a semArgs) (semResult, error) {
 	keys := []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key), semQueueKey(key), semAliveKey(key)}
 	args := []any{a.digest, a.ttl.Milliseconds(), a.owner, a.limit, a.slot, a.attempt, a.seed,
 		FenceMargin.Milliseconds(), a.ticket.id, a.ticket.heartbeat.Milliseconds(), semChannel(key), cmp.Or(a.publish, publishAll)}

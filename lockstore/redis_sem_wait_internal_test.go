@@ -61,7 +61,7 @@ func TestSemUnwaitKeepsTwin(t *testing.T) {
 			key := "twin-" + twin
 			keys := []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key), semQueueKey(key), semAliveKey(key)}
 			args := []any{a.digest, a.ttl.Milliseconds(), a.owner, a.limit, 0, "", 0,
-				FenceMargin.Milliseconds(), "", 0, semChannel(key), publishAll}
+				FenceMargin.Milliseconds(), "", 0, semChannel(key), publishAll, farDeadline(t, c)}
 			var grant, again *redis.Cmd
 			_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				grant = semAcquireScript.EvalSha(ctx, p, keys, args...)
@@ -85,15 +85,15 @@ func TestSemUnwaitKeepsTwin(t *testing.T) {
 		})
 	}
 
-	r, err := nodeSemAcquire(ctx, c, "regranted", a)
+	r, err := nodeSemAcquire(ctx, rawGrants(c), "regranted", a)
 	require.NoError(t, err)
 	require.NoError(t, s.SemRelease(ctx, "regranted", token))
-	_, err = nodeSemAcquire(ctx, c, "regranted", a)
+	_, err = nodeSemAcquire(ctx, rawGrants(c), "regranted", a)
 	require.NoError(t, err)
 	s.semUnwait(ctx, "regranted", r.slot, r.value.raw)
 	assert.EqualValues(t, 1, held("regranted"), "a later grant is not this one")
 
-	r, err = nodeSemAcquire(ctx, c, "untouched", a)
+	r, err = nodeSemAcquire(ctx, rawGrants(c), "untouched", a)
 	require.NoError(t, err)
 	require.Equal(t, semNew, r.code)
 	s.semUnwait(ctx, "untouched", r.slot, r.value.raw)

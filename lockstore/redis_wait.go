@@ -1,9 +1,11 @@
 package lockstore
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,7 +59,7 @@ func (s *Redis) conn() (*redis.Conn, error) {
 // more).
 func (s *Redis) acquireAcked(ctx context.Context, key string, a acquireArgs) (acquireResult, error) {
 	if s.acks.replicas == 0 {
-		return nodeAcquire(ctx, s.client, key, a)
+		return nodeAcquire(ctx, s.grants(s.client), key, a)
 	}
 	conn, err := s.conn()
 	if err != nil {
@@ -68,11 +70,17 @@ func (s *Redis) acquireAcked(ctx context.Context, key string, a acquireArgs) (ac
 	var reply *redis.Cmd
 	var expiry *redis.Cmd
 	for try := 0; ; try++ {
+		// Rule D (clock.go): the grant's deadline, sampled on this
+		// connection's server.
+		deadline, giveUp, err := s.clocks.deadline(ctx, conn, lockKey(key))
+		if err != nil {
+			return acquireResult{}, err
+		}
 		// The lock's expiry, read in the same MULTI as the grant, is what
 		// tells the grant's own lease from the same token's renewal later
 		// (unwait.lua).
 		_, err = conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			reply = acquireScript.EvalSha(ctx, p, keys, args...)
+			reply = acquireScript.EvalSha(ctx, p, keys, append(slices.Clip(args), deadline)...)
 			// Do: go-redis's PExpireTime turns the reply into a Duration.
 			expiry = p.Do(ctx, "PEXPIRETIME", lockKey(key))
 			return nil
@@ -81,12 +89,19 @@ func (s *Redis) acquireAcked(ctx context.Context, key string, a acquireArgs) (ac
 		// master after a failover) ran nothing; Redis queues it and answers
 		// NOSCRIPT in its place in EXEC's reply. Load the script and send
 		// the MULTI again; the PEXPIRETIME of the first one changed nothing.
-		if try == 0 && (redis.HasErrorPrefix(reply.Err(), "NOSCRIPT") || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		// Neither did a grant that reached another server than the one
+		// sampled: sample again and send it again.
+		if try < 2 && (redis.HasErrorPrefix(reply.Err(), "NOSCRIPT") || redis.HasErrorPrefix(err, "NOSCRIPT")) {
 			if err = acquireScript.Load(ctx, conn).Err(); err != nil {
 				return acquireResult{}, redisErr(err)
 			}
 			continue
 		}
+		if try < 2 && isReply(reply.Err(), clockReply) {
+			s.clocks.forget(lockKey(key))
+			continue
+		}
+		s.clocks.settle(cmp.Or(err, reply.Err()), giveUp)
 		break
 	}
 	if err = reply.Err(); err != nil {

@@ -28,7 +28,7 @@ func TestUnwaitKeepsRenewedLease(t *testing.T) {
 	token := NewToken()
 	a := acquireArgs{digest: digestHex(token), ttl: time.Minute, owner: "o"}
 	grant := func(key string) (string, int64) {
-		r, err := nodeAcquire(ctx, s.client, key, a)
+		r, err := nodeAcquire(ctx, s.grants(s.client), key, a)
 		require.NoError(t, err)
 		v, err := c.Get(ctx, lockKey(key)).Result()
 		require.NoError(t, err)
@@ -40,7 +40,7 @@ func TestUnwaitKeepsRenewedLease(t *testing.T) {
 
 	v, at := grant("renewed")
 	time.Sleep(5 * time.Millisecond)
-	r, err := nodeAcquire(ctx, s.client, "renewed", a) // the same token, the same TTL: the same value
+	r, err := nodeAcquire(ctx, s.grants(s.client), "renewed", a) // the same token, the same TTL: the same value
 	require.NoError(t, err)
 	require.Equal(t, acquireRenewed, r.code)
 	s.unwait(ctx, "renewed", a, v, at)
@@ -88,6 +88,7 @@ func TestUnwaitKeepsTwinInTheSameMillisecond(t *testing.T) {
 		t.Run(twin, func(t *testing.T) {
 			key := "twin-" + twin
 			keys, args := a.call(key)
+			args = append(args, farDeadline(t, c)) // rule D, as the store sends it
 			var grant, again *redis.Cmd
 			var before, after *redis.Cmd
 			_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {

@@ -341,8 +341,11 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		}
 		n.client = redis.NewClient(&o)
 		n.batch = newNodeBatch(n.client, r.nodeTimeout)
-		n.grant = setGuard{Scripter: n.batch, set: r.set, i: i}
-		n.semGrant = setGuard{Scripter: n.client, set: r.set, i: i}
+		// Grants carry rule D's deadline (clock.go) and go out with the
+		// node list check in front (redlock_set.go).
+		clk := newClocks(r.nodeTimeout, false)
+		n.grant = clocked{Scripter: setGuard{Scripter: n.batch, set: r.set, i: i}, clocks: clk}
+		n.semGrant = clocked{Scripter: setGuard{Scripter: n.client, set: r.set, i: i}, clocks: clk}
 		n.batch.trace = newCmdTracer(opts.Tracer, o.Addr)
 		n.batch.trace.hook(n.client)
 		n.notifier = newNotifier(n.client)

@@ -350,6 +350,33 @@ func TestRedlockTwinsShareOneFence(t *testing.T) {
 	}
 }
 
+// slowNodes is a Redlock over five nodes whose last two answer through
+// proxies: they run each command at once, and their replies are two node
+// timeouts late until the test sets the proxies' reply delay to 0.
+func slowNodes(t *testing.T) (*lockstore.Redlock, []*redistest.Server, []*redistest.Proxy) {
+	t.Helper()
+	srvs := startNodes(t, 5)
+	urls := urlsOf(srvs)
+	var proxies []*redistest.Proxy
+	for i := 3; i < 5; i++ {
+		p := redistest.NewProxy(t, srvs[i].Addr(), 0)
+		proxies = append(proxies, p)
+		urls[i] = p.URL()
+	}
+	s := openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: roomy})
+	ctx := testCtx(t)
+	require.NoError(t, s.Ping(ctx))
+	// A grant first, while the replies are quick: each node's clock is
+	// sampled (rule D), as on a gateway that has been serving.
+	warm, err := s.Acquire(ctx, "warm", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, warm.Key, warm.Token))
+	for _, p := range proxies {
+		p.SetReplyDelay(2 * roomy)
+	}
+	return s, srvs, proxies
+}
+
 // twinFences runs n twin acquires at once (acquire(j) is twin j, answering
 // its fence) and returns the fences of those granted. A twin may fail only
 // with "outcome unknown".
@@ -376,34 +403,32 @@ func twinFences(t *testing.T, n int, acquire func(j int) (int64, error)) map[int
 // Issue 26, hole 3: a retry sent after the answer arrived, answered 200,
 // carries the answered fence. Nodes 3 and 4 vote 3 s ahead of the gateway's
 // seed (a counter planted ahead stands for their clocks: the vote is the
-// same) and are paused during the grant, so it is granted on 0-2 with F;
-// resumed, they run the round's acquire late and make values above F. A
-// retry re-granted on all five took the highest of the values its maker
-// made, above F.
+// same) and their replies are late during the grant (slowNodes), so it is
+// granted on 0-2 with F while 3 and 4 hold values above F the round never
+// heard of. A retry re-granted on all five took the highest of the values
+// its maker made, above F. (Before rule D the staging paused 3 and 4, and
+// the round's acquires landed after its answer; they now write nothing.)
 func TestRedlockRetryKeepsConfirmedFence(t *testing.T) {
 	t.Parallel()
-	srvs := startNodes(t, 5)
-	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	s, srvs, proxies := slowNodes(t)
 	ctx := testCtx(t)
-	require.NoError(t, s.Ping(ctx))
 	ahead := strconv.FormatInt(time.Now().Add(3*time.Second).UnixMicro(), 10)
 	for _, srv := range srvs[3:] {
 		require.NoError(t, srv.Client().Set(ctx, "lockgw:{k}:fence", ahead, time.Minute).Err())
-		srv.Pause()
 	}
 	req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute}
 	first, err := s.Acquire(ctx, "k", req)
 	require.NoError(t, err, "0-2 are a majority")
+	// 3 and 4 ran the round's acquire: values of the token above F.
 	for _, srv := range srvs[3:] {
-		srv.Resume()
+		v, err := srv.Client().Get(ctx, "lockgw:{k}:lock").Result()
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(v, digest(req.Token)), "the acquire ran on %s: %s", srv.Addr(), v)
 	}
-	// The late acquires land: values of the token above F on 3 and 4.
-	for _, srv := range srvs[3:] {
-		require.Eventually(t, func() bool {
-			v, err := srv.Client().Get(ctx, "lockgw:{k}:lock").Result()
-			return err == nil && strings.HasPrefix(v, digest(req.Token))
-		}, 5*time.Second, 10*time.Millisecond, "the late acquire landed on %s", srv.Addr())
+	for _, p := range proxies {
+		p.SetReplyDelay(0)
 	}
+	time.Sleep(2 * roomy) // the late replies are read and dropped
 
 	again, err := s.Acquire(ctx, "k", req)
 	require.NoError(t, err)

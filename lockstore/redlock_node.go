@@ -25,8 +25,9 @@ type redlockNode struct {
 	probe *redis.Client
 
 	// grant and semGrant are batch and client with the node list check in
-	// front of the scripts that grant or lengthen (redlock_set.go).
-	grant, semGrant redis.Scripter
+	// front of the scripts that grant or lengthen (redlock_set.go), and
+	// rule D's deadline on grants (clock.go).
+	grant, semGrant clocked
 
 	warmMu sync.Mutex // one warm-up at a time: two would share the pool
 
@@ -167,7 +168,7 @@ func (n *redlockNode) isWarm() bool {
 // The scripts a Redlock runs, loaded on each node by the warm-up so that
 // the first requests do not pay for EVALSHA's NOSCRIPT and the EVAL after it.
 var redlockScripts = []*redis.Script{acquireScript, extendScript, releaseScript, inspectScript, raiseFenceScript, discardScript,
-	semAcquireScript, semExtendScript, semReleaseScript, semReadScript, semInspectScript, semRaiseScript, semDiscardScript}
+	semAcquireScript, semExtendScript, semReleaseScript, semReadScript, semInspectScript, semRaiseScript, semDiscardScript, clockScript}
 
 // warmUp warms n, retrying with a backoff while n does not answer, until it
 // succeeds or the store closes. Its deadlines are generous: warming up is

@@ -418,6 +418,9 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 	if err := checkToken(key, token, MinTTL); err != nil {
 		return err
 	}
+	if err := r.set.refusing(); err != nil {
+		return err
+	}
 	digest := digestHex(token)
 	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (lockValue, error) {
 		v, _, err := nodeInspect(ctx, n.batch, key)
@@ -490,6 +493,9 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
 // inspect is Inspect, and the lease's latest end on the nodes read
 // (watchLate): what a watch needs to tell their spread from an extend.
 func (r *Redlock) inspect(ctx context.Context, key string) (Lease, time.Duration, error) {
+	if err := r.set.refusing(); err != nil {
+		return Lease{}, 0, err
+	}
 	type held struct {
 		value     lockValue
 		remaining time.Duration

@@ -238,7 +238,12 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 		if v.err != nil || (v.val.code != semNew && v.val.code != semRenewed) {
 			continue
 		}
-		if v.val.value.fence == fence && v.val.value.confirmed {
+		// A value that carries the fence confirmed counts as it is only
+		// when the round keeps the permit's fence; otherwise it may be a
+		// minority's copy of a permit the token released, and the
+		// write-back checks the node's counter (docs/safety.md,
+		// "Semaphores", Fences).
+		if kept && v.val.value.fence == fence && v.val.value.confirmed {
 			if v.counted {
 				confirmed++
 			}
@@ -431,6 +436,9 @@ func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
 	if err := checkToken(key, token, MinTTL); err != nil {
 		return err
 	}
+	if err := r.set.refusing(); err != nil {
+		return err
+	}
 	digest := digestHex(token)
 	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (semValue, error) {
 		return nodeSemRead(ctx, n.client, key, digest)
@@ -490,6 +498,9 @@ func (r *Redlock) SemInspect(ctx context.Context, key string) (SemaphoreState, e
 // semInspect is SemInspect, and how much later than its ExpiresAt any
 // permit's last node may let it go (watchLate, the largest over permits).
 func (r *Redlock) semInspect(ctx context.Context, key string) (SemaphoreState, time.Duration, error) {
+	if err := r.set.refusing(); err != nil {
+		return SemaphoreState{}, 0, err
+	}
 	type read struct {
 		limit int
 		vs    []semValue

@@ -34,8 +34,8 @@ var (
 
 	// guardedScripts are the scripts that grant or lengthen, by the hash
 	// of their plain form, each with nodeset.lua in front.
-	guardedScripts = guard(acquireLua, extendLua, raiseFenceLua,
-		semCommonLua+semAcquireLua, semCommonLua+semExtendLua, semCommonLua+semRaiseLua)
+	guardedScripts = guard(deadlineLua+acquireLua, extendLua, raiseFenceLua,
+		deadlineLua+semCommonLua+semAcquireLua, semCommonLua+semExtendLua, semCommonLua+semRaiseLua)
 )
 
 // setKey, on each Redlock node, is the node list it serves: canonical
@@ -208,6 +208,18 @@ func (s *nodeSet) isJoined() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.joined
+}
+
+// refusing is the error of a gateway that knows a node of its list
+// serves another list (rule C): not only its grants and extends but its
+// reads and releases too are refused, since it would count the nodes of
+// a lease over a list the lease was not granted on (a release through it
+// would answer 404 for a lease held on the other list's majority).
+func (s *nodeSet) refusing() error {
+	if why := s.closedWhy(); why != "" {
+		return s.refusal(why)
+	}
+	return nil
 }
 
 func (s *nodeSet) closedWhy() string {

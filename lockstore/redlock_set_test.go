@@ -88,6 +88,17 @@ func TestRedlockNodeListChange(t *testing.T) {
 
 	_, err = newer.SemAcquire(ctx, "deploy-sem", lockstore.PermitRequest{Token: "new-holder", TTL: 10 * time.Second, Limit: 2})
 	require.ErrorIs(t, err, lockstore.ErrRefused, "semaphores are refused as locks are")
+
+	// Its reads and releases too: over its own list it sees the old
+	// holder's lease on b only, and would answer "not held" (404) for a
+	// lease held on b and c (the chaos row nodeset-change found it).
+	err = newer.Release(ctx, "deploy", lease.Token)
+	require.ErrorIs(t, err, lockstore.ErrRefused, "a release through the refused gateway")
+	_, err = newer.Inspect(ctx, "deploy")
+	require.ErrorIs(t, err, lockstore.ErrRefused, "a read through the refused gateway")
+	require.ErrorIs(t, newer.SemRelease(ctx, "deploy-sem", "new-holder"), lockstore.ErrRefused)
+	_, err = newer.SemInspect(ctx, "deploy-sem")
+	require.ErrorIs(t, err, lockstore.ErrRefused)
 	require.NoError(t, old.Release(ctx, "deploy", lease.Token))
 }
 

@@ -173,10 +173,23 @@ func newSimWorld(seed uint64, nodes, gateways int, net simNet, scripts map[strin
 	}
 	for i := range gateways {
 		g := &simGateway{id: i}
-		g.store = &Redis{client: simRedis{w: w}, rooms: newRooms(), publish: publishAll, mode: RedisSingle}
+		g.store = &Redis{client: simRedis{w: w}, rooms: newRooms(), publish: publishAll, mode: RedisSingle,
+			clocks: w.clocks()}
 		w.gws = append(w.gws, g)
 	}
 	return w
+}
+
+// clocks is rule D's sampler for a simulated gateway (clock.go): on the
+// world's clock, with the gateway's backend timeout. A call fails only by
+// that timeout, which fires at its give-up moment, so settle never waits.
+func (w *simWorld) clocks() *clocks {
+	c := newClocks(time.Duration(w.net.timeout)*time.Microsecond, false)
+	c.now = func() time.Time { return time.UnixMicro(w.now) }
+	c.sleepUntil = func(t time.Time) {
+		panic(fmt.Sprintf("sim: a call failed %s before its give-up moment", t.Sub(time.UnixMicro(w.now))))
+	}
+	return c
 }
 
 func (w *simWorld) at(t int64, fn func()) {
@@ -304,6 +317,13 @@ func (w *simWorld) deliver(c *simCall, n *simNode) {
 		w.late++
 	}
 	w.hist.nodeRan(w.now, c, s.name, r, late)
+	// Rule D: a grant that runs once its gateway may have answered 503
+	// for it (its call's timeout) grants nothing (codes 1 and 2 of both
+	// scripts: a new grant, a renewal).
+	if (s.name == "acquire.lua" || s.name == "sem_acquire.lua") && w.now >= c.sentAt+w.net.timeout && simGranted(r) {
+		w.hist.violate("late-grant", w.now, simKeyOf(c.keys), "%s of #%d ran %s after it was sent, past its gateway's give-up, and answered %s",
+			s.name, c.op.req.id, simDur(w.now-c.sentAt), w.hist.short(r))
+	}
 	if w.chance(w.net.pLoss) {
 		return
 	}
@@ -312,6 +332,16 @@ func (w *simWorld) deliver(c *simCall, n *simNode) {
 			w.resume(c, r)
 		}
 	})
+}
+
+// simGranted says whether a grant script's reply is a grant or a renewal.
+func simGranted(r simReply) bool {
+	list, ok := r.val.([]any)
+	if r.err != nil || !ok || len(list) == 0 {
+		return false
+	}
+	code, _ := list[0].(int64)
+	return code == 1 || code == 2
 }
 
 // simRedis is the gateways' go-redis client: it implements only what
@@ -353,11 +383,12 @@ func (c simRedis) do(ctx context.Context, sha, src string, keys []string, args [
 func simScripts(subst map[string]simScript) map[string]simScript {
 	out := map[string]simScript{}
 	for _, s := range []simScript{
-		{name: "acquire.lua", src: acquireLua},
+		{name: "acquire.lua", src: deadlineLua + acquireLua},
+		{name: "clock.lua", src: clockLua},
 		{name: "extend.lua", src: extendLua},
 		{name: "inspect.lua", src: inspectLua},
 		{name: "release.lua", src: releaseLua},
-		{name: "sem_acquire.lua", src: semCommonLua + semAcquireLua},
+		{name: "sem_acquire.lua", src: deadlineLua + semCommonLua + semAcquireLua},
 		{name: "sem_extend.lua", src: semCommonLua + semExtendLua},
 		{name: "sem_read.lua", src: semCommonLua + semReadLua},
 		{name: "sem_release.lua", src: semCommonLua + semReleaseLua},
@@ -365,6 +396,13 @@ func simScripts(subst map[string]simScript) map[string]simScript {
 		sha := luaredis.Sha1(s.src)
 		if r, ok := subst[s.name]; ok {
 			s.src, s.nargs = r.src, r.nargs
+			if strings.HasPrefix(s.name, "acquire") || strings.HasPrefix(s.name, "sem_acquire") {
+				// A control's grant script still takes rule D's deadline
+				// (deadline.lua), unless the control replaces that too.
+				if !strings.HasPrefix(s.src, "-- deadline.lua") {
+					s.src = deadlineLua + s.src
+				}
+			}
 		}
 		out[sha] = s
 	}

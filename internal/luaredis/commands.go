@@ -32,6 +32,7 @@ func init() {
 		"PEXPIRETIME":      {2, false, cmdPexpiretime},
 		"PTTL":             {2, false, cmdPttl},
 		"TIME":             {1, false, cmdTime},
+		"INFO":             {-1, false, cmdInfo},
 		"HGET":             {3, false, cmdHget},
 		"HSET":             {-4, false, cmdHset},
 		"HDEL":             {-3, false, cmdHdel},
@@ -305,6 +306,12 @@ func cmdPttl(s *Server, a []string) any {
 func cmdTime(s *Server, _ []string) any {
 	sec := floorDiv(s.nowUs, 1000000)
 	return []any{strconv.FormatInt(sec, 10), strconv.FormatInt(s.nowUs-sec*1000000, 10)}
+}
+
+// cmdInfo is INFO's "server" section, of which luaredis has the run id
+// only; any section asked for gets it.
+func cmdInfo(s *Server, _ []string) any {
+	return "# Server\r\nredis_version:7.0.15\r\nrun_id:" + s.RunID + "\r\n"
 }
 
 func cmdHget(s *Server, a []string) any {

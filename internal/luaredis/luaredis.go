@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 )
 
 // Error is an error reply. It satisfies go-redis's redis.Error, so code
@@ -85,11 +86,17 @@ type Server struct {
 	Published []Message
 	// KeepMessages: record messages in Published (off: drop them).
 	KeepMessages bool
+	// RunID is what INFO says the server's run id is: 40 hex digits, a
+	// new one for each New (a restarted server is a new Server).
+	RunID string
 }
+
+// servers counts the Servers made, for their run ids.
+var servers atomic.Uint64
 
 // New returns an empty server whose clock reads 0 until SetTime.
 func New() *Server {
-	s := &Server{keys: map[string]*entry{}, scripts: map[string]string{}}
+	s := &Server{keys: map[string]*entry{}, scripts: map[string]string{}, RunID: fmt.Sprintf("%040x", servers.Add(1))}
 	s.lua = newEngine(s)
 	return s
 }

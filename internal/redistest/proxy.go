@@ -15,7 +15,9 @@ import (
 type Proxy struct {
 	target string
 	delay  atomic.Int64 // time.Duration
-	ln     net.Listener
+	// replyDelay is added to delay on the way back only (SetReplyDelay).
+	replyDelay atomic.Int64
+	ln         net.Listener
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -57,6 +59,11 @@ func (p *Proxy) URL() string { return "redis://" + p.Addr() + "/0" }
 // SetDelay changes the delay of everything read from now on.
 func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
+// SetReplyDelay adds d to the delay of what the server sends back, from
+// now on: the server runs a command at once, and its reply is late (a
+// slow path back, or a gateway paused before reading).
+func (p *Proxy) SetReplyDelay(d time.Duration) { p.replyDelay.Store(int64(d)) }
+
 // Close stops accepting, cuts every proxied connection and waits for the
 // proxy's goroutines. Safe to call twice.
 func (p *Proxy) Close() {
@@ -96,8 +103,8 @@ func (p *Proxy) serve() {
 			_ = server.Close()
 			continue
 		}
-		p.wg.Go(func() { p.pipe(server, client) })
-		p.wg.Go(func() { p.pipe(client, server) })
+		p.wg.Go(func() { p.pipe(server, client, nil) })
+		p.wg.Go(func() { p.pipe(client, server, &p.replyDelay) })
 	}
 }
 
@@ -106,9 +113,9 @@ type chunk struct {
 	due  time.Time
 }
 
-// pipe copies src to dst, each chunk delay after it was read; when either
-// side ends, both connections are closed.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, each chunk delay (plus extra, when not nil)
+// after it was read; when either side ends, both connections are closed.
+func (p *Proxy) pipe(dst, src net.Conn, extra *atomic.Int64) {
 	defer func() { _ = dst.Close(); _ = src.Close() }()
 	queue := make(chan chunk, 1024)
 	var wg sync.WaitGroup
@@ -118,7 +125,11 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
-				queue <- chunk{buf[:n], time.Now().Add(time.Duration(p.delay.Load()))}
+				d := p.delay.Load()
+				if extra != nil {
+					d += extra.Load()
+				}
+				queue <- chunk{buf[:n], time.Now().Add(time.Duration(d))}
 			}
 			if err != nil { // EOF, a reset, or closed by Close
 				return

@@ -11,9 +11,11 @@
 --
 -- Returns {1} when the round still holds the slot here and the node's
 -- counter is below F (it is raised to F, set by this token) or is F, set
--- by this token (this round, or a twin: the same permit), or the value
--- carries F already with the counter at F or past it: the slot's value now
--- carries F, marked confirmed ("<F>+0<ms>", sem_common.lua). {2, c, mine} when the counter c is past F (or is
+-- by this token (this round, or a twin: the same permit): the slot's value
+-- now carries F, marked confirmed ("<F>+0<ms>", sem_common.lua). A value
+-- that carries F already is no exception: it may be what is left on this
+-- node of a permit the token released, with another token's permit granted
+-- since (docs/safety.md, "Semaphores", Fences). {2, c, mine} when the counter c is past F (or is
 -- F, set by another token): nothing changed; mine is 1 when this token
 -- set c (a twin raised its fence to c). {0} when the round no longer
 -- holds the slot here: nothing changed.
@@ -50,13 +52,6 @@ local function confirm()
   put(KEYS[1], KEYS[2], ARGV[5], p, now)
 end
 if ARGV[6] == '1' then
-  confirm()
-  return {1}
-end
-if tonumber(p.fence) == f and c >= f then
-  -- The value carries F already (this token's vote or write-back put it
-  -- there, as a twin's may have), and the counter is past it: F is
-  -- confirmed here, whoever moved the counter on since.
   confirm()
   return {1}
 end
