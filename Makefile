@@ -173,4 +173,4 @@ sdk-check:
 SIM_DURATION ?= 1m
 .PHONY: sim
 sim:
-	$(GO) test ./lockstore -run 'TestSimRedis$$' -count=1 -timeout 0 -v -sim.duration $(SIM_DURATION) -sim.first "$$(date +%s)000"
+	$(GO) test ./lockstore -run 'TestSimRedis$$|TestSimRedlock$$' -count=1 -timeout 0 -v -sim.duration $(SIM_DURATION) -sim.first "$$(date +%s)000"
