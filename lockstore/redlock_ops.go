@@ -297,8 +297,8 @@ func pickFence(votes []fenceVote, quorum int) (fence int64, kept bool) {
 	if f, ok := quorumFence(all, quorum); ok {
 		fence = f
 	}
-	for _, vs := range made {
-		if len(vs) < quorum {
+	for maker, vs := range made {
+		if maker == "" || len(vs) < quorum {
 			continue
 		}
 		var highest, confirmed int64
@@ -325,9 +325,17 @@ func countOf(fences []int64, f int64) int {
 }
 
 // makerOf is the round that made a Redlock value: the first attempt id of
-// its field ("~x.y…", "~!x" once pinned).
+// its field ("~x.y…"); none ("") once pinned ("~!y"), since y is only the
+// last round that took the value over. Counting a pinned value as y's let
+// a copy of a lease the token released (left on a node its release missed)
+// pass as a value of y's round, and y answered that lease's old fence,
+// below the fence of a holder granted in between (the Redlock simulator
+// found it; docs/safety.md, "Fences of twins", stale copies).
 func makerOf(field string) string {
-	id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(field, "~"), "!"), ".")
+	if strings.HasPrefix(field, "~!") {
+		return ""
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(field, "~"), ".")
 	return id
 }
 

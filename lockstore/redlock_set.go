@@ -441,7 +441,10 @@ func (r *Redlock) markPass(timeout time.Duration) {
 		switch {
 		case errs[i] != nil:
 			complete = false
-		case prev[i] != "" && prev[i] != s.tentative():
+		case prev[i] != "" && prev[i] != s.tentative() && prev[i] != s.list:
+			// Another list's mark got there first. (Our own list,
+			// committed, is a gateway with our list whose pass got there
+			// first: the same marks, not a loss.)
 			lost = i
 		}
 	}

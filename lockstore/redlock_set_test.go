@@ -3,9 +3,11 @@ package lockstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,4 +309,34 @@ func TestRedlockRestartBeforeAnyGatewaySawIt(t *testing.T) {
 	assert.Equal(t, 2, q, "a and c say they are quarantined: %+v", g2.Nodes())
 	// b, with its data, is not: its marker stayed.
 	assert.Zero(t, b.Client().Exists(ctx, "lockgw:redlock:quarantine").Val())
+}
+
+// TestRedlockSameListFreshPasses: gateways of one list that start at once
+// on fresh nodes all serve it. A pass whose tentative mark found the list
+// already committed there (a sibling's pass got there first) took that
+// for another list's mark and closed its gateway, naming the same list as
+// "the node list it was last used with" (the semaphore conformance suite
+// found it, a few runs in six on a loaded machine).
+func TestRedlockSameListFreshPasses(t *testing.T) {
+	t.Parallel()
+	for round := range 5 {
+		srvs := startNodes(t, 3)
+		stores := make([]*lockstore.Redlock, 4)
+		var wg sync.WaitGroup
+		for i := range stores {
+			wg.Go(func() {
+				s, err := lockstore.OpenRedlock(urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+				if err == nil {
+					stores[i] = s
+				}
+			})
+		}
+		wg.Wait()
+		for i, s := range stores {
+			require.NotNil(t, s, "round %d: gateway %d opened", round, i)
+			t.Cleanup(func() { _ = s.Close() })
+			_, err := s.Acquire(testCtx(t), fmt.Sprintf("same-list-%d-%d", round, i), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+			require.NoError(t, err, "round %d: gateway %d serves the list its siblings marked", round, i)
+		}
+	}
 }
