@@ -246,6 +246,9 @@ func nodesetChange(t *testing.T, r *run, blind bool) int {
 			doubled++
 		}
 	}
+	if !blind {
+		releaseThroughNewList(t, r, "r0")
+	}
 	r.at(6 * time.Second)
 	r.notes = append(r.notes, fmt.Sprintf("disjoint majorities: Q granted in %d of 3 stagings", doubled))
 
@@ -309,6 +312,32 @@ func disjointMajorities(t *testing.T, r *run, key string) bool {
 	}
 	release(r.Cluster, 0, h)
 	return granted
+}
+
+// releaseThroughNewList: a is unreachable from the old gateways, so H's
+// lease, taken through old gateway 0, rests on b and c, a majority of the
+// list the nodes serve; H releases it through new gateway 2 while it is
+// valid. A new gateway refuses acquires and extends (rule C), but a
+// release runs without the check and counts over its own list {a,b,d}: it
+// finds H's token on b alone and answers 404, "the lock is not held: it
+// was never taken, was released, or expired", while H holds it and the
+// lease stays on b and c until its TTL (the linearizability checker sees
+// it). Then Q tries the key through old gateway 1: refused, the lease is
+// still there.
+func releaseThroughNewList(t *testing.T, r *run, key string) {
+	require.NoError(t, r.Links[0][0].Blackhole())
+	h, ok := acquireUntil(r.Cluster, 0, key, r.Opts.MaxTTL, time.Now().Add(3*time.Second).UnixNano())
+	r.Links[0][0].Clear()
+	require.True(t, ok, "H never got %s", key)
+	rel := release(r.Cluster, 2, h)
+	q := r.record(r.Client.Acquire(r.URLs[1], key, lockstore.NewToken(), ttl, 0, 2*time.Second), 1)
+	again := release(r.Cluster, 0, h)
+	r.notes = append(r.notes, fmt.Sprintf("%s: H's lease on b and c (fence %d, valid until %s); its DELETE through new gateway 2: %d %s at %s; then Q through old gateway 1: %d; H's DELETE through old gateway 0: %d",
+		key, h.Fence, time.Unix(0, h.Expires).Format("15:04:05.000"), rel.Status, rel.Result, time.Unix(0, rel.Return).Format("15:04:05.000"), q.Status, again.Status))
+	assert.NotEqual(t, chaos.NotHeld, rel.Result, "a DELETE of a valid lease answered 404 (not held) by a gateway with another node list")
+	if holds(q) {
+		release(r.Cluster, 1, q)
+	}
 }
 
 // newListRefusal asks new gateway 2 for a lock and for /readyz and reads
