@@ -97,6 +97,13 @@ type scenario struct {
 	// outlive a failover is longer than 1.5 s)
 	maxTTL time.Duration
 	env    map[string]string // more LOCKGW_* settings for every gateway
+	// cluster, when set, starts the run's nodes and gateways instead of
+	// chaos.NewCluster (another number of nodes, gateways with node lists
+	// of their own: holes_test.go).
+	cluster func(t *testing.T, opts chaos.ClusterOptions) *chaos.Cluster
+	// retryFences adds checkRetryFences (counted as fences): sequential
+	// same-token retries keep their fence, every answer within its bounds.
+	retryFences bool
 }
 
 // run is one run of a scenario.
@@ -506,6 +513,52 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		name: "restarts-idle", backends: redlockOnly, maxTTL: 3 * time.Second, cluster: threeNodes(false),
+		desc: "issue 26's hole 1, on three nodes: H takes `s` for 3 s through gateway 0 while node 2 is unreachable from it, so the lease rests on nodes 0 and 1; node 1 crashes and stays down, node 0 restarts empty and gateway 0 hears from it, node 1 comes back empty while gateway 0 is idle (the clients' workload goes through gateway 1), and 400 ms later Q tries `s` through gateway 0 until H's lease ends. Staged twice (then nodes 1 and 2 hold, node 0 is cut). Before the quarantine was never shortened, Q was granted 2 s after H (the horizon read of a peer that restarted unseen counted); now every restarted node sits out `LOCKGW_MAX_TTL` (rule Q), and with two of three nodes out nothing is granted until then",
+		workload: func(r *run) {
+			r.w.Gateways = r.URLs[1:2] // gateway 0 carries only the staged requests: idle
+		},
+		fault: func(t *testing.T, r *run) {
+			assert.Zero(t, restartsIdle(t, r), "restarted nodes must not count while H's lease may rest on them")
+			r.at(10 * time.Second)
+		},
+	},
+	{
+		name: "restarts-idle-unguarded", backends: redlockOnly, maxTTL: 3 * time.Second, cluster: threeNodes(true),
+		expect: []string{"overlap", "linearizability"},
+		desc:   "CONTROL. restarts-idle with both gateways opened with `DisableRestartGuard` (in the test process: the gateway's configuration has no such switch): no run_id memory, no quarantine on the node, so the restarted nodes count at once, as when a quarantine ends early; Q is granted while H holds `s`",
+		workload: func(r *run) {
+			r.w.Gateways = r.URLs[1:2]
+		},
+		fault: func(t *testing.T, r *run) {
+			assert.NotZero(t, restartsIdle(t, r), "without the restart guard a restarted node counts at once")
+			r.at(10 * time.Second)
+		},
+	},
+	{
+		name: "nodeset-change", backends: redlockOnly, cluster: nodeLists(false),
+		desc: "issue 26's hole 4, a rolling deploy from {a,b,c} to {a,b,d}: two old gateways list a, b and c (nodes 0-2) and mark them, two new ones list a, b and d (node 3) and start next to them; the clients hammer all four. Staged 3 times: a is unreachable from the old gateways and b from the new ones, H takes `s` through an old gateway (on b and c) and Q tries it through a new one (a and d, a disjoint majority of its list) while H's lease is valid. The nodes remember the list they serve (rules C and W): the new gateways are refused, every request, with an error that names the difference, and grant nothing",
+		fault: func(t *testing.T, r *run) {
+			assert.Zero(t, nodesetChange(t, r, false), "a gateway with another node list must not grant")
+		},
+	},
+	{
+		name: "nodeset-change-blind", backends: redlockOnly, cluster: nodeLists(true),
+		expect: []string{"overlap", "linearizability"},
+		desc:   "CONTROL. nodeset-change with the node list check blinded: the new gateways name d as c in `LOCKGW_REDLOCK_NODE_NAMES` (no switch turns the check off), so their list looks like the old one and d joins it (quarantined for `LOCKGW_MAX_TTL` first, rule Q); then the old gateway grants `s` on {b,c} and the new one on {a,d}: two holders, as before nodes remembered the list",
+		fault: func(t *testing.T, r *run) {
+			assert.NotZero(t, nodesetChange(t, r, true), "two lists with disjoint majorities grant one key twice")
+		},
+	},
+	{
+		name: "clocks-offset", backends: redlockOnly, shim: true, cluster: aheadNodes, retryFences: true,
+		desc: "issue 26's hole 3: nodes 3 and 4 run 3 s ahead of the gateways (started so: an offset, not a step) and are slow: 50 ± 40 ms from gateway 1 all along, 300 ms from gateway 0 during the staged grants. Staged 3 times (up to 3 tries each): H's PUT through gateway 0 is granted on nodes 0-2 with fence F (201) and answered before its votes land on 3 and 4, where they make values with higher fences (votes by a clock 3 s ahead); once they landed, H retries with its token through both gateways, one after the other: each must answer 200 with F. The clients send a third of their acquires as twins. Besides the usual checkers, every same-token answer is checked (counted as fences): a sequential retry keeps its fence, every answer (twins included) is above every earlier holder's fence and below every later one's (docs/api.md, Safe retries)",
+		workload: func(r *run) {
+			r.w.Twins = 0.3
+		},
+		fault: clocksOffset,
+	},
+	{
 		name: "restart-empty", backends: redisOnly,
 		expect: []string{"overlap", "linearizability"},
 		desc:   "CONTROL. The single Redis is killed and started again empty while H holds `s`; Q takes `s`. Fences stay above (they are seeded from Redis TIME) and the fenced counter loses nothing",
@@ -578,7 +631,12 @@ func runScenario(t *testing.T, sc scenario, backend string, i int) {
 	if sc.shim {
 		opts.ClockShim = clockShim
 	}
-	c := chaos.NewCluster(t, opts)
+	var c *chaos.Cluster
+	if sc.cluster != nil {
+		c = sc.cluster(t, opts)
+	} else {
+		c = chaos.NewCluster(t, opts)
+	}
 	r := &run{Cluster: c, index: i}
 	r.w = &chaos.Workload{
 		Gateways: c.URLs, Keys: []string{"k"}, Clients: clients, TTL: ttl,
@@ -618,6 +676,18 @@ func runScenario(t *testing.T, sc scenario, backend string, i int) {
 	c.Finish(time.Now().Add(time.Second))
 
 	v := verdict(t, c, r.w.Registers, name(t), sc.expect, sc.tolerate)
+	if sc.retryFences {
+		rf := checkRetryFences(v.Ops)
+		for i, x := range rf {
+			if i < 5 {
+				t.Logf("violation: %v", x)
+			}
+		}
+		if !contains(sc.expect, "fences") && !contains(sc.tolerate, "fences") {
+			assert.Empty(t, rf, "same-token fences (docs/api.md, Safe retries)")
+		}
+		v.Violations = append(v.Violations, rf...)
+	}
 	rejected := r.w.Rejected()
 	for _, w := range r.extra {
 		rejected += w.Rejected()
