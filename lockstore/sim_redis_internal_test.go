@@ -348,6 +348,31 @@ func simSweep(t testing.TB, cfg simConfig, first uint64, budget int, duration ti
 	return runs, nil
 }
 
+// logSweep reports a sweep's totals and speed (CPU time: a loaded machine
+// stretches wall time), and with -v the answers by kind.
+func logSweep(t *testing.T, runs []simRun, began time.Time, cpu time.Duration) {
+	t.Helper()
+	elapsed, used := time.Since(began), simCPU()-cpu
+	ops, calls, late, virtual := simTotals(runs)
+	t.Logf("%d seeds (%d … %d), %d requests, %d script calls (%d landed after their gateway gave up), %s virtual; %s wall, %s CPU: %.0f requests per CPU second",
+		len(runs), runs[0].seed, runs[len(runs)-1].seed, ops, calls, late, simDur(virtual), elapsed.Round(time.Millisecond),
+		used.Round(time.Millisecond), float64(ops)/used.Seconds())
+	if testing.Verbose() {
+		all := map[string]int{}
+		for _, r := range runs {
+			for k, n := range r.answers {
+				all[k] += n
+			}
+		}
+		var parts []string
+		for k, n := range all {
+			parts = append(parts, fmt.Sprintf("%s ×%d", k, n))
+		}
+		sort.Strings(parts)
+		t.Logf("answers: %s", strings.Join(parts, ", "))
+	}
+}
+
 func simTotals(runs []simRun) (ops, calls, late int, virtual int64) {
 	for _, r := range runs {
 		ops += r.ops
@@ -374,25 +399,7 @@ func TestSimRedis(t *testing.T) {
 	} else {
 		runs, failed = simSweep(t, cfg, *simFirst, simBudget(), *simDuration, nil)
 	}
-	elapsed, used := time.Since(began), simCPU()-cpu
-	ops, calls, late, virtual := simTotals(runs)
-	t.Logf("%d seeds (%d … %d), %d requests, %d script calls (%d landed after their gateway gave up), %s virtual; %s wall, %s CPU: %.0f requests per CPU second",
-		len(runs), runs[0].seed, runs[len(runs)-1].seed, ops, calls, late, simDur(virtual), elapsed.Round(time.Millisecond),
-		used.Round(time.Millisecond), float64(ops)/used.Seconds())
-	if testing.Verbose() {
-		all := map[string]int{}
-		for _, r := range runs {
-			for k, n := range r.answers {
-				all[k] += n
-			}
-		}
-		var parts []string
-		for k, n := range all {
-			parts = append(parts, fmt.Sprintf("%s ×%d", k, n))
-		}
-		sort.Strings(parts)
-		t.Logf("answers: %s", strings.Join(parts, ", "))
-	}
+	logSweep(t, runs, began, cpu)
 	if failed != nil {
 		ctl := ""
 		if cfg.control != "" {

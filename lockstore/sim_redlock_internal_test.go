@@ -646,25 +646,7 @@ func TestSimRedlock(t *testing.T) {
 	default:
 		runs, failed = rlSweep(t, control, *simFirst, rlBudget, *simDuration, nil)
 	}
-	elapsed, used := time.Since(began), simCPU()-cpu
-	ops, calls, late, virtual := simTotals(runs)
-	t.Logf("%d seeds (%d … %d), %d requests, %d script calls (%d landed after their gateway gave up), %s virtual; %s wall, %s CPU: %.0f requests per CPU second",
-		len(runs), runs[0].seed, runs[len(runs)-1].seed, ops, calls, late, simDur(virtual), elapsed.Round(time.Millisecond),
-		used.Round(time.Millisecond), float64(ops)/used.Seconds())
-	if testing.Verbose() {
-		all := map[string]int{}
-		for _, r := range runs {
-			for k, n := range r.answers {
-				all[k] += n
-			}
-		}
-		var parts []string
-		for k, n := range all {
-			parts = append(parts, fmt.Sprintf("%s ×%d", k, n))
-		}
-		sort.Strings(parts)
-		t.Logf("answers: %s", strings.Join(parts, ", "))
-	}
+	logSweep(t, runs, began, cpu)
 	if failed != nil {
 		ctl := ""
 		if control != "" {
