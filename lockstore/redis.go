@@ -59,8 +59,14 @@ var (
 // lease it counted would have ended, and a lock's count ends up to a round
 // trip (plus the two nodes' clock difference) before its lease does.
 type Redis struct {
-	client   redis.UniversalClient
-	clocks   *clocks     // rule D's samples of the servers (clock.go)
+	client redis.UniversalClient
+	// scripts runs the scripts of requests: for one server (single,
+	// Sentinel) a nodeBatch of client, which sends the scripts of
+	// concurrent requests as one pipeline (redlock_batch.go); client on a
+	// Cluster.
+	scripts redis.Scripter
+	batch   *nodeBatch // scripts, when it batches
+	clocks  *clocks    // rule D's samples of the servers (clock.go)
 	acks     replicaAcks // LOCKGW_REDIS_WAIT_REPLICAS (redis_wait.go)
 	notifier *notifier
 	rooms    *rooms // the waiters of this store, by key (wait_room.go)
@@ -95,7 +101,12 @@ func NewRedis(client redis.UniversalClient) *Redis {
 	if n.sharded {
 		publish, mode = publishShard, RedisCluster
 	}
-	return &Redis{client: client, clocks: newClocks(clientTimeout(client), n.sharded), notifier: n, rooms: newRooms(), publish: publish, mode: mode}
+	s := &Redis{client: client, scripts: client, clocks: newClocks(clientTimeout(client), n.sharded), notifier: n, rooms: newRooms(), publish: publish, mode: mode}
+	if c, ok := client.(*redis.Client); ok {
+		s.batch = newNodeBatch(c, clientTimeout(client))
+		s.scripts = s.batch
+	}
+	return s
 }
 
 // grants is the client for the scripts that grant: they carry rule D's
@@ -221,7 +232,7 @@ func (s *Redis) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	digest := digestHex(token)
-	v, _, err := nodeInspect(ctx, s.client, key)
+	v, _, err := nodeInspect(ctx, s.scripts, key)
 	if err != nil {
 		return err
 	}
@@ -237,7 +248,7 @@ func (s *Redis) Release(ctx context.Context, key, token string) error {
 		if !s.onCluster() {
 			keys = quotaKeys(keys, v.user)
 		}
-		reply, err := releaseScript.Run(ctx, s.client, keys, args...).Result()
+		reply, err := releaseScript.Run(ctx, s.scripts, keys, args...).Result()
 		if err != nil {
 			return redisErr(err)
 		}
@@ -251,7 +262,7 @@ func (s *Redis) Release(ctx context.Context, key, token string) error {
 		if err := releaseCode(code); !errors.Is(err, errMoved) {
 			return err
 		}
-		if v, _, err = nodeInspect(ctx, s.client, key); err != nil {
+		if v, _, err = nodeInspect(ctx, s.scripts, key); err != nil {
 			return err
 		}
 	}
@@ -316,7 +327,7 @@ func elsewhere(reply []any, code int64) (string, bool) {
 // Inspect implements Store.
 func (s *Redis) Inspect(ctx context.Context, key string) (Lease, error) {
 	start := time.Now()
-	v, remaining, err := nodeInspect(ctx, s.client, key)
+	v, remaining, err := nodeInspect(ctx, s.scripts, key)
 	if err != nil {
 		return Lease{}, err
 	}

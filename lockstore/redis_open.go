@@ -66,6 +66,7 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 	var client redis.UniversalClient
 	var sentinels []*redis.SentinelClient // for /readyz (Topology)
 	var masterName string
+	var tracer *cmdTracer
 	switch mode {
 	case RedisSingle:
 		opts, err := redis.ParseURL(url)
@@ -74,7 +75,8 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		}
 		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries, &opts.MaintNotificationsConfig}.set(o.Timeout)
 		client = redis.NewClient(opts)
-		newCmdTracer(o.Tracer, opts.Addr).hook(client)
+		tracer = newCmdTracer(o.Tracer, opts.Addr)
+		tracer.hook(client)
 	case RedisSentinel:
 		opts, err := redis.ParseFailoverURL(url)
 		if err == nil && opts.MasterName == "" {
@@ -92,7 +94,8 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		// below are ours to configure.
 		safeOptions{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries, nil}.set(o.Timeout)
 		client = redis.NewFailoverClient(opts)
-		newCmdTracer(o.Tracer, opts.MasterName).hook(client)
+		tracer = newCmdTracer(o.Tracer, opts.MasterName)
+		tracer.hook(client)
 		for _, addr := range opts.SentinelAddrs {
 			sentinels = append(sentinels, redis.NewSentinelClient(&redis.Options{
 				Addr: addr, Username: opts.SentinelUsername, Password: opts.SentinelPassword, TLSConfig: opts.TLSConfig,
@@ -114,6 +117,9 @@ func OpenRedis(url string, o RedisOptions) (*Redis, error) {
 		return nil, fmt.Errorf("lockstore: unknown Redis mode %q (want %s)", mode, modeList())
 	}
 	s := NewRedis(client)
+	if s.batch != nil {
+		s.batch.trace = tracer // a pipeline's scripts get their spans as the client's commands do
+	}
 	s.mode = mode
 	s.sentinels, s.masterName = sentinels, masterName
 	s.acks = replicaAcks{replicas: o.WaitReplicas, timeout: o.Timeout}

@@ -97,7 +97,7 @@ func (s *Redis) SemAcquire(ctx context.Context, key string, req PermitRequest) (
 
 func (s *Redis) semAcquire(ctx context.Context, key string, a semArgs) (semResult, error) {
 	if s.acks.replicas == 0 {
-		return nodeSemAcquire(ctx, s.grants(s.client), key, a)
+		return nodeSemAcquire(ctx, s.grants(s.scripts), key, a)
 	}
 	conn, err := s.conn()
 	if err != nil {
@@ -210,7 +210,7 @@ func (s *Redis) SemExtend(ctx context.Context, key, token string, ttl time.Durat
 		return Permit{}, err
 	}
 	start := time.Now()
-	var c redis.Scripter = s.client
+	var c = s.scripts
 	var conn *redis.Conn
 	if s.acks.replicas > 0 {
 		var err error
@@ -235,13 +235,13 @@ func (s *Redis) SemRelease(ctx context.Context, key, token string) error {
 	if err := checkToken(key, token, MinTTL); err != nil {
 		return err
 	}
-	return nodeSemReleaseAsRead(ctx, s.client, key, digestHex(token), s.publish)
+	return nodeSemReleaseAsRead(ctx, s.scripts, key, digestHex(token), s.publish)
 }
 
 // SemInspect implements Semaphores.
 func (s *Redis) SemInspect(ctx context.Context, key string) (SemaphoreState, error) {
 	start := time.Now()
-	limit, vs, err := nodeSemInspect(ctx, s.client, key)
+	limit, vs, err := nodeSemInspect(ctx, s.scripts, key)
 	if err != nil {
 		return SemaphoreState{}, err
 	}

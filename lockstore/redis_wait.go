@@ -59,7 +59,7 @@ func (s *Redis) conn() (*redis.Conn, error) {
 // more).
 func (s *Redis) acquireAcked(ctx context.Context, key string, a acquireArgs) (acquireResult, error) {
 	if s.acks.replicas == 0 {
-		return nodeAcquire(ctx, s.grants(s.client), key, a)
+		return nodeAcquire(ctx, s.grants(s.scripts), key, a)
 	}
 	conn, err := s.conn()
 	if err != nil {
@@ -148,7 +148,7 @@ func (s *Redis) unwait(ctx context.Context, key string, a acquireArgs, value str
 // it longer costs others a wait). The errors are the domain's.
 func (s *Redis) extendAcked(ctx context.Context, keys []string, args []any) ([]any, error) {
 	if s.acks.replicas == 0 {
-		reply, err := extendScript.Run(ctx, s.client, keys, args...).Slice()
+		reply, err := extendScript.Run(ctx, s.scripts, keys, args...).Slice()
 		return reply, redisErr(err)
 	}
 	conn, err := s.conn()

@@ -173,7 +173,7 @@ func newSimWorld(seed uint64, nodes, gateways int, net simNet, scripts map[strin
 	}
 	for i := range gateways {
 		g := &simGateway{id: i}
-		g.store = &Redis{client: simRedis{w: w}, rooms: newRooms(), publish: publishAll, mode: RedisSingle,
+		g.store = &Redis{client: simRedis{w: w}, scripts: simRedis{w: w}, rooms: newRooms(), publish: publishAll, mode: RedisSingle,
 			clocks: w.clocks()}
 		w.gws = append(w.gws, g)
 	}
