@@ -353,6 +353,12 @@ type PermitRequest struct {
 	// Limit How many permits the key has; the same for every holder at once.
 	Limit int64 `json:"limit"`
 
+	// LockDelayMs A hold only, as for a lock's (`Accept: text/event-stream`; `422` otherwise).
+	LockDelayMs *int64 `json:"lock_delay_ms,omitempty"`
+
+	// MaxHoldMs A hold only, as for a lock's (`Accept: text/event-stream`; `422` otherwise).
+	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
+
 	// Owner Free-form label of the holder, shown by `GET`; at most 128 printable characters.
 	//
 	// Example: worker-7
@@ -1355,6 +1361,11 @@ type ClientInterface interface {
 	// without `Lock-Token` the problem carries `token`, to retry or release with.
 	// On redlock a permit needs a majority of the nodes, like a lock.
 	//
+	// **Hold.** With `Accept: text/event-stream` the permit is held for as long as the
+	// connection lives, with the events and rules of a lock's hold (`PUT /locks/{key}`):
+	// `ttl_ms` defaults to the hold TTL, `max_hold_ms` and `lock_delay_ms` apply, and
+	// the gateway renews the permit (in one pipeline for many holds on redis).
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
@@ -1381,6 +1392,11 @@ type ClientInterface interface {
 	// retry with the same token. A `503` leaves the outcome unknown, as for locks:
 	// without `Lock-Token` the problem carries `token`, to retry or release with.
 	// On redlock a permit needs a majority of the nodes, like a lock.
+	//
+	// **Hold.** With `Accept: text/event-stream` the permit is held for as long as the
+	// connection lives, with the events and rules of a lock's hold (`PUT /locks/{key}`):
+	// `ttl_ms` defaults to the hold TTL, `max_hold_ms` and `lock_delay_ms` apply, and
+	// the gateway renews the permit (in one pipeline for many holds on redis).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1896,6 +1912,11 @@ func (c *APIClient) ExtendPermit(ctx context.Context, key Key, params *ExtendPer
 // without `Lock-Token` the problem carries `token`, to retry or release with.
 // On redlock a permit needs a majority of the nodes, like a lock.
 //
+// **Hold.** With `Accept: text/event-stream` the permit is held for as long as the
+// connection lives, with the events and rules of a lock's hold (`PUT /locks/{key}`):
+// `ttl_ms` defaults to the hold TTL, `max_hold_ms` and `lock_delay_ms` apply, and
+// the gateway renews the permit (in one pipeline for many holds on redis).
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
@@ -1932,6 +1953,11 @@ func (c *APIClient) AcquirePermitWithBody(ctx context.Context, key Key, params *
 // retry with the same token. A `503` leaves the outcome unknown, as for locks:
 // without `Lock-Token` the problem carries `token`, to retry or release with.
 // On redlock a permit needs a majority of the nodes, like a lock.
+//
+// **Hold.** With `Accept: text/event-stream` the permit is held for as long as the
+// connection lives, with the events and rules of a lock's hold (`PUT /locks/{key}`):
+// `ttl_ms` defaults to the hold TTL, `max_hold_ms` and `lock_delay_ms` apply, and
+// the gateway renews the permit (in one pipeline for many holds on redis).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3424,6 +3450,11 @@ type ClientWithResponsesInterface interface {
 	// without `Lock-Token` the problem carries `token`, to retry or release with.
 	// On redlock a permit needs a majority of the nodes, like a lock.
 	//
+	// **Hold.** With `Accept: text/event-stream` the permit is held for as long as the
+	// connection lives, with the events and rules of a lock's hold (`PUT /locks/{key}`):
+	// `ttl_ms` defaults to the hold TTL, `max_hold_ms` and `lock_delay_ms` apply, and
+	// the gateway renews the permit (in one pipeline for many holds on redis).
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
@@ -3450,6 +3481,11 @@ type ClientWithResponsesInterface interface {
 	// retry with the same token. A `503` leaves the outcome unknown, as for locks:
 	// without `Lock-Token` the problem carries `token`, to retry or release with.
 	// On redlock a permit needs a majority of the nodes, like a lock.
+	//
+	// **Hold.** With `Accept: text/event-stream` the permit is held for as long as the
+	// connection lives, with the events and rules of a lock's hold (`PUT /locks/{key}`):
+	// `ttl_ms` defaults to the hold TTL, `max_hold_ms` and `lock_delay_ms` apply, and
+	// the gateway renews the permit (in one pipeline for many holds on redis).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6484,6 +6520,11 @@ func (c *ClientWithResponses) ExtendPermitWithResponse(ctx context.Context, key 
 // without `Lock-Token` the problem carries `token`, to retry or release with.
 // On redlock a permit needs a majority of the nodes, like a lock.
 //
+// **Hold.** With `Accept: text/event-stream` the permit is held for as long as the
+// connection lives, with the events and rules of a lock's hold (`PUT /locks/{key}`):
+// `ttl_ms` defaults to the hold TTL, `max_hold_ms` and `lock_delay_ms` apply, and
+// the gateway renews the permit (in one pipeline for many holds on redis).
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
@@ -6516,6 +6557,11 @@ func (c *ClientWithResponses) AcquirePermitWithBodyWithResponse(ctx context.Cont
 // retry with the same token. A `503` leaves the outcome unknown, as for locks:
 // without `Lock-Token` the problem carries `token`, to retry or release with.
 // On redlock a permit needs a majority of the nodes, like a lock.
+//
+// **Hold.** With `Accept: text/event-stream` the permit is held for as long as the
+// connection lives, with the events and rules of a lock's hold (`PUT /locks/{key}`):
+// `ttl_ms` defaults to the hold TTL, `max_hold_ms` and `lock_delay_ms` apply, and
+// the gateway renews the permit (in one pipeline for many holds on redis).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10429,6 +10475,12 @@ func ParseAcquirePermitResponse(rsp *http.Response) (*AcquirePermitResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSONDefault = &dest
+
+	case rsp.StatusCode == 200:
+	// Content-type (text/event-stream) unsupported
+
+	case rsp.StatusCode == 201:
+		// Content-type (text/event-stream) unsupported
 
 	}
 

@@ -13,9 +13,10 @@ import (
 	"github.com/lockgateway/lockgateway/lockstore"
 )
 
-// A hold is a lease that lives as long as a connection: a PUT with
-// Accept: text/event-stream acquires as a plain PUT does, then answers
-// with a stream of Server-Sent Events while the gateway renews the lease:
+// A hold is a lease (a lock's, or a permit of a semaphore) that lives as
+// long as a connection: a PUT with Accept: text/event-stream acquires as a
+// plain PUT does, then answers with a stream of Server-Sent Events while
+// the gateway renews the lease:
 //
 //	acquired  the grant (the body a 201 carries, the token included)
 //	renewed   each renewal, with the new expires_at (no token)
@@ -71,10 +72,120 @@ type renewedBody struct {
 // at least 20 ms.
 func lostMargin(ttl time.Duration) time.Duration { return max(ttl/10, 20*time.Millisecond) }
 
-// hold streams lease's life to the client (see above) until it ends.
-// status is the grant's (201, or 200 when the token already held it).
-func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease lockstore.Lease, user string, opts holdOptions) {
-	key, token, ttl := lease.Key, lease.Token, lease.Granted
+// held is what a hold keeps, a lock's lease or a permit, and how the
+// hold acts on it.
+type held struct {
+	key, token string
+	fence      int64
+	owner      string
+	ttl        time.Duration // each renewal's length: the grant's
+	expiresAt  time.Time     // the last conservative end the holder was told
+	grant      any           // the acquired event's body
+	// permit: a permit is never taken by another token (a renewal that
+	// finds none of the token's permits means it expired), and its
+	// renewals and releases are not metered as a lock's extends and
+	// releases are.
+	permit bool
+	// renew asks for a renewal at at (hold_renewer.go).
+	renew func(at time.Time) <-chan renewal
+	// watch follows the key through any gateway.
+	watch func() holdWatch
+	// release lets the lease go; extend sets it to ttl from now.
+	release func(ctx context.Context) error
+	extend  func(ctx context.Context, ttl time.Duration) error
+}
+
+// holdWatch is a watch of a hold's key (a lock's or a semaphore's).
+type holdWatch interface {
+	Ready() <-chan struct{}
+	// gone reads the latest change: the final event and its reason when
+	// the lease was released or taken while valid (expires is its last
+	// known end), or "" when it is still the holder's.
+	gone(expires time.Time) (event, reason string)
+	Close()
+}
+
+type lockHoldWatch struct {
+	*lockstore.Watch[lockstore.LockState]
+	fence int64
+}
+
+func (w lockHoldWatch) gone(expires time.Time) (string, string) {
+	u, ok := w.Latest()
+	if !ok || u.Err != nil || time.Now().After(expires) {
+		return "", ""
+	}
+	switch {
+	case !u.State.Held:
+		// Free while the holder's lease was valid: only its token could
+		// release it.
+		return "released", holdReleased
+	case u.State.Lease.Fence != w.fence:
+		return "lost", holdTaken
+	}
+	return "", ""
+}
+
+type semHoldWatch struct {
+	*lockstore.Watch[lockstore.SemState]
+	fence int64
+}
+
+func (w semHoldWatch) gone(expires time.Time) (string, string) {
+	u, ok := w.Latest()
+	if !ok || u.Err != nil || time.Now().After(expires) {
+		return "", ""
+	}
+	for _, p := range u.State.Sem.Holders {
+		if p.Fence == w.fence {
+			return "", ""
+		}
+	}
+	// No permit of the holder's fence while it was valid: only its token
+	// could give it back (a permit is never taken by another).
+	return "released", holdReleased
+}
+
+// holdLock streams a lock's hold (see hold). user is whom the lease
+// counts against ("" for nobody).
+func (h *Locks) holdLock(w http.ResponseWriter, r *http.Request, status int, lease lockstore.Lease, user string, opts holdOptions) {
+	ext := lockstore.Extension{Key: lease.Key, Token: lease.Token, User: user, TTL: lease.Granted}
+	h.hold(w, r, status, held{
+		key: lease.Key, token: lease.Token, fence: lease.Fence, owner: lease.Owner,
+		ttl: lease.Granted, expiresAt: lease.ExpiresAt, grant: newLeaseBody(lease),
+		renew: func(at time.Time) <-chan renewal { return h.renewer.renew(at, ext) },
+		watch: func() holdWatch { return lockHoldWatch{h.hub.Watch(lease.Key), lease.Fence} },
+		release: func(c context.Context) error {
+			return h.store.Release(userContext(c, user), lease.Key, lease.Token)
+		},
+		extend: func(c context.Context, ttl time.Duration) error {
+			_, err := h.store.Extend(userContext(c, user), lease.Key, lease.Token, ttl)
+			return err
+		},
+	}, opts)
+}
+
+// holdPermit streams a permit's hold (see hold).
+func (h *Semaphores) holdPermit(w http.ResponseWriter, r *http.Request, status int, p lockstore.Permit, opts holdOptions) {
+	ext := lockstore.Extension{Key: p.Key, Token: p.Token, TTL: p.Granted}
+	h.hold(w, r, status, held{
+		key: p.Key, token: p.Token, fence: p.Fence, owner: p.Owner,
+		ttl: p.Granted, expiresAt: p.ExpiresAt, grant: newPermitBody(p), permit: true,
+		renew:   func(at time.Time) <-chan renewal { return h.permits.renew(at, ext) },
+		watch:   func() holdWatch { return semHoldWatch{h.semHub.Watch(p.Key), p.Fence} },
+		release: func(c context.Context) error { return h.sems.SemRelease(c, p.Key, p.Token) },
+		extend: func(c context.Context, ttl time.Duration) error {
+			_, err := h.sems.SemExtend(c, p.Key, p.Token, ttl)
+			return err
+		},
+	}, opts)
+}
+
+// hold streams the life of a lease or a permit to the client (see above)
+// until it ends. status is the grant's (201, or 200 when the token
+// already held it).
+func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease held, opts holdOptions) {
+	key, ttl := lease.key, lease.ttl
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: pass events on at once
@@ -94,14 +205,14 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease l
 	defer func() { h.obs.HoldEnded(ended) }()
 	end := func(event, reason string) {
 		ended = reason
-		write(event, holdEnd{Key: key, Reason: reason, Fence: lease.Fence, ExpiresAt: timestamp(lease.ExpiresAt)})
+		write(event, holdEnd{Key: key, Reason: reason, Fence: lease.fence, ExpiresAt: timestamp(lease.expiresAt)})
 	}
-	if !write("acquired", newLeaseBody(lease)) {
-		h.endHold(key, token, user, opts.lockDelay)
+	if !write("acquired", lease.grant) {
+		h.letGo(lease, opts.lockDelay)
 		return
 	}
 
-	watch := h.hub.Watch(key) // a release through any gateway
+	watch := lease.watch() // a release through any gateway
 	defer watch.Close()
 	heartbeat := time.NewTicker(sseHeartbeat)
 	defer heartbeat.Stop()
@@ -120,21 +231,20 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease l
 	// batch where the store allows), so that the deadline below fires on
 	// time even while a renewal waits for the backend.
 	interval := ttl / 3
-	ext := lockstore.Extension{Key: key, Token: token, User: user, TTL: ttl}
 	// Each renewal is a span under the hold's request span (a no-op when
 	// the request is not traced): from when it is due to its outcome.
 	tracer := trace.SpanFromContext(r.Context()).TracerProvider().Tracer("github.com/lockgateway/lockgateway/handlers")
 	var span trace.Span
 	renew := func(at time.Time) <-chan renewal {
 		_, span = tracer.Start(r.Context(), "hold renewal", trace.WithTimestamp(at))
-		return h.renewer.renew(at, ext)
+		return lease.renew(at)
 	}
 	defer func() { // the one pending when the hold ends (a no-op on an ended span)
 		span.SetAttributes(attribute.String("lockgw.hold.renewal", "hold-ended"))
 		span.End()
 	}()
 	renewed := renew(time.Now().Add(interval))
-	lost := time.NewTimer(time.Until(lease.ExpiresAt.Add(-lostMargin(ttl))))
+	lost := time.NewTimer(time.Until(lease.expiresAt.Add(-lostMargin(ttl))))
 	defer lost.Stop()
 
 	for {
@@ -144,21 +254,29 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease l
 			span.End()
 			switch {
 			case got.err == nil:
-				if got.lease.ExpiresAt.After(lease.ExpiresAt) {
-					lease.ExpiresAt = got.lease.ExpiresAt
+				if got.expires.After(lease.expiresAt) {
+					lease.expiresAt = got.expires
 				}
-				lost.Reset(time.Until(lease.ExpiresAt.Add(-lostMargin(ttl))))
+				lost.Reset(time.Until(lease.expiresAt.Add(-lostMargin(ttl))))
 				renewed = renew(time.Now().Add(interval))
-				h.obs.Extended(token, lease.ExpiresAt)
-				if !write("renewed", renewedBody{Key: key, Fence: lease.Fence, Owner: lease.Owner, TTLms: ttl.Milliseconds(), ExpiresAt: timestamp(lease.ExpiresAt)}) {
-					h.endHold(key, token, user, opts.lockDelay)
+				if !lease.permit {
+					h.obs.Extended(lease.token, lease.expiresAt)
+				}
+				if !write("renewed", renewedBody{Key: key, Fence: lease.fence, Owner: lease.owner, TTLms: ttl.Milliseconds(), ExpiresAt: timestamp(lease.expiresAt)}) {
+					h.letGo(lease, opts.lockDelay)
 					return
 				}
 			case errors.Is(got.err, lockstore.ErrNotHeld):
 				end("lost", holdExpired)
 				return
 			case errors.Is(got.err, lockstore.ErrTokenMismatch):
-				end("lost", holdTaken)
+				// A lock held by another token; for a permit, the holder's
+				// permit is gone while others are held: expired.
+				if lease.permit {
+					end("lost", holdExpired)
+				} else {
+					end("lost", holdTaken)
+				}
 				return
 			default: // try again soon, while the lease lasts
 				renewed = renew(time.Now().Add(max(interval/4, 10*time.Millisecond)))
@@ -170,35 +288,25 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease l
 			end("lost", holdUnavailable)
 			return
 		case <-watch.Ready():
-			u, ok := watch.Latest()
-			if !ok || u.Err != nil || time.Now().After(lease.ExpiresAt) {
-				continue
-			}
-			switch {
-			case !u.State.Held:
-				// Free while the holder's lease was valid: only its token
-				// could release it.
-				end("released", holdReleased)
-				return
-			case u.State.Lease.Fence != lease.Fence:
-				end("lost", holdTaken)
+			if event, reason := watch.gone(lease.expiresAt); event != "" {
+				end(event, reason)
 				return
 			}
 		case <-heartbeat.C:
 			if !write("", nil) {
-				h.endHold(key, token, user, opts.lockDelay)
+				h.letGo(lease, opts.lockDelay)
 				return
 			}
 		case <-capped:
-			h.releaseHeld(key, token, user)
+			h.releaseHeld(lease)
 			end("ended", holdMaxHold)
 			return
 		case <-h.stopping:
-			h.releaseHeld(key, token, user)
+			h.releaseHeld(lease)
 			end("ended", holdShutdown)
 			return
 		case <-r.Context().Done():
-			h.endHold(key, token, user, opts.lockDelay)
+			h.letGo(lease, opts.lockDelay)
 			return
 		}
 	}
@@ -217,39 +325,42 @@ func renewalOutcome(err error) string {
 	return "unavailable"
 }
 
+// renewal is a renewal's outcome: the lease's new conservative end.
 type renewal struct {
-	lease lockstore.Lease
-	err   error
+	expires time.Time
+	err     error
 }
 
-// endHold ends a hold whose client went away: the lease is released at
+// letGo ends a hold whose client went away: the lease is released at
 // once, or with a lock delay kept that much longer (extended, never
 // shortened), so that nobody else takes the key while a holder that
 // vanished may still be at work.
-func (h *Locks) endHold(key, token, user string, lockDelay time.Duration) {
+func (h *Locks) letGo(lease held, lockDelay time.Duration) {
 	if lockDelay <= 0 {
-		h.releaseHeld(key, token, user)
+		h.releaseHeld(lease)
 		return
 	}
-	ctx, cancel := context.WithTimeout(h.userContext(user), h.backendTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), h.backendTimeout())
 	defer cancel()
-	if _, err := h.store.Extend(ctx, key, token, lockDelay); err != nil && !errors.Is(err, lockstore.ErrNotHeld) {
-		h.log.Warn().Err(err).Str("key", key).Msg("hold: the lock delay could not be applied; the lease ends at its TTL")
+	if err := lease.extend(ctx, lockDelay); err != nil && !errors.Is(err, lockstore.ErrNotHeld) {
+		h.log.Warn().Err(err).Str("key", lease.key).Msg("hold: the lock delay could not be applied; the lease ends at its TTL")
 	}
 }
 
 // releaseHeld releases a hold's lease with a context of its own (the
 // request's may be what ended).
-func (h *Locks) releaseHeld(key, token, user string) {
-	ctx, cancel := context.WithTimeout(h.userContext(user), h.backendTimeout())
+func (h *Locks) releaseHeld(lease held) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.backendTimeout())
 	defer cancel()
-	err := h.store.Release(ctx, key, token)
+	err := lease.release(ctx)
 	switch {
 	case err == nil:
-		h.obs.Released(token)
+		if !lease.permit {
+			h.obs.Released(lease.token)
+		}
 	case errors.Is(err, lockstore.ErrNotHeld), errors.Is(err, lockstore.ErrTokenMismatch):
 	default:
-		h.log.Warn().Err(err).Str("key", key).Msg("hold: release failed; the lease ends at its TTL")
+		h.log.Warn().Err(err).Str("key", lease.key).Msg("hold: release failed; the lease ends at its TTL")
 	}
 }
 
@@ -260,10 +371,11 @@ func (h *Locks) backendTimeout() time.Duration {
 	return 5 * time.Second
 }
 
-// userContext carries the quota user a release names, as a request's does.
-func (h *Locks) userContext(user string) context.Context {
+// userContext carries the quota user a lease counts against, as a
+// request's does.
+func userContext(ctx context.Context, user string) context.Context {
 	if user == "" {
-		return context.Background()
+		return ctx
 	}
-	return lockstore.WithUser(context.Background(), user)
+	return lockstore.WithUser(ctx, user)
 }

@@ -11,14 +11,18 @@ import (
 // renewSlot is how finely holds' renewals are grouped: a renewal due at t
 // goes out at the start of t's slot (never later than due), with every
 // other renewal of that slot, in one backend call where the store can
-// batch (lockstore.BatchExtender: one pipeline, one round trip to Redis).
+// batch (lockstore.BatchExtender, BatchSemExtender: one pipeline, one
+// round trip to Redis).
 // 10 000 holds of 5 s renew about 6 000 times a second, but in at most 20
 // calls a second.
 const renewSlot = 50 * time.Millisecond
 
-// renewer sends holds' renewals in batches (see renewSlot).
+// renewer sends holds' renewals in batches (see renewSlot): one renewer
+// for locks' leases, one for permits.
 type renewer struct {
-	store   lockstore.Store
+	// extend extends exts, in one call where the store batches, and
+	// answers each in exts' order.
+	extend  func(ctx context.Context, exts []lockstore.Extension) []renewal
 	timeout time.Duration
 
 	mu      sync.Mutex
@@ -32,11 +36,29 @@ type renewRequest struct {
 	done chan<- renewal
 }
 
+// newRenewer renews leases of store.
 func newRenewer(store lockstore.Store, timeout time.Duration) *renewer {
-	return &renewer{store: store, timeout: timeout, pending: make(map[int64][]renewRequest)}
+	return &renewer{extend: func(ctx context.Context, exts []lockstore.Extension) []renewal {
+		out := make([]renewal, len(exts))
+		for i, e := range lockstore.ExtendAll(ctx, store, exts) {
+			out[i] = renewal{e.Lease.ExpiresAt, e.Err}
+		}
+		return out
+	}, timeout: timeout, pending: make(map[int64][]renewRequest)}
 }
 
-// renew extends ext's lease at at (at the start of its slot) and delivers
+// newPermitRenewer renews permits of sems.
+func newPermitRenewer(sems lockstore.Semaphores, timeout time.Duration) *renewer {
+	return &renewer{extend: func(ctx context.Context, exts []lockstore.Extension) []renewal {
+		out := make([]renewal, len(exts))
+		for i, e := range lockstore.SemExtendAll(ctx, sems, exts) {
+			out[i] = renewal{e.Permit.ExpiresAt, e.Err}
+		}
+		return out
+	}, timeout: timeout, pending: make(map[int64][]renewRequest)}
+}
+
+// renew extends ext's lease (or permit) at at (at the start of its slot) and delivers
 // the outcome on the returned channel, which has room for it: a hold that
 // stopped waiting leaves nothing blocked.
 func (r *renewer) renew(at time.Time, ext lockstore.Extension) <-chan renewal {
@@ -89,7 +111,7 @@ func (r *renewer) send(batch []renewRequest) {
 	for i, req := range batch {
 		exts[i] = req.ext
 	}
-	for i, out := range lockstore.ExtendAll(ctx, r.store, exts) {
-		batch[i].done <- renewal{out.Lease, out.Err}
+	for i, out := range r.extend(ctx, exts) {
+		batch[i].done <- out
 	}
 }

@@ -51,10 +51,57 @@ func TestRenewerBatches(t *testing.T) {
 			continue
 		}
 		require.NoError(t, got.err)
-		assert.Equal(t, 2*time.Minute, got.lease.Granted)
+		assert.WithinDuration(t, time.Now().Add(2*time.Minute), got.expires, 5*time.Second)
 	}
 	assert.False(t, time.Now().Before(due.Add(-renewSlot)), "not sent before its slot")
 	store.mu.Lock()
 	defer store.mu.Unlock()
 	assert.Equal(t, []int{101}, store.batches, "one batch for the slot")
+}
+
+// semBatchCounter is a memory store that counts the permit batches it is
+// asked for.
+type semBatchCounter struct {
+	*lockstore.Memory
+	mu      sync.Mutex
+	batches []int
+}
+
+func (b *semBatchCounter) SemExtendBatch(ctx context.Context, exts []lockstore.Extension) []lockstore.SemExtended {
+	b.mu.Lock()
+	b.batches = append(b.batches, len(exts))
+	b.mu.Unlock()
+	return lockstore.SemExtendAll(ctx, b.Memory, exts)
+}
+
+// TestPermitRenewerBatches: permits' renewals due in one slot go to the
+// store in one batch too, each answered with its own outcome.
+func TestPermitRenewerBatches(t *testing.T) {
+	store := &semBatchCounter{Memory: lockstore.NewMemory()}
+	ctx := context.Background()
+	var exts []lockstore.Extension
+	for range 20 {
+		p, err := store.SemAcquire(ctx, "s/a", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 20})
+		require.NoError(t, err)
+		exts = append(exts, lockstore.Extension{Key: p.Key, Token: p.Token, TTL: 2 * time.Minute})
+	}
+	exts = append(exts, lockstore.Extension{Key: "s/a", Token: lockstore.NewToken(), TTL: time.Minute})
+	r := newPermitRenewer(store, time.Second)
+	due := time.Now().Add(renewSlot)
+	var chans []<-chan renewal
+	for _, e := range exts {
+		chans = append(chans, r.renew(due, e))
+	}
+	for i, ch := range chans {
+		got := <-ch
+		if i == len(exts)-1 {
+			assert.ErrorIs(t, got.err, lockstore.ErrTokenMismatch, "permits held, none the token's")
+			continue
+		}
+		require.NoError(t, got.err)
+		assert.WithinDuration(t, time.Now().Add(2*time.Minute), got.expires, 5*time.Second)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	assert.Equal(t, []int{21}, store.batches, "one batch for the slot")
 }

@@ -252,7 +252,7 @@ func (h *Locks) Acquire() http.Handler {
 		h.obs.Granted(token, lease.ExpiresAt)
 		status := grantHeaders(w, LocksPrefix, key, token, lease.Renewed)
 		if holding {
-			h.hold(w, r, status, lease, ar.Quota.User, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs)})
+			h.holdLock(w, r, status, lease, ar.Quota.User, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs)})
 			return
 		}
 		encodeLease(w, status, newLeaseBody(lease))

@@ -18,14 +18,16 @@ const SemaphoresPrefix = "/semaphores/"
 // decoding, validation, waiting and token rules of the lock endpoints.
 type Semaphores struct {
 	*Locks
-	sems   lockstore.Semaphores
-	semHub *SemHub // watchers' (watch_sem.go)
+	sems    lockstore.Semaphores
+	semHub  *SemHub  // watchers' (watch_sem.go)
+	permits *renewer // holds' renewals (hold_renewer.go)
 }
 
 // NewSemaphores returns the semaphore endpoints over sems, sharing locks'
 // limits, logger and shutdown signal.
 func NewSemaphores(sems lockstore.Semaphores, locks *Locks) *Semaphores {
-	return &Semaphores{Locks: locks, sems: sems, semHub: lockstore.NewSemHub(sems, locks.limits.BackendTimeout)}
+	return &Semaphores{Locks: locks, sems: sems, semHub: lockstore.NewSemHub(sems, locks.limits.BackendTimeout),
+		permits: newPermitRenewer(sems, locks.backendTimeout())}
 }
 
 // permitBody is the body of a grant or an extension.
@@ -64,6 +66,9 @@ func (h *Semaphores) Acquire() http.Handler {
 		TTLms  *int64  `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
 		WaitMs *int64  `json:"wait_ms" validate:"omitnil,gte=0,maxwait"`
 		Owner  *string `json:"owner" validate:"omitnil,max=128,printable"`
+		// A hold's own (Accept: text/event-stream; hold.go), as for locks.
+		MaxHoldMs   *int64 `json:"max_hold_ms" validate:"omitnil,gte=1"`
+		LockDelayMs *int64 `json:"lock_delay_ms" validate:"omitnil,gte=0,maxttl"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req request
@@ -72,11 +77,19 @@ func (h *Semaphores) Acquire() http.Handler {
 			WriteError(w, r, h.log, err)
 			return
 		}
+		holding := wantsStream(r)
+		if err := holdFields(holding, req.MaxHoldMs, req.LockDelayMs); err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
 		ours := token == ""
 		if ours {
 			token = lockstore.NewToken()
 		}
 		pr := lockstore.PermitRequest{Token: token, TTL: h.limits.DefaultTTL, Limit: int(*req.Limit)}
+		if holding && h.limits.HoldTTL > 0 {
+			pr.TTL = h.limits.HoldTTL
+		}
 		if req.TTLms != nil {
 			pr.TTL = time.Duration(*req.TTLms) * time.Millisecond
 		}
@@ -108,7 +121,12 @@ func (h *Semaphores) Acquire() http.Handler {
 			h.releaseAbandonedWith("permit", release)
 			return
 		}
-		encode(w, grantHeaders(w, SemaphoresPrefix, key, token, p.Renewed), "application/json", newPermitBody(p))
+		status := grantHeaders(w, SemaphoresPrefix, key, token, p.Renewed)
+		if holding {
+			h.holdPermit(w, r, status, p, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs)})
+			return
+		}
+		encode(w, status, "application/json", newPermitBody(p))
 	})
 }
 

@@ -363,14 +363,27 @@ func nodeSemAcquire(ctx context.Context, c clocked, key string, a semArgs) (semR
 // nodeSemExtend resets the TTL of digest's permit; with longer (Redlock)
 // it only ever lengthens it.
 func nodeSemExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool, publish string) (semValue, error) {
+	keys, args := semExtendArgs(key, digest, ttl, longer, publish)
+	reply, err := semExtendScript.Run(ctx, c, keys, args...).Slice()
+	if err != nil {
+		return semValue{}, redisErr(err)
+	}
+	return semExtendReply(reply)
+}
+
+// semExtendArgs are sem_extend.lua's keys and arguments.
+func semExtendArgs(key, digest string, ttl time.Duration, longer bool, publish string) ([]string, []any) {
 	keys, args := []string{semPermitsKey(key), semExpiryKey(key)}, []any{digest, ttl.Milliseconds(), ""}
 	if longer {
 		args[2] = "1"
 	}
-	args = append(args, cmp.Or(publish, publishAll))
-	reply, err := semExtendScript.Run(ctx, c, keys, args...).Slice()
-	if err != nil {
-		return semValue{}, redisErr(err)
+	return keys, append(args, cmp.Or(publish, publishAll))
+}
+
+// semExtendReply reads sem_extend.lua's reply.
+func semExtendReply(reply []any) (semValue, error) {
+	if len(reply) == 0 {
+		return semValue{}, fmt.Errorf("lockstore: sem_extend script replied %v", reply)
 	}
 	code, _ := reply[0].(int64)
 	switch {

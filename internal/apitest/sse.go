@@ -58,6 +58,9 @@ func (c *Client) Stream(t testing.TB, path string, headers ...string) (*Events, 
 func (c *Client) Hold(t testing.TB, path string, body []byte, headers ...string) (*Events, *Response) {
 	t.Helper()
 	schemas := map[string]string{"acquired": "Lease", "renewed": "HoldRenewed", "released": "HoldEnd", "ended": "HoldEnd", "lost": "HoldEnd"}
+	if strings.HasPrefix(path, "/semaphores/") {
+		schemas["acquired"] = "Permit" // a hold of a permit
+	}
 	headers = append([]string{"Content-Type", "application/json"}, headers...)
 	return c.openEvents(t, http.MethodPut, path, body, headers, func(name string) (string, bool) {
 		schema, ok := schemas[name]
