@@ -64,9 +64,9 @@ type Redis struct {
 	// Sentinel) a nodeBatch of client, which sends the scripts of
 	// concurrent requests as one pipeline (redlock_batch.go); client on a
 	// Cluster.
-	scripts redis.Scripter
-	batch   *nodeBatch // scripts, when it batches
-	clocks  *clocks    // rule D's samples of the servers (clock.go)
+	scripts  redis.Scripter
+	batch    *nodeBatch  // scripts, when it batches
+	clocks   *clocks     // rule D's samples of the servers (clock.go)
 	acks     replicaAcks // LOCKGW_REDIS_WAIT_REPLICAS (redis_wait.go)
 	notifier *notifier
 	rooms    *rooms // the waiters of this store, by key (wait_room.go)
