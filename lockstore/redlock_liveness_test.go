@@ -110,8 +110,8 @@ func TestRedlockWaiterGrantedWhileQuorumAnswers(t *testing.T) {
 // failure is not that one: the machine is too busy for the node timeout
 // (parallel tests, another package's, two cores), and the test runs again
 // on a fresh store at twice the timeout, at most five times (up to 16
-// times the first). A burst that failed on a node with
-// fewer connections open, with a warm one that passes, fails at once.
+// times the first). A burst that failed on a node with fewer connections
+// open, with a warm one that passes, fails at once.
 // (Connections dialled during the burst do not tell: a burst of 200 may
 // take the 16 left for arrivals, and every call that times out closes its
 // connection, which the next call dials again.)
