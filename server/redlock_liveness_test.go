@@ -272,9 +272,9 @@ func TestRedlockLivenessColdBurst(t *testing.T) {
 	// fails too, the failure is not that one: the machine is too busy for
 	// this node timeout (parallel tests, another package's tests, two
 	// cores), so the whole test runs again on a fresh gateway with the node
-	// timeout doubled, at most five times (up to 16 times the default). A
-	// cold burst that failed on a node with fewer connections open, with a
-	// warm one that passes, fails the test at once. (Connections dialled
+	// timeout (and the backend timeout) doubled, at most five times (up to
+	// 16 times the default). A cold burst that failed on a node with fewer
+	// connections open, with a warm one that passes, fails the test at once. (Connections dialled
 	// during the burst do not tell: a burst of 200 may take the 16 left
 	// for arrivals, and every call that times out closes its connection,
 	// which the next call dials again.)
@@ -285,6 +285,10 @@ func TestRedlockLivenessColdBurst(t *testing.T) {
 	warmPool := max(128, 10*runtime.GOMAXPROCS(0)) - 16 // what the warm-up opens
 	for attempt := 1; ; attempt++ {
 		env["LOCKGW_REDLOCK_NODE_TIMEOUT"] = timeout.String()
+		// The deadline of a whole backend call (1 s by default) is
+		// stretched with it: on a loaded machine the burst's 503s were that
+		// one's, pools full, even at a node timeout of 3.2 s.
+		env["LOCKGW_BACKEND_TIMEOUT"] = max(time.Second, 5*timeout).String()
 		base := connectedClients(t, stats) // the earlier attempts' gateways', open till the end
 		g := apitest.Start(t, env)
 		c := apitest.NewClient(g.URL)
@@ -305,8 +309,8 @@ func TestRedlockLivenessColdBurst(t *testing.T) {
 		cold := slices.ContainsFunc(open, func(n int64) bool { return 2*n < int64(warmPool) })
 		warmFailures, _ := coldBurst(t, g, c, nodes, key+"/warm", burst)
 		if cold && len(warmFailures) == 0 || attempt == 5 {
-			assert.Empty(t, failures, "every acquire granted at node timeout %v (connections open on each node as the burst began: %v, warm pool %d; %d dialled during it; warm, the same burst had %d failures)",
-				timeout, open, warmPool, dialled, len(warmFailures))
+			assert.Empty(t, failures, "every acquire granted at node timeout %v, backend timeout %s (connections open on each node as the burst began: %v, warm pool %d; %d dialled during it; warm, the same burst had %d failures)",
+				timeout, env["LOCKGW_BACKEND_TIMEOUT"], open, warmPool, dialled, len(warmFailures))
 			return
 		}
 		t.Logf("node timeout %v: %d failures with %v connections open on the nodes (warm pool %d), %d dialled, %d warm: the machine is too busy for it; again at %v on a fresh gateway",
