@@ -49,9 +49,21 @@ func TestRedlockPausedNodeCountsAgain(t *testing.T) {
 	granted := 0
 	var errs []error
 	for range 50 {
-		actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := s.Acquire(actx, "free-"+lockstore.NewToken(), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
-		cancel()
+		// One answered unavailable is tried again with its token, as the
+		// contract tells a client to, at most twice: on a loaded machine
+		// a live node can miss the 100 ms now and then, and is skipped
+		// until its prober hears it. The failure this is about, the resumed
+		// node not counting, fails all three.
+		key, req := "free-"+lockstore.NewToken(), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second}
+		var err error
+		for try := 0; try < 3 && (try == 0 || errors.Is(err, lockstore.ErrUnavailable)); try++ {
+			if try > 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+			actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err = s.Acquire(actx, key, req)
+			cancel()
+		}
 		if err == nil {
 			granted++
 		} else {
