@@ -21,7 +21,7 @@ SHELL       := /bin/bash
 help:
 	@echo 'make run     serve on 127.0.0.1:8080 with the memory backend (nothing to install)'
 	@echo 'make build   static binary in $(BIN)'
-	@echo 'make test    install missing test tools (as root), then go test -race ./..., and the protocol simulator without -race'
+	@echo 'make test    install missing test tools (as root), then go test -race ./..., and the protocol simulator without -race (.ci/gotest)'
 	@echo 'make test-short   go test -short ./...: only Go needed, under a minute (no redis-server, nginx, chromium)'
 	@echo 'make lint    gofmt and go vet'
 	@echo 'make bench   benchmarks'
@@ -43,13 +43,14 @@ build:
 # ports and never touch port 6379, so a Redis service that apt may have
 # started alongside the package neither helps nor disturbs them. The same
 # goes for nginx: examples/nginx runs its own on free ports, never port 80.
+# .ci/gotest runs go test -race ./... and the protocol simulator (without
+# -race) as several go test processes side by side.
 test: deps
 	$(COMPOSE) -f docker-compose.yml config -q
 	$(COMPOSE) -f docker-compose.yml --profile sentinel --profile cluster config -q
 	$(PROMTOOL) check rules deploy/prometheus/rules.yml
 	$(PROMTOOL) test rules deploy/prometheus/rules_test.yml
-	CGO_ENABLED=1 $(GO) test -race ./...
-	$(GO) test -count=1 -run 'TestSim|TestLuaredis' ./lockstore/
+	GO=$(GO) .ci/gotest
 
 # The layer that needs only Go: pure logic, the handlers on the memory
 # backend, and the protocol simulator. Every test that starts a real process

@@ -3,6 +3,8 @@ package lockstore_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,9 +49,21 @@ func TestRedlockPausedNodeCountsAgain(t *testing.T) {
 	granted := 0
 	var errs []error
 	for range 50 {
-		actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := s.Acquire(actx, "free-"+lockstore.NewToken(), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
-		cancel()
+		// One answered unavailable is tried again with its token, as the
+		// contract tells a client to, at most twice: on a loaded machine
+		// a live node can miss the 100 ms now and then, and is skipped
+		// until its prober hears it. The failure this is about, the resumed
+		// node not counting, fails all three.
+		key, req := "free-"+lockstore.NewToken(), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second}
+		var err error
+		for try := 0; try < 3 && (try == 0 || errors.Is(err, lockstore.ErrUnavailable)); try++ {
+			if try > 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+			actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err = s.Acquire(actx, key, req)
+			cancel()
+		}
 		if err == nil {
 			granted++
 		} else {
@@ -99,36 +113,51 @@ func TestRedlockWaiterGrantedWhileQuorumAnswers(t *testing.T) {
 // default allows on two cores, so the budget is stretched there.)
 //
 // A failing burst is judged by what the nodes saw and by a control, the
-// same burst again on the same store, warm now: when no node accepted a
-// connection during the failing burst (the pools were full), or the warm
-// burst fails too, the machine is too busy for the node timeout (parallel
-// tests, another package's, two cores), and the test runs again on a
-// fresh store at twice the timeout, at most three times. A burst that
-// dialled while it failed, with a warm one that passes, fails at once.
+// same burst again on the same store, warm now. The reported failure is a
+// burst that meets cold pools: requests queue for connections still being
+// dialled. So when every node already had most of the connections the
+// warm-up opens when the burst began (at least half: it opens its pool
+// less the 16 it leaves for arrivals, redlock.go, and on a loaded machine
+// a few of those dials time out), or the warm burst fails too, the
+// failure is not that one: the machine is too busy for the node timeout
+// (parallel tests, another package's, two cores), and the test runs again
+// on a fresh store at twice the timeout, at most five times (up to 16
+// times the first). A burst that failed on a node with fewer connections
+// open, with a warm one that passes, fails at once.
+// (Connections dialled during the burst do not tell: a burst of 200 may
+// take the 16 left for arrivals, and every call that times out closes its
+// connection, which the next call dials again.)
 func TestRedlockColdBurst(t *testing.T) {
 	srvs := startNodes(t, 5)
 	var stats []*redis.Client // one each, its connection made before the first count
 	for _, srv := range srvs {
 		stats = append(stats, srv.Client())
 	}
+	warmPool := max(128, 10*runtime.GOMAXPROCS(0)) - 16 // what the warm-up opens
 	timeout := raceSlowdown * lockstore.DefaultNodeTimeout
 	for attempt := 1; ; attempt++ {
+		base := connectedClients(t, stats) // the earlier attempts' stores', open till the end
 		s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: timeout})
 		ready(t, s)
+		open := connectedClients(t, stats) // this store's: its pools and its probes
+		for i := range open {
+			open[i] -= base[i]
+		}
 		before := acceptedConns(t, stats)
 		failed := burst(t, s, 200)
 		dialled := acceptedConns(t, stats) - before
 		if len(failed) == 0 {
 			return
 		}
+		cold := slices.ContainsFunc(open, func(n int64) bool { return 2*n < int64(warmPool) })
 		warmFailed := burst(t, s, 200)
-		if dialled > 0 && len(warmFailed) == 0 || attempt == 3 {
-			assert.Empty(t, failed, "acquires failed in a burst of 200 at node timeout %v (%d connections dialled meanwhile; warm, %d failed): %v",
-				timeout, dialled, len(warmFailed), errors.Join(failed...))
+		if cold && len(warmFailed) == 0 || attempt == 5 {
+			assert.Empty(t, failed, "acquires failed in a burst of 200 at node timeout %v (connections open on each node when it began: %v, warm pool %d; %d dialled meanwhile; warm, %d failed): %v",
+				timeout, open, warmPool, dialled, len(warmFailed), errors.Join(failed...))
 			return
 		}
-		t.Logf("node timeout %v: %d of 200 failed with %d connections dialled, %d warm: the machine is too busy for it; again at %v on a fresh store",
-			timeout, len(failed), dialled, len(warmFailed), 2*timeout)
+		t.Logf("node timeout %v: %d of 200 failed with %v connections open on the nodes (warm pool %d), %d dialled, %d warm: the machine is too busy for it; again at %v on a fresh store",
+			timeout, len(failed), open, warmPool, dialled, len(warmFailed), 2*timeout)
 		timeout *= 2
 	}
 }
@@ -151,6 +180,25 @@ func burst(t *testing.T, s lockstore.Store, n int) []error {
 		}
 	}
 	return failed
+}
+
+// connectedClients is each node's count of open client connections (INFO
+// clients connected_clients), asked through clients (one per node).
+func connectedClients(t *testing.T, clients []*redis.Client) []int64 {
+	t.Helper()
+	out := make([]int64, len(clients))
+	for i, c := range clients {
+		info, err := c.Info(testCtx(t), "clients").Result()
+		require.NoError(t, err)
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				require.NoError(t, err)
+				out[i] = n
+			}
+		}
+	}
+	return out
 }
 
 // acceptedConns is how many connections the nodes accepted since they

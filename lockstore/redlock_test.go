@@ -212,31 +212,53 @@ func TestRedlockTwoOfFiveDown(t *testing.T) {
 	ready(t, s)
 	ctx := testCtx(t)
 
+	// Every acquire must be granted. One answered unavailable is tried
+	// again with its token, as the contract tells a client to, at most
+	// twice: on a loaded machine a live node can miss even this timeout
+	// now and then, and is skipped until its prober hears it. A majority
+	// that did not suffice would fail all three.
 	const n = 200
 	var rec recorder
-	ok := 0
+	firstTry, retried := 0, 0
 	for i := range n {
 		key := fmt.Sprintf("k%d", i) // uncontended: one failure cannot cascade
-		l, err := s.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
-		if err != nil {
-			t.Logf("acquire: %v", err)
+		req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second}
+		l, err := s.Acquire(ctx, key, req)
+		if err == nil {
+			firstTry++
+		}
+		for try := 0; try < 2 && errors.Is(err, lockstore.ErrUnavailable); try++ {
+			t.Logf("acquire of %s: %v; again", key, err)
+			retried++
+			time.Sleep(50 * time.Millisecond)
+			l, err = s.Acquire(ctx, key, req)
+		}
+		if !assert.NoError(t, err, "acquire of %s with 3 of 5 nodes up", key) {
 			continue
 		}
-		ok++
 		now := time.Now()
 		rec.addUntil(l, now, now)
-		assert.NoError(t, s.Release(ctx, key, l.Token))
-	}
-	t.Logf("%d of %d acquires succeeded with 2 of 5 nodes down", ok, n)
-	assert.GreaterOrEqual(t, ok, n*99/100)
-	assert.Empty(t, rec.violations())
-	up := 0
-	for _, st := range s.Nodes() {
-		if st.Up {
-			up++
+		err = s.Release(ctx, key, l.Token)
+		if errors.Is(err, lockstore.ErrUnavailable) {
+			if err = s.Release(ctx, key, l.Token); errors.Is(err, lockstore.ErrNotHeld) {
+				err = nil // the attempt answered unavailable did release it
+			}
 		}
+		assert.NoError(t, err)
 	}
-	assert.Equal(t, 3, up)
+	t.Logf("%d of %d acquires granted at the first try with 2 of 5 nodes down, %d tried again", firstTry, n, retried)
+	assert.Empty(t, rec.violations())
+	up := func() int {
+		up := 0
+		for _, st := range s.Nodes() {
+			if st.Up {
+				up++
+			}
+		}
+		return up
+	}
+	// A node that missed a timeout counts again once its prober hears it.
+	assert.Eventually(t, func() bool { return up() == 3 }, 5*time.Second, 10*time.Millisecond)
 }
 
 // With a majority of nodes dead or paused, every operation fails with a
@@ -318,13 +340,16 @@ func TestRedlockPausedNodeNoOverlap(t *testing.T) {
 }
 
 // A node killed and restarted empty (twice, different nodes) while clients
-// contend: with the restart guard, no overlapping holders.
+// contend: with the restart guard, no overlapping holders. At a roomy node
+// timeout: the question is the guard's, and while restarted nodes are kept
+// out by it a grant needs every other node to answer, which at the 50 ms
+// default a loaded machine starved of grants for 10 s.
 func TestRedlockRestartWhileContending(t *testing.T) {
 	t.Parallel()
 	const ttl = 200 * time.Millisecond
 	srvs := startNodes(t, 5)
 	var logs syncBuffer
-	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{MaxTTL: time.Hour, Logger: zerolog.New(&logs)})
+	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{MaxTTL: time.Hour, NodeTimeout: roomy, Logger: zerolog.New(&logs)})
 	require.NoError(t, s.Ping(testCtx(t)))
 
 	var rec recorder

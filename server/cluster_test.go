@@ -60,7 +60,11 @@ func TestCluster(t *testing.T) {
 	})
 	t.Run("ListAcrossGateways", func(t *testing.T) { testClusterList(t, g1, g2) })
 	t.Run("RateLimitBurstAcrossGateways", func(t *testing.T) {
-		r := env("LOCKGW_RATE_LIMIT_WINDOW", "2s")
+		// Fail closed, with a roomy deadline: failing open trades
+		// exactness for availability (TestFailOpenAndClosed), and a slow
+		// check on a loaded machine must not show up as an admission
+		// without a check (it did, past the 100 ms default).
+		r := env("LOCKGW_RATE_LIMIT_WINDOW", "2s", "LOCKGW_RATE_LIMIT_FAIL", "closed", "LOCKGW_RATE_LIMIT_TIMEOUT", "2s")
 		testClusterRateLimit(t, apitest.Start(t, r), apitest.Start(t, r))
 	})
 	// Last: it kills a master.
@@ -248,6 +252,10 @@ func testClusterRateLimit(t *testing.T, g1, g2 *apitest.Gateway) {
 			defer mu.Unlock()
 			if r.Status == http.StatusTooManyRequests {
 				refused++
+				return
+			}
+			if r.Status == http.StatusServiceUnavailable && r.Header.Get("RateLimit") == "" { // the check failed, closed
+				t.Errorf("the check did not answer in 2 s: %s", r.Body)
 				return
 			}
 			admitted++

@@ -64,6 +64,8 @@ type Server struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
+
+	claim *os.File // the port's claim (claimPort), held across restarts
 }
 
 // Start starts a redis-server on a free loopback port and stops it when the
@@ -89,6 +91,11 @@ func StartOptions(t testing.TB, opts Options) *Server {
 		t.Fatalf("redistest: could not start redis-server: %v", err)
 	}
 	s.t = t
+	t.Cleanup(func() {
+		if s.claim != nil {
+			_ = s.claim.Close() // after Kill, registered below and run first
+		}
+	})
 	t.Cleanup(s.Kill)
 	return s
 }
@@ -120,12 +127,21 @@ func Run(opts Options) (*Server, error) {
 		pick = LoopbackPort
 	}
 	var err error
-	for range 5 { // a free port can be taken between our probe and Redis's bind
+	for range 20 { // a free port can be taken between our probe and Redis's bind, or claimed
 		if s.port, err = pick(); err != nil {
 			return nil, err
 		}
+		claim, ok := claimPort(s.port)
+		if !ok {
+			err = fmt.Errorf("port %d: claimed by another server", s.port)
+			continue
+		}
 		if err = s.start(); err == nil {
+			s.claim = claim // held till the process ends, or StartOptions's test
 			return s, nil
+		}
+		if claim != nil {
+			_ = claim.Close()
 		}
 	}
 	return nil, err

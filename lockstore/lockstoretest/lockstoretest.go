@@ -4,6 +4,7 @@ package lockstoretest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -101,36 +102,63 @@ func testConflict(t *testing.T, s lockstore.Store, key string) {
 }
 
 func testSameToken(t *testing.T, s lockstore.Store, key string) {
-	token := lockstore.NewToken()
-	first, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: token, TTL: 300 * time.Millisecond, Owner: "a"})
-	require.NoError(t, err)
-	time.Sleep(150 * time.Millisecond)
+	// The retry comes halfway through the first lease. On a loaded machine
+	// it can reach the store after the lease ended (its answer came after
+	// the lease's end), when a fresh grant is right: then again, on a
+	// fresh key and a lease twice as long.
+	for ttl := 300 * time.Millisecond; ; ttl *= 2 {
+		token := lockstore.NewToken()
+		first, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: token, TTL: ttl, Owner: "a"})
+		require.NoError(t, err)
+		time.Sleep(ttl / 2)
 
-	again, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second, Owner: "a"})
-	require.NoError(t, err)
-	assert.True(t, again.Renewed)
-	assert.Equal(t, first.Fence, again.Fence, "a retried acquire keeps its fence")
+		sent := time.Now()
+		again, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second, Owner: "a"})
+		require.NoError(t, err)
+		if !again.Renewed && time.Now().After(first.ExpiresAt) && ttl < 5*time.Second {
+			t.Logf("a retry %v into a %v lease was answered after it ended: again with %v", ttl/2, ttl, 2*ttl)
+			key += "+"
+			continue
+		}
+		assert.True(t, again.Renewed)
+		assert.Equal(t, first.Fence, again.Fence, "a retried acquire keeps its fence")
 
-	// The TTL was reset to the new value: still held well after the first TTL.
-	time.Sleep(300 * time.Millisecond)
-	l, err := s.Inspect(ctx(t), key)
-	require.NoError(t, err)
-	assert.Equal(t, first.Fence, l.Fence)
-	assert.Greater(t, l.Left, 9*time.Second)
+		// The TTL was reset to the new value: still held well after the
+		// first TTL, however late the store applied it.
+		time.Sleep(time.Until(sent.Add(ttl + 150*time.Millisecond)))
+		l, err := s.Inspect(ctx(t), key)
+		require.NoError(t, err)
+		assert.Equal(t, first.Fence, l.Fence)
+		assert.Greater(t, l.Left, 10*time.Second-time.Since(sent)-500*time.Millisecond)
+		return
+	}
 }
 
 func testExtend(t *testing.T, s lockstore.Store, key string) {
-	l := acquire(t, s, key, 200*time.Millisecond)
-	ext, err := s.Extend(ctx(t), key, l.Token, 10*time.Second)
-	require.NoError(t, err)
-	assert.Equal(t, l.Fence, ext.Fence)
-	assert.Equal(t, 10*time.Second, ext.Granted)
+	// A short lease, extended before it ends, must outlive its first TTL.
+	// On a loaded machine the extend can reach the store after the short
+	// lease ended (its answer came after the lease's end): the store then
+	// rightly refuses, and the test runs again on a lease twice as long.
+	for ttl := 200 * time.Millisecond; ; ttl *= 2 {
+		l := acquire(t, s, key, ttl)
+		sent := time.Now() // the lease was granted before it
+		ext, err := s.Extend(ctx(t), key, l.Token, 10*time.Second)
+		if errors.Is(err, lockstore.ErrNotHeld) && time.Now().After(l.ExpiresAt) && ttl < 5*time.Second {
+			t.Logf("extend of a %v lease answered %v after it ended: again with %v", ttl, time.Since(l.ExpiresAt), 2*ttl)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, l.Fence, ext.Fence)
+		assert.Equal(t, 10*time.Second, ext.Granted)
 
-	time.Sleep(300 * time.Millisecond) // past the original TTL
-	got, err := s.Inspect(ctx(t), key)
-	require.NoError(t, err, "an extended lock outlives its first TTL")
-	assert.Equal(t, l.Fence, got.Fence)
-	assert.Greater(t, got.Left, 9*time.Second)
+		// Past the original TTL, however late the store applied it.
+		time.Sleep(time.Until(sent.Add(ttl + 100*time.Millisecond)))
+		got, err := s.Inspect(ctx(t), key)
+		require.NoError(t, err, "an extended lock outlives its first TTL")
+		assert.Equal(t, l.Fence, got.Fence)
+		assert.Greater(t, got.Left, 10*time.Second-time.Since(sent)-500*time.Millisecond)
+		return
+	}
 }
 
 // An Extend with a ttl of 0 applies the length the lease was last granted
@@ -286,18 +314,34 @@ func testFences(t *testing.T, s lockstore.Store, key string) {
 }
 
 func testExpiry(t *testing.T, s lockstore.Store, key string) {
-	l := acquire(t, s, key, 400*time.Millisecond)
+	for ttl := 400 * time.Millisecond; ; ttl *= 2 {
+		l := acquire(t, s, key, ttl)
+		acquired := time.Now()
 
-	// Judge by the lease's own end of validity: under Redlock it is the TTL
-	// less the time the acquire took and the drift allowance.
-	time.Sleep(time.Until(l.ExpiresAt.Add(-100 * time.Millisecond)))
-	_, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
-	require.ErrorIs(t, err, lockstore.ErrHeld, "still held before its TTL")
+		// Judge by the lease's own end of validity: under Redlock it is the
+		// TTL less the time the acquire took and the drift allowance.
+		time.Sleep(time.Until(l.ExpiresAt.Add(-100 * time.Millisecond)))
+		_, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		if err == nil {
+			// Granted: the store must have seen the lease ended, so the
+			// answer came after its end. Then the probe came too late to
+			// judge (a loaded machine): again, on a fresh key and a lease
+			// twice as long.
+			require.True(t, time.Now().After(l.ExpiresAt), "granted while the lease was valid for %v more", time.Until(l.ExpiresAt))
+			require.Less(t, ttl, 5*time.Second, "every probe before the lease's end was answered after it")
+			t.Logf("a probe %v before the end of a %v lease was answered after it: again with %v", 100*time.Millisecond, ttl, 2*ttl)
+			key += "+"
+			continue
+		}
+		require.ErrorIs(t, err, lockstore.ErrHeld, "still held before its TTL")
 
-	time.Sleep(time.Until(l.ExpiresAt.Add(150 * time.Millisecond)))
-	_, err = s.Inspect(ctx(t), key)
-	require.ErrorIs(t, err, lockstore.ErrNotHeld, "free after its TTL")
-	acquire(t, s, key, time.Second)
+		// Past the TTL, however late the store applied it.
+		time.Sleep(time.Until(acquired.Add(ttl + 150*time.Millisecond)))
+		_, err = s.Inspect(ctx(t), key)
+		require.ErrorIs(t, err, lockstore.ErrNotHeld, "free after its TTL")
+		acquire(t, s, key, time.Second)
+		return
+	}
 }
 
 func testIndependentKeys(t *testing.T, s lockstore.Store, key string) {
