@@ -196,11 +196,14 @@ func (c *clocks) settle(err error, giveUp time.Time) {
 }
 
 // mayLand says whether a call that failed with err may still run on its
-// server: anything but an answer from the server, a connection that could
-// not be made, or a pool with no connection to give.
+// server: anything but an answer from the server (an error reply, or a
+// refusal made of one), a connection that could not be made, or a pool
+// with no connection to give. A reset or a closed connection may: a proxy
+// on the way can still deliver what it had read.
 func mayLand(err error) bool {
 	var rerr redis.Error
-	if errors.As(err, &rerr) {
+	var refused *RefusedError // the node answered (redlock_set.go turns its answer into one)
+	if errors.As(err, &rerr) || errors.As(err, &refused) {
 		return false
 	}
 	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) {

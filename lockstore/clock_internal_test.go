@@ -3,6 +3,7 @@ package lockstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -66,7 +67,11 @@ func TestClockSettle(t *testing.T) {
 	var slept time.Time
 	c.sleepUntil = func(t time.Time) { slept = t }
 
-	for _, err := range []error{nil, luaredis.Error(lateReply + " x"), redis.ErrPoolTimeout, &net.OpError{Op: "dial", Err: errors.New("refused")}} {
+	// A Redlock node's refusal (quarantined, another node list) is its
+	// answer: a round that waited for its deadline took a whole node
+	// timeout whenever a node was quarantined (TestRedlockRestartWhileContending).
+	refused := fmt.Errorf("%w: x", &RefusedError{Reason: "quarantine", msg: "quarantined"})
+	for _, err := range []error{nil, luaredis.Error(lateReply + " x"), redis.ErrPoolTimeout, &net.OpError{Op: "dial", Err: errors.New("refused")}, refused} {
 		slept = time.Time{}
 		c.settle(err, giveUp)
 		assert.True(t, slept.IsZero(), "%v cannot land later", err)
