@@ -43,8 +43,8 @@ build:
 # ports and never touch port 6379, so a Redis service that apt may have
 # started alongside the package neither helps nor disturbs them. The same
 # goes for nginx: examples/nginx runs its own on free ports, never port 80.
-# .ci/gotest runs go test -race ./... and the protocol simulator (without
-# -race) as several go test processes side by side.
+# .ci/gotest runs go test -race ./... as several go test processes side by
+# side, then the protocol simulator (without -race).
 test: deps
 	$(COMPOSE) -f docker-compose.yml config -q
 	$(COMPOSE) -f docker-compose.yml --profile sentinel --profile cluster config -q
