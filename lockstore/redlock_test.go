@@ -210,7 +210,6 @@ func TestRedlockTwoOfFiveDown(t *testing.T) {
 	srvs[1].Kill()
 	srvs[3].Kill()
 	ready(t, s)
-	ctx := testCtx(t)
 
 	// Every acquire must be granted. One answered unavailable is tried
 	// again with its token, as the contract tells a client to, at most
@@ -223,6 +222,10 @@ func TestRedlockTwoOfFiveDown(t *testing.T) {
 	for i := range n {
 		key := fmt.Sprintf("k%d", i) // uncontended: one failure cannot cascade
 		req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second}
+		// A deadline per key: one for the whole loop asked for 200 cycles
+		// in 10 s, a speed, which the loaded CI machine missed (about
+		// 70 ms a cycle there) while every acquire was granted.
+		ctx := testCtx(t)
 		l, err := s.Acquire(ctx, key, req)
 		if err == nil {
 			firstTry++
