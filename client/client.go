@@ -536,6 +536,11 @@ func (c *Client) keep(ctx context.Context, lease *Lease, stop <-chan struct{}, l
 		ectx, cancel := context.WithDeadline(ctx, deadline)
 		l, err := extendFn(ectx, lease.Key, lease.Token, lease.TTL)
 		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrUnavailable) {
+			// The extend's own deadline, the lease's end, passed: the
+			// gateway did not answer in time, as any unavailable one.
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 		switch {
 		case err == nil:
 			deadline, lastErr = l.deadline, nil

@@ -32,7 +32,7 @@ func TestSmoke(t *testing.T) {
 		"-flood-clients", "2", "-flood-locks", "50", "-flood-waiters", "8", "-flood-conns", "8", "-flood-settle", "0",
 		// Issue 17's rows, as small: two points of the curve, 100 locks,
 		// 10 waiters.
-		"-curve", "1,2", "-curve-duration", "100ms", "-memory-locks", "100", "-waiters", "10", "-waiters-duration", "300ms",
+		"-curve", "1,2", "-curve-duration", "100ms", "-memory-locks", "1000", "-waiters", "10", "-waiters-duration", "300ms",
 		"-redis-server", redistest.Binary(t),
 		// Only plumbing is under test: on a machine busy with the other
 		// packages' tests, Redlock's 50 ms per node could run out.
@@ -131,7 +131,7 @@ func TestSmoke(t *testing.T) {
 	// Redis memory per lock: every lock held, each with its lock key.
 	if assert.NotNil(t, res.Memory) {
 		m := res.Memory
-		assert.EqualValues(t, 100, m.Locks)
+		assert.EqualValues(t, 1000, m.Locks)
 		assert.Positive(t, m.BytesPerLock)
 		assert.GreaterOrEqual(t, m.KeysPerLock, 1.0)
 		assert.Positive(t, m.MemoryUsage["lockgw:{memory/1}:lock"], "MEMORY USAGE of the lock key: %v", m.MemoryUsage)
