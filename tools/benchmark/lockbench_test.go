@@ -30,7 +30,7 @@ func TestSmoke(t *testing.T) {
 		"-c", "4", "-contended-clients", "4",
 		// The floods' plumbing, at a size that costs nothing.
 		"-flood-clients", "2", "-flood-locks", "50", "-flood-waiters", "8", "-flood-conns", "8", "-flood-settle", "0",
-		// Issue 17's rows, as small: two points of the curve, 100 locks,
+		// Issue 17's rows, as small: two points of the curve, 1 000 locks,
 		// 10 waiters.
 		"-curve", "1,2", "-curve-duration", "100ms", "-memory-locks", "1000", "-waiters", "10", "-waiters-duration", "300ms",
 		"-redis-server", redistest.Binary(t),
