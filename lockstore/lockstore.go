@@ -100,21 +100,27 @@ func ExtendAll(ctx context.Context, s Store, exts []Extension) []Extended {
 // extendEach runs s.Extend for exts[i], for every i in which (all when
 // which is nil), at once, with each extension's user as the quota hint.
 func extendEach(ctx context.Context, s Store, exts []Extension, out []Extended, which []int) {
+	atOnce(len(exts), which, func(i int) {
+		e, ectx := exts[i], ctx
+		if e.User != "" {
+			ectx = WithUser(ctx, e.User)
+		}
+		out[i].Lease, out[i].Err = s.Extend(ectx, e.Key, e.Token, e.TTL)
+	})
+}
+
+// atOnce runs fn(i) for every i in which (0 … n-1 when which is nil), each
+// on a goroutine of its own, and returns when all have.
+func atOnce(n int, which []int, fn func(i int)) {
 	if which == nil {
-		which = make([]int, len(exts))
+		which = make([]int, n)
 		for i := range which {
 			which[i] = i
 		}
 	}
 	var wg sync.WaitGroup
 	for _, i := range which {
-		wg.Go(func() {
-			e, ectx := exts[i], ctx
-			if e.User != "" {
-				ectx = WithUser(ctx, e.User)
-			}
-			out[i].Lease, out[i].Err = s.Extend(ectx, e.Key, e.Token, e.TTL)
-		})
+		wg.Go(func() { fn(i) })
 	}
 	wg.Wait()
 }

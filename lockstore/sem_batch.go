@@ -2,7 +2,6 @@ package lockstore
 
 import (
 	"context"
-	"sync"
 )
 
 // BatchSemExtender is Semaphores that extend many permits in one call to
@@ -35,17 +34,7 @@ func SemExtendAll(ctx context.Context, s Semaphores, exts []Extension) []SemExte
 // semExtendEach runs s.SemExtend for exts[i], for every i in which (all
 // when which is nil), at once.
 func semExtendEach(ctx context.Context, s Semaphores, exts []Extension, out []SemExtended, which []int) {
-	if which == nil {
-		which = make([]int, len(exts))
-		for i := range which {
-			which[i] = i
-		}
-	}
-	var wg sync.WaitGroup
-	for _, i := range which {
-		wg.Go(func() {
-			out[i].Permit, out[i].Err = s.SemExtend(ctx, exts[i].Key, exts[i].Token, exts[i].TTL)
-		})
-	}
-	wg.Wait()
+	atOnce(len(exts), which, func(i int) {
+		out[i].Permit, out[i].Err = s.SemExtend(ctx, exts[i].Key, exts[i].Token, exts[i].TTL)
+	})
 }
