@@ -94,6 +94,13 @@ func TestRedlockRateLimit(t *testing.T) {
 	const window = 300 * time.Millisecond
 	nodes, env := redlockEnv(t, 3)
 	env["LOCKGW_RATE_LIMIT_WINDOW"] = window.String()
+	// Fail closed, with a roomy deadline: this test is about counting over
+	// a majority, and a slow check on a loaded machine must not show up as
+	// an admission without a check (fail-open's policy, which
+	// TestFailOpenAndClosed covers; a 200 within the window came from it
+	// past the 100 ms default). A failed check now fails the test as a 503.
+	env["LOCKGW_RATE_LIMIT_FAIL"] = "closed"
+	env["LOCKGW_RATE_LIMIT_TIMEOUT"] = "5s"
 	// Both gateways first: one started inside a window can outlast it.
 	c := apitest.NewClient(apitest.Start(t, env).URL)
 	other := apitest.NewClient(apitest.Start(t, env).URL)
