@@ -221,7 +221,7 @@ func mayLand(err error) bool {
 var grantScripts = map[string]bool{}
 
 func init() {
-	for _, s := range []*redis.Script{acquireScript, semAcquireScript} {
+	for _, s := range []*redis.Script{acquireScript, semAcquireScript, confirmScript} {
 		grantScripts[s.Hash()] = true
 	}
 }

@@ -48,7 +48,8 @@ func (r *Redlock) List(ctx context.Context, q ListQuery) (ListPage, error) {
 	for j, key := range keys {
 		holders := map[string][]nodeListed{} // by token digest
 		for i := range answered {
-			if errs[i] == nil && reads[i][j].held {
+			// A provisional value is no lease until a round confirms it.
+			if errs[i] == nil && reads[i][j].held && !reads[i][j].value.provisional() {
 				d := reads[i][j].value.digest
 				holders[d] = append(holders[d], reads[i][j])
 			}

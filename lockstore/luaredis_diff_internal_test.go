@@ -108,7 +108,7 @@ func TestLuaredisMatchesRedis(t *testing.T) {
 	// or a change to the generators could leave them untested unnoticed.
 	for _, want := range []string{"acquire.lua 0", "acquire.lua 1", "acquire.lua 2", "acquire.lua 3", "acquire.lua 4",
 		"extend.lua 1", "extend.lua 0", "extend.lua -1", "release.lua 1", "release.lua 0", "release.lua -1", "release.lua -2",
-		"discard.lua 1", "discard.lua 2", "raise_fence.lua 1", "unwait.lua 1", "sem_acquire.lua 0", "sem_acquire.lua 1",
+		"discard.lua 1", "discard.lua 0", "confirm.lua 1", "confirm.lua 0", "unwait.lua 1", "sem_acquire.lua 0", "sem_acquire.lua 1",
 		"sem_acquire.lua 2", "sem_acquire.lua 5", "sem_extend.lua 1", "sem_read.lua value", "sem_release.lua 1",
 		"sem_release.lua -2", "sem_unwait.lua 1", "quota.lua 1", "quota.lua 4"} {
 		if reached[want] == 0 {
@@ -443,7 +443,7 @@ func (d *diff) script() {
 		a := acquireArgs{digest: d.digest(), ttl: d.ttl(), owner: d.owner(), ticket: d.ticket(), publish: publishAll}
 		switch x := d.r.Float64(); {
 		case x < 0.25:
-			a.attempt, a.seed = d.attemptID(), d.seed()
+			a.attempt, a.seed, a.provisional = d.attemptID(), d.seed(), d.ttl()
 		case x < 0.4:
 			a.quota = counting{max: d.pick(3), user: d.user(), holder: d.user()}
 		case x < 0.5:
@@ -495,15 +495,11 @@ func (d *diff) script() {
 		d.eval("release.lua", releaseLua, keys, args...)
 	case 10:
 		digest, attempt := d.current(key)
-		args := []any{digest, attempt, channel(key)}
-		if d.chance(0.3) {
-			args = append(args, publishAll)
-		}
-		d.eval("discard.lua", discardLua, []string{lockKey(key), queueKey(key)}, args...)
+		d.eval("discard.lua", discardLua, []string{lockKey(key), queueKey(key)}, digest, attempt, channel(key))
 	case 11:
 		digest, attempt := d.current(key)
-		d.eval("raise_fence.lua", raiseFenceLua, []string{lockKey(key), fenceKey(key)},
-			digest, attempt, d.fence(), FenceMargin.Milliseconds())
+		d.eval("confirm.lua", confirmLua, []string{lockKey(key), fenceKey(key)},
+			digest, attempt, d.fence(), FenceMargin.Milliseconds(), d.ttl().Milliseconds())
 	case 12:
 		keys := []string{lockKey(key), queueKey(key), fenceKey(key)}
 		if d.chance(0.2) {

@@ -413,9 +413,11 @@ type acquireArgs struct {
 	ticket waitTicket
 	// seed, when positive, replaces Redis TIME as the fence seed (µs).
 	seed int64
-	// attempt is a Redlock round's id ("" for Redis): the value records
-	// which rounds hold it, and a renewal only lengthens the lease.
-	attempt string
+	// attempt is a Redlock round's id ("" for Redis): a value the round
+	// makes records it as its maker, and lives provisional until a round
+	// confirms it (confirm.lua).
+	attempt     string
+	provisional time.Duration
 	// quota counts the grant against a user (Redis only).
 	quota counting
 	// publish is SPUBLISH on a Cluster; "" (PUBLISH) elsewhere.
@@ -429,7 +431,7 @@ func (a acquireArgs) call(key string) (keys []string, args []any) {
 	keys = []string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)}
 	switch {
 	case a.attempt != "":
-		args = append(args, a.attempt)
+		args = append(args, a.attempt, a.provisional.Milliseconds())
 	case a.publish == publishShard:
 		// On a Cluster the caller counts (redis_cluster.go); the script
 		// only records the user (or refuses a new grant: max -1).
@@ -612,9 +614,16 @@ type lockValue struct {
 	// nodeInspect read it with the value (0 otherwise): with raw, what a
 	// release deletes (release.lua).
 	expiry int64
-	// confirmed: a Redlock write-back confirmed the fence ("<fence>++<ms>",
-	// raise_fence.lua).
+	// confirmed: a Redlock round confirmed the value ("<fence>++<ms>",
+	// confirm.lua).
 	confirmed bool
+}
+
+// provisional says whether v is a Redlock round's value that no round
+// confirmed yet: no lease, until one does (docs/safety.md, rule A). A
+// value without an attempt field (an older gateway's) is a lease.
+func (v lockValue) provisional() bool {
+	return strings.HasPrefix(v.attempt, "~") && !v.confirmed
 }
 
 func parseLockValue(reply any) (lockValue, error) {

@@ -2,6 +2,7 @@ package lockstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +110,117 @@ func TestExpiryOnlyMovesForward(t *testing.T) {
 		require.Greater(t, at, last, "write %d (ttl %v) moved the expiry forward", i, ttl)
 		last = at
 	}
+}
+
+// TestRedlockReleaseDeletesOnlyAsRead is TestReleaseDeletesOnlyAsRead on
+// Redlock: a release whose reads were answered and whose deletes land on
+// every node only after later requests of the same token were answered
+// (docs/safety.md, "Cases", 5). A shorter extend used to change neither
+// the value nor the expiry of a lease that lived longer, so the late
+// deletes matched and took away, on every node, the lease the extend had
+// just been answered for.
+func TestRedlockReleaseDeletesOnlyAsRead(t *testing.T) {
+	srvs := []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
+	urls := make([]string, len(srvs))
+	for i, srv := range srvs {
+		urls[i] = srv.URL()
+	}
+	s, err := OpenRedlock(urls, RedlockOptions{NodeTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	require.Eventually(t, func() bool { return s.Ping(ctx) == nil }, 10*time.Second, 10*time.Millisecond)
+	token := NewToken()
+	digest := digestHex(token)
+
+	for _, later := range []struct {
+		name string
+		do   func(t *testing.T, key string)
+	}{
+		{"a new grant", func(t *testing.T, key string) {
+			require.NoError(t, s.Release(ctx, key, token))
+			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Minute})
+			require.NoError(t, err)
+		}},
+		{"a renewal", func(t *testing.T, key string) {
+			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Minute})
+			require.NoError(t, err)
+		}},
+		{"a shorter renewal", func(t *testing.T, key string) {
+			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Second})
+			require.NoError(t, err)
+		}},
+		{"a shorter extend", func(t *testing.T, key string) {
+			_, err := s.Extend(ctx, key, token, time.Second)
+			require.NoError(t, err)
+		}},
+		// The same short extend once more, or one reusing the recorded
+		// length, wrote nothing: same value, and a lease already longer.
+		{"a shorter extend again", func(t *testing.T, key string) {
+			_, err := s.Extend(ctx, key, token, time.Second)
+			require.NoError(t, err)
+		}},
+		{"an extend by the recorded length", func(t *testing.T, key string) {
+			_, err := s.Extend(ctx, key, token, 0)
+			require.NoError(t, err)
+		}},
+	} {
+		t.Run(later.name, func(t *testing.T) {
+			key := "late/" + t.Name()
+			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Minute})
+			require.NoError(t, err)
+			if strings.HasPrefix(later.name, "a shorter extend again") || strings.HasPrefix(later.name, "an extend by") {
+				_, err = s.Extend(ctx, key, token, time.Second) // before the read
+				require.NoError(t, err)
+			}
+			reads := make([]lockValue, len(srvs))
+			for i, srv := range srvs {
+				reads[i], _, err = nodeInspect(ctx, srv.Client(), key)
+				require.NoError(t, err)
+			}
+			later.do(t, key)
+			for i, srv := range srvs {
+				require.ErrorIs(t, nodeRelease(ctx, srv.Client(), key, digest, reads[i]), errMoved, "node %d: the late delete finds the lease changed", i)
+			}
+			_, err = s.Inspect(ctx, key)
+			require.NoError(t, err, "and leaves it")
+		})
+	}
+}
+
+// TestRedlockPermitReleaseDeletesOnlyAsRead: the same for a permit, whose
+// value carries its expiry: an extend by the permit's own length, on a
+// permit already longer, left the value as the release read it.
+func TestRedlockPermitReleaseDeletesOnlyAsRead(t *testing.T) {
+	srvs := []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
+	urls := make([]string, len(srvs))
+	for i, srv := range srvs {
+		urls[i] = srv.URL()
+	}
+	s, err := OpenRedlock(urls, RedlockOptions{NodeTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	require.Eventually(t, func() bool { return s.Ping(ctx) == nil }, 10*time.Second, 10*time.Millisecond)
+	token := NewToken()
+	digest := digestHex(token)
+	key := "late/permit"
+
+	_, err = s.SemAcquire(ctx, key, PermitRequest{Token: token, Limit: 1, TTL: time.Minute})
+	require.NoError(t, err)
+	_, err = s.SemExtend(ctx, key, token, time.Second)
+	require.NoError(t, err)
+	reads := make([]semValue, len(srvs))
+	for i, srv := range srvs {
+		reads[i], err = nodeSemRead(ctx, srv.Client(), key, digest)
+		require.NoError(t, err)
+	}
+	_, err = s.SemExtend(ctx, key, token, time.Second)
+	require.NoError(t, err)
+	for i, srv := range srvs {
+		require.ErrorIs(t, nodeSemRelease(ctx, srv.Client(), key, digest, publishAll, reads[i]), errMoved, "node %d", i)
+	}
+	st, err := s.SemInspect(ctx, key)
+	require.NoError(t, err)
+	assert.Len(t, st.Holders, 1, "the permit stays")
 }

@@ -81,29 +81,31 @@ type RedlockOptions struct {
 // not quarantined count ("counted" below); a quarantined node is still
 // written to, so that it holds current leases when it counts again.
 //
-// # Attempts: what makes retries and stragglers safe
+// # Rounds: what makes retries and stragglers safe
 //
 // A node call that times out may still run on the node later, after the
-// operation answered its caller. So every write is bound to one acquire
-// round: each round has a random attempt id that the value it writes or
-// joins records; a failed round takes only itself out (discard.lua); a
-// release deletes only the value it read, attempt field unchanged; extends
-// and renewals only lengthen. docs/safety.md states these rules once, with
-// the proof that they keep one holder, and the scripts' header comments give
-// their exact semantics. A lease may therefore live on some node longer than
-// the Lease says (ExpiresAt stays a conservative end of validity), and after
-// more than four rounds took one lease over on a node it is "pinned" there:
-// only a Release or its TTL ends it.
+// operation answered its caller. So an acquire is two steps, as docs/safety.md
+// ("The rules") states them with the proof that they keep one holder: each
+// round, under a fresh random id, votes (acquire.lua), and a value it makes
+// on a free node is provisional, naming the round as its maker and living
+// only a short TTL; then the round confirms (confirm.lua) the fence it
+// picked, with the lease's full TTL, on its granting nodes. Only a confirmed
+// value is a lease: a failed round needs no clean-up (its values expire by
+// themselves; withdrawing them at once, discard.lua, is for liveness only).
+// Every write to a live value moves its expiry forward, and a release
+// deletes only the value and expiry it read, so a late delete cannot remove
+// a later grant or a lease an extend answered for. Grants and confirmations
+// carry rule D's deadline (clock.go).
 //
 // # Acquire
 //
-// Granted when at least Nodes/2+1 counted nodes granted (or re-granted to the
-// same token) and validity = TTL − elapsed − drift is positive, where elapsed
+// Granted when at least Nodes/2+1 counted nodes carry the round's fence
+// confirmed and validity = TTL − elapsed − drift is positive, where elapsed
 // runs on the monotonic clock from before the first call and drift =
 // TTL/100 + 2 ms. ExpiresAt is the end of that validity: start + TTL − drift,
-// which is the grant moment plus validity. Otherwise the round's new values
-// are deleted (waiting only for the nodes that answered; the rest in the
-// background under a fresh NodeTimeout) and Acquire answers:
+// which is the grant moment plus validity. Otherwise the round's provisional
+// values are withdrawn (waiting only for the nodes that answered; the rest
+// in the background under a fresh NodeTimeout) and Acquire answers:
 //
 //   - *HeldError when no counted node granted and at least a quorum of them
 //     hold the key for other tokens; Remaining is how long until fewer than
@@ -123,45 +125,22 @@ type RedlockOptions struct {
 //
 // Each node keeps its own counter and votes max(counter+1, seed, its clock
 // in µs less FenceMargin), the seed being the gateway's clock at the start of
-// the round (one seed for all nodes, so they usually agree).
-// The grant's fence F is chosen from the counted granting nodes' fences so
-// that twins (acquires of one token at once) agree (pickFence): the
-// highest fence of the values one round made on a majority (the round's
-// own new votes, or a twin's), else a fence a majority of the values
-// carry, else the highest of all; each is at least the fences of a
-// majority of the granting nodes.
-// Before Acquire returns, raise_fence.lua raises the counter to at least F
-// and stores F, marked confirmed, in the value on each granting node that
-// does not carry F confirmed yet, and the grant stands only if a majority
-// of counted nodes confirmed F (and the validity, measured after that, is
-// still positive). A confirmed fence among the maker's values is preferred
-// to the highest, so a retry after the answer keeps F over votes that
-// landed late.
-//
-// Guaranteed: if Acquire A returned fence F before Acquire B started, and B
-// grants the key to another holder, then B's fence > F. The majority of
-// B's granting nodes whose fences B's is at least shares a node with the
-// majority that confirmed F; that node's counter was ≥ F before the value
-// B found or made there was made, so that value was made with a fence > F,
-// and carries it or another such choice (docs/safety.md, "Fences of twins",
-// argues this and its one exception, in the safe direction). The argument
-// needs no timing assumption, only that the shared node still has its
-// counter, or let it expire: a counter expires only once the node's clock
-// has passed it by FenceMargin, and a node votes at least its clock less
-// FenceMargin, so after the expiry its vote is still > F unless its clock
-// stepped back. The argument fails only when the node lost its data and is
-// counted anyway (quarantine disabled, or the restart not seen by this
-// process; then the clock-seeded fence is still > F unless that host's clock
-// is behind the clock that produced F). So a fenced resource stays safe even
-// when Redlock's mutual exclusion fails.
-//
-// Not guaranteed: the order of fences between acquires that overlap in time.
-// Two grants can only overlap when Redlock's assumptions broke (a clock jump,
-// an unguarded restart, a pause longer than the lease); their fences are then
-// distinct but in either order, and the resource's "highest fence seen" rule
-// is what orders their writes. A same-token re-acquire keeps its fence when a
-// majority re-granted it (Renewed); otherwise it is a new grant with a new
-// fence.
+// the round. The round's fence (lockFence) is the confirmed fence a
+// majority of its granting nodes carry, if any (a renewal: Lease.Renewed,
+// the fence as answered before), else the highest fence of their values; the
+// confirmation raises each confirming node's counter to it. So a grant whose
+// round started after another token's grant was answered with F carries a
+// fence above F: its majority shares a node with the majority that confirmed
+// F, whose value was made after that node's counter reached F. A sequential
+// retry of the same token keeps its fence; twins (acquires of one token at
+// once) may be answered different fences, each above every earlier holder's
+// and below every later holder's. docs/safety.md, "Fences and retries",
+// argues all three. The arguments need no timing assumption, only that the
+// shared node kept its counter, or let it expire: a counter expires only
+// once the node's clock has passed it by FenceMargin. A node that lost its
+// data and is counted anyway (quarantine disabled, or the restart not seen)
+// still votes from its clock. So a fenced resource stays safe even when
+// Redlock's mutual exclusion fails.
 //
 // # Extend, Release, Inspect: mixed answers
 //

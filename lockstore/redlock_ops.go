@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,9 +18,9 @@ import (
 )
 
 var (
-	//go:embed lua/raise_fence.lua
-	raiseFenceLua    string
-	raiseFenceScript = redis.NewScript(raiseFenceLua)
+	//go:embed lua/confirm.lua
+	confirmLua    string
+	confirmScript = redis.NewScript(deadlineLua + confirmLua)
 
 	//go:embed lua/discard.lua
 	discardLua    string
@@ -96,17 +95,17 @@ func (r *Redlock) acquireRounds(ctx context.Context, key, digest string, req Acq
 	}
 }
 
-// acquireOnce runs one Redlock round under a fresh attempt id. retry
-// reports a split vote worth another round; err is then what to answer if
-// there is none.
+// acquireOnce runs one Redlock round under a fresh round id (G1 in
+// docs/safety.md, "The rules"). retry reports a split vote worth another
+// round; err is then what to answer if there is none.
 func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req AcquireRequest) (_ Lease, retry bool, _ error) {
 	start := time.Now()
 	a := acquireArgs{
 		digest: digest, ttl: req.TTL, owner: req.Owner,
-		// One seed for every node, so that they agree on the fence unless
-		// a node's counter is ahead of it, and the write-back is skipped.
-		seed:    start.UnixMicro(),
-		attempt: NewToken(),
+		// One seed for every node, so that their votes are close.
+		seed:        start.UnixMicro(),
+		attempt:     NewToken(),
+		provisional: r.provisional(req.TTL),
 	}
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (acquireResult, error) {
 		return nodeAcquire(ctx, n.grant, key, a)
@@ -154,58 +153,58 @@ func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req Acqui
 		return Lease{}, false, &HeldError{Remaining: r.heldRemaining(held)}
 	case len(held) > 0:
 		return Lease{}, true, &HeldError{Remaining: r.heldRemaining(held)}
-	default: // a majority granted, but too slowly, or the fence did not stick
+	default: // a majority granted, but too slowly, or the confirmation did not stick
 		return Lease{}, true, fmt.Errorf("%w: redlock could not confirm a majority within the lease's validity", ErrUnavailable)
 	}
 }
 
-// confirmGrant picks the grant's fence, writes it back to the granting nodes
-// that do not carry it yet, and checks that a majority confirmed it within
-// the validity.
+// provisional is how long a round's new value lives until a round confirms
+// it (docs/safety.md, rule A): long enough for the confirmation to follow
+// the votes on a busy machine, short enough that what a failed round left
+// where its withdrawal did not reach goes by itself.
+func (r *Redlock) provisional(ttl time.Duration) time.Duration {
+	return min(ttl, max(20*r.nodeTimeout, time.Second))
+}
+
+// confirmGrant picks the round's fence and confirms it, with the lease's
+// full TTL, on every granting node that does not carry it confirmed yet
+// (confirm.lua); the grant stands if a majority of counted nodes carry it
+// confirmed within the validity (G1).
 func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, req AcquireRequest,
 	votes []nodeResult[acquireResult], granted []int, start time.Time,
 ) (Lease, bool) {
-	digest := a.digest
-	picked := make([]fenceVote, 0, len(granted))
-	renewed := 0
-	for _, i := range granted {
-		v := votes[i].val
-		if v.code == acquireRenewed {
-			renewed++
-		}
-		picked = append(picked, fenceVote{v.value.fence, v.code == acquireRenewed, makerOf(v.value.attempt), v.value.confirmed})
+	values := make([]lockValue, len(granted))
+	for j, i := range granted {
+		values[j] = votes[i].val.value
 	}
-	isRenewed := renewed >= r.quorum
-	fence, _ := pickFence(picked, r.quorum)
+	fence, renewal := lockFence(values, r.quorum)
 
-	// Write F back, marked confirmed, to every node that granted (quarantined
-	// ones too, so they agree when they count again) and does not carry F
-	// confirmed yet: so a new grant always writes back. A retry after the
-	// answer finds the mark on a node of the majority, and keeps F over
-	// votes that landed after the answer (pickFence).
+	// Every node that answered a value of the token gets the confirmation
+	// (quarantined ones too, so that they hold the lease when they count
+	// again) unless it carries F confirmed already.
 	confirmed := 0
 	rewrite := make([]bool, len(votes))
 	for i, v := range votes {
-		if v.err != nil || v.val.code == acquireHeld {
-			continue
-		}
-		if v.val.value.fence == fence && v.val.value.confirmed {
-			if v.counted && slices.Contains(granted, i) {
+		switch {
+		case v.err != nil || v.val.code == acquireHeld:
+		case v.val.value.fence == fence && !v.val.value.provisional():
+			if v.counted {
 				confirmed++
 			}
-			continue
+		default:
+			rewrite[i] = true
 		}
-		rewrite[i] = true
 	}
 	if confirmed < r.quorum {
-		margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
+		margin := FenceMargin.Milliseconds()
 		f := strconv.FormatInt(fence, 10)
-		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (int64, error) {
-			v, err := raiseFenceScript.Run(ctx, n.grant, []string{lockKey(key), fenceKey(key)}, digest, a.attempt, f, margin).Int64()
+		done := fanOut(ctx, r, rewrite, func(ctx context.Context, i int, n *redlockNode) (int64, error) {
+			maker := makerOf(votes[i].val.value.attempt)
+			v, err := confirmScript.Run(ctx, n.grant, []string{lockKey(key), fenceKey(key)}, a.digest, maker, f, margin, req.TTL.Milliseconds()).Int64()
 			return v, redisErr(err)
 		})
-		for i, v := range raised {
-			if rewrite[i] && v.err == nil && v.counted && v.val == 1 && slices.Contains(granted, i) {
+		for i, v := range done {
+			if rewrite[i] && v.err == nil && v.counted && v.val == 1 {
 				confirmed++
 			}
 		}
@@ -216,9 +215,9 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 		return Lease{}, false
 	}
 	owner := req.Owner
-	for _, i := range granted {
-		if votes[i].val.value.fence == fence {
-			owner = votes[i].val.value.owner // a re-grant keeps the stored owner
+	for _, v := range values {
+		if v.fence == fence {
+			owner = v.owner // a renewal keeps the stored owner
 			break
 		}
 	}
@@ -229,8 +228,28 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 		Fence:     fence,
 		Granted:   req.TTL,
 		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
-		Renewed:   isRenewed,
+		Renewed:   renewal,
 	}, true
+}
+
+// lockFence is a lock round's fence from its granting nodes' values (G1):
+// the confirmed fence a majority of them carry, if any (a renewal: the
+// lease as it was answered), else the highest fence among them, which is
+// above every earlier holder's (docs/safety.md, "Fences and retries").
+func lockFence(values []lockValue, quorum int) (fence int64, renewal bool) {
+	confirmed := make(map[int64]int, 1)
+	for _, v := range values {
+		fence = max(fence, v.fence)
+		if !v.provisional() {
+			confirmed[v.fence]++
+		}
+	}
+	for f, n := range confirmed {
+		if n >= quorum {
+			return f, true
+		}
+	}
+	return fence, false
 }
 
 // failedVote names a vote that got no answer, for the OnVote hook:
@@ -339,20 +358,19 @@ func makerOf(field string) string {
 	return id
 }
 
-// discard takes a failed round out of every node it may hold (discard.lua):
-// a node deletes the lease once no round holds it any more, so a failed
-// round never deletes a lease another round of the same token reported,
-// and two failed rounds do not leave a minority behind. It runs under fresh
-// contexts (the caller's may be why the round failed), waits for the nodes
-// that granted, and goes on in the background for those that did not
-// answer: their script may still land, before or after the discard (then
-// that value expires on its own).
-func (r *Redlock) discard(ctx context.Context, key, digest, attempt string, votes []nodeResult[acquireResult]) {
+// discard withdraws a failed round's provisional values (discard.lua, W in
+// docs/safety.md): only for liveness, so that other rounds need not wait
+// for them to expire. It runs under fresh contexts (the caller's may be
+// why the round failed), waits for the nodes where the round made a value,
+// and goes on in the background for those that did not answer: their
+// script may still land, before or after the withdrawal (then that value
+// expires on its own, within the provisional TTL).
+func (r *Redlock) discard(ctx context.Context, key, digest, round string, votes []nodeResult[acquireResult]) {
 	detached := context.WithoutCancel(ctx)
 	del := func(n *redlockNode) {
 		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
 		defer cancel()
-		err := discardScript.Run(nctx, n.batch, []string{lockKey(key), queueKey(key)}, digest, attempt, channel(key)).Err()
+		err := discardScript.Run(nctx, n.batch, []string{lockKey(key), queueKey(key)}, digest, round, channel(key)).Err()
 		r.observe(detached, n, redisErr(err))
 	}
 	var wg sync.WaitGroup
@@ -362,7 +380,7 @@ func (r *Redlock) discard(ctx context.Context, key, digest, attempt string, vote
 			// Never asked: nothing of this round's there.
 		case v.err != nil:
 			r.background(func() { del(n) })
-		case v.val.code != acquireHeld:
+		case v.val.code == acquireNew:
 			wg.Go(func() { del(n) })
 		}
 	}
@@ -526,7 +544,9 @@ func (r *Redlock) inspect(ctx context.Context, key string) (Lease, time.Duration
 		case !v.counted:
 			unknown++
 			quarantined++
-		case v.err == nil:
+		case v.err == nil && !v.val.value.provisional():
+			// A provisional value is no lease until a round confirms it
+			// (confirm.lua, which tells watchers when it does).
 			holders[v.val.value.digest] = append(holders[v.val.value.digest], v.val)
 		}
 	}

@@ -34,7 +34,7 @@ var (
 
 	// guardedScripts are the scripts that grant or lengthen, by the hash
 	// of their plain form, each with nodeset.lua in front.
-	guardedScripts = guard(deadlineLua+acquireLua, extendLua, raiseFenceLua,
+	guardedScripts = guard(deadlineLua+acquireLua, extendLua, deadlineLua+confirmLua,
 		deadlineLua+semCommonLua+semAcquireLua, semCommonLua+semExtendLua, semCommonLua+semRaiseLua)
 )
 

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -130,14 +129,7 @@ func TestRedlockFanOutIsConcurrent(t *testing.T) {
 	s := openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: 20 * rtt})
 	ctx := testCtx(t)
 
-	// Warm up: connections, OnConnect, script loading. The fence write-back
-	// only runs on nodes whose fence differs from the grant's, so load its
-	// script everywhere rather than hope every node needed it once.
-	raise, err := os.ReadFile("lua/raise_fence.lua")
-	require.NoError(t, err)
-	for _, srv := range srvs {
-		require.NoError(t, srv.Client().ScriptLoad(ctx, string(raise)).Err())
-	}
+	// Warm up: connections, OnConnect, script loading.
 	warm, err := s.Acquire(ctx, "warm", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
 	require.NoError(t, err)
 	_, err = s.Extend(ctx, "warm", warm.Token, time.Minute)

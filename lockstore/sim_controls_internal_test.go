@@ -93,8 +93,8 @@ func init() {
 		"sem_acquire.lua": {src: semCommonLua + mustReplace(semAcquireLua, "local free = limit - n", "local free = limit + 1 - n")},
 	}}
 	simControls["renew-refence"] = simControl{want: "retry-fence", scripts: map[string]simScript{
-		"acquire.lua": {src: mustReplace(acquireLua, "    redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)\n    return {2, value}",
-			"    return {2, (string.gsub(value, ':(%d+)%+', function(f) return ':' .. string.format('%.0f', tonumber(f) + 1) .. '+' end))}")},
+		"acquire.lua": {src: mustReplace(acquireLua, "  redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)\n  return {2, value}",
+			"  return {2, (string.gsub(value, ':(%d+)%+', function(f) return ':' .. string.format('%.0f', tonumber(f) + 1) .. '+' end))}")},
 	}}
 }
 

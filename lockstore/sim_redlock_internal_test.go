@@ -152,7 +152,7 @@ func rlScripts(subst map[string]string) map[string]simScript {
 	guard := get("nodeset.lua", nodesetLua)
 	for _, s := range []struct{ name, src string }{
 		{"acquire.lua", deadlineLua + acquireLua}, {"extend.lua", extendLua}, {"release.lua", releaseLua}, {"clock.lua", clockLua},
-		{"inspect.lua", inspectLua}, {"raise_fence.lua", raiseFenceLua}, {"discard.lua", discardLua},
+		{"inspect.lua", inspectLua}, {"confirm.lua", deadlineLua + confirmLua}, {"discard.lua", discardLua},
 		{"sem_acquire.lua", deadlineLua + semCommonLua + semAcquireLua}, {"sem_extend.lua", semCommonLua + semExtendLua},
 		{"sem_release.lua", semCommonLua + semReleaseLua}, {"sem_read.lua", semCommonLua + semReadLua},
 		{"sem_inspect.lua", semCommonLua + semInspectLua}, {"sem_raise.lua", semCommonLua + semRaiseLua},

@@ -28,7 +28,7 @@ var scriptNames = func() map[string]string {
 	for name, s := range map[string]*redis.Script{
 		"acquire": acquireScript, "extend": extendScript, "release": releaseScript, "inspect": inspectScript,
 		"leave": leaveScript, "unwait": unwaitScript, "heartbeat": heartbeatScript, "list": listScript,
-		"quota": quotaScript, "window": windowScript, "raise_fence": raiseFenceScript, "discard": discardScript,
+		"quota": quotaScript, "window": windowScript, "confirm": confirmScript, "discard": discardScript,
 		"sem_acquire": semAcquireScript, "sem_extend": semExtendScript, "sem_release": semReleaseScript,
 		"sem_read": semReadScript, "sem_inspect": semInspectScript, "sem_discard": semDiscardScript,
 		"sem_raise": semRaiseScript, "sem_unwait": semUnwaitScript, "sem_leave": semLeaveScript,

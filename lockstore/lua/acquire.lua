@@ -7,10 +7,10 @@
 --          older gateways),
 --          "<digest>:^<user>:<fence>:<owner>" (Redis, counted against a
 --          user's quota; see "Counting") or
---          "<digest>:<attempt>:<fence>:<owner>" (Redlock, see ARGV[9]),
+--          "<digest>:~<maker>:<fence>:<owner>" (Redlock, see ARGV[9]),
 --          where Redlock's fence field becomes "<fence>++<ms>" once a
---          write-back confirmed the fence (raise_fence.lua); every script
---          that rewrites the value keeps the mark (an older gateway reads
+--          round confirmed the value (confirm.lua); every script that
+--          rewrites the value keeps the mark (an older gateway reads
 --          "+<ms>" as the length, and drops the mark)
 -- KEYS[2]  the key's fence counter, "lockgw:{<key>}:fence"
 -- KEYS[3]  the wait queue, "lockgw:{<key>}:queue": waiter ids by arrival (µs)
@@ -30,16 +30,15 @@
 -- ARGV[8]  fence seed in microseconds, or 0 to seed from Redis TIME. Redlock
 --          passes the gateway's clock, so the nodes of one grant usually
 --          agree on the fence and need no write-back round.
--- ARGV[9]  Redlock only (absent for Redis): this round's attempt id, 22
---          characters of base64url. The value then carries an attempt
---          field saying which rounds hold it on this node: "~<id>" when
---          this round took the free key, "~<id1>.<id2>…" after other rounds
---          of the same token took it over (renewals), and "~!<id>" once
---          more than four did ("pinned": no round's clean-up deletes it any
---          more; <id> is the last round that took it over). A renewal only
---          ever lengthens the lease here: a late renewal must not shorten a
---          later grant. See redlock.go for why. "" for Redis when the
---          arguments below follow.
+-- ARGV[9]  Redlock only (absent for Redis): this round's id, 22 characters
+--          of base64url. A value this round makes records it as its maker,
+--          "~<id>", and lives ARGV[10] ms (provisional) until a round
+--          confirms it (confirm.lua). A value of the same digest is a
+--          renewal only once confirmed: then its expiry moves forward to
+--          now + ARGV[2] (never back); an unconfirmed one is left as it is
+--          (the round confirms it, or not). docs/safety.md, "The rules",
+--          A(x). "" for Redis when the arguments below follow.
+-- ARGV[10] Redlock only: the provisional TTL of a new value, ms
 --
 -- Redis only, with per-user quotas (see "Counting" below); Redlock never
 -- passes them:
@@ -176,42 +175,24 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
   if waiter ~= '' then
     dequeue(waiter)
   end
-  if not attempt then
-    -- Recording the length needs memory; out of memory, the renewal
-    -- still resets the TTL (PEXPIRE needs none) and keeps the old one.
-    local value = with_length(cur, ARGV[2])
-    if value ~= cur then
-      local r = redis.pcall('SET', KEYS[1], value, 'KEEPTTL')
-      if type(r) == 'table' and r.err then
-        value = cur
-      end
+  -- Redlock: a round's value not confirmed yet ("~<maker>", no "++") is
+  -- provisional, and only a confirmation makes it a lease (docs/safety.md,
+  -- rule A): left as it is. Any other is a renewal, as on Redis.
+  if attempt and string.match(cur, '^[^:]*:~') and not string.match(cur, '^[^:]*:~[^:]*:[^:+]*%+%+') then
+    return {2, cur}
+  end
+  -- Recording the length needs memory; out of memory, the renewal
+  -- still resets the TTL (PEXPIRE needs none) and keeps the old one.
+  local value = with_length(cur, ARGV[2])
+  if value ~= cur then
+    local r = redis.pcall('SET', KEYS[1], value, 'KEEPTTL')
+    if type(r) == 'table' and r.err then
+      value = cur
     end
-    local at = lengthen(KEYS[1], ARGV[2])
-    if user and not apart then
-      count(KEYS[6], at, clock_ms())
-    end
-    redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)
-    return {2, value}
   end
-  -- Redlock: join the rounds that hold the lease, keeping fence and owner.
-  -- The value's tail after the digest is "<fence>:<owner>" (a value from
-  -- before attempt fields) or "<field>:<fence>:<owner>".
-  local rest = string.sub(cur, 66)
-  local field = ''
-  if string.sub(rest, 1, 1) == '~' then
-    field, rest = string.match(rest, '^([^:]*):(.*)$')
-  end
-  local _, dots = string.gsub(field, '%.', '')
-  if field == '' or string.sub(field, 2, 2) == '!' or dots >= 3 then
-    field = '~!' .. attempt
-  else
-    field = field .. '.' .. attempt
-  end
-  local value = with_length(ARGV[1] .. ':' .. field .. ':' .. rest, ARGV[2])
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-  else
-    redis.call('SET', KEYS[1], value, 'KEEPTTL')
+  local at = lengthen(KEYS[1], ARGV[2])
+  if user and not apart then
+    count(KEYS[6], at, clock_ms())
   end
   redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)
   return {2, value}
@@ -272,7 +253,10 @@ end
 -- The count reads only: a script's first write is where Redis refuses it
 -- when out of memory (after one, it lets the script finish), and that must
 -- stay the fence's SET below.
-local cap = tonumber(ARGV[10]) or 0
+local cap = 0
+if not attempt then
+  cap = tonumber(ARGV[10]) or 0
+end
 if apart and cap < 0 then
   return {4, 0}
 end
@@ -303,12 +287,14 @@ redis.call('SET', KEYS[2], fence, 'PX', math.max(tonumber(ARGV[2]), ahead) + mar
 -- extend without a TTL reuses (extend.lua).
 fence = fence .. '+' .. ARGV[2]
 local value = ARGV[1] .. ':' .. fence .. ':' .. ARGV[3]
+local px = ARGV[2]
 if attempt then
   value = ARGV[1] .. ':~' .. attempt .. ':' .. fence .. ':' .. ARGV[3]
+  px = ARGV[10]
 elseif cap > 0 then
   value = ARGV[1] .. ':^' .. ARGV[11] .. ':' .. fence .. ':' .. ARGV[3]
 end
-redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
+redis.call('SET', KEYS[1], value, 'NX', 'PX', px)
 if cap > 0 and not apart then
   -- Forget the user's expired locks, then count this one.
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. now_s)

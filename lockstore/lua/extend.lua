@@ -10,10 +10,10 @@
 --          is never shortened: see lengthen below); "0" for the lease's
 --          own length, the one it was last granted or extended with (the
 --          "+<ms>" of the value's fence field), which the value keeps
--- ARGV[3]  Redlock only (absent for Redis): "1" to only ever lengthen the
---          lease. An extend still on its way to a slow node when its answer
---          was sent may land after the token released and took the key
---          again; it must not shorten that later grant.
+-- ARGV[3]  Redlock only (absent for Redis): "1". A round's value not
+--          confirmed yet ("~<maker>" without "++") is provisional, not a
+--          lease to extend (docs/safety.md, "The rules", E): the answer is
+--          {0}, as if it were not there.
 -- ARGV[4]  Redis on a Cluster only (ARGV[3] then ""): "1": a user's quota
 --          set lives in another slot, so none is passed and a counted lock
 --          is extended like any other; the caller moves its count
@@ -29,7 +29,7 @@
 --               an older gateway): nothing changed; name a TTL
 --
 -- PEXPIRE only touches a key that exists, so an expired lock stays expired.
--- On Redis an extend moves the expiry to max(expiry + 1 ms, now + ttl)
+-- An extend moves the expiry to max(expiry + 1 ms, now + ttl)
 -- (lengthen, as in acquire.lua): it never shortens a lease, so one that
 -- lands late cannot cut a lease a later extend was answered for, and it
 -- always moves the expiry, so a release or a WAIT take-back that read the
@@ -54,6 +54,9 @@ if string.sub(cur, 1, 64) ~= ARGV[1] then
   return {-1}
 end
 local redlock = ARGV[3] == '1'
+if redlock and string.match(cur, '^[^:]*:~') and not string.match(cur, '^[^:]*:~[^:]*:[^:+]*%+%+') then
+  return {0} -- provisional: an acquire round's, not a lease yet
+end
 local user = nil
 if not redlock and ARGV[4] ~= '1' and string.sub(cur, 66, 66) == '^' then
   user = string.match(cur, '^[^:]*:%^([^:]*):')
@@ -90,12 +93,7 @@ if value ~= cur then
     value = cur
   end
 end
-local at = nil
-if not redlock then
-  at = lengthen(KEYS[1], ms)
-elseif redis.call('PTTL', KEYS[1]) < ttl then
-  redis.call('PEXPIRE', KEYS[1], ms)
-end
+local at = lengthen(KEYS[1], ms)
 if user then
   local t = redis.call('TIME')
   local left = at - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))

@@ -4,7 +4,8 @@
 -- KEYS[1]  the permits hash   KEYS[2]  the expiry set
 -- ARGV[1]  SHA-256 of the token
 -- ARGV[2]  new TTL in ms from now; "0" for the permit's own length
--- ARGV[3]  Redlock only: "1" to only ever lengthen (see extend.lua)
+-- ARGV[3]  Redlock only: "1" (ignored: every extend only lengthens, and
+--          always moves the expiry, see sem_common.lua's moved)
 -- ARGV[4]  how to tell watchers (watch_sem.go): PUBLISH or SPUBLISH, on
 --          the semaphore's channel (KEYS[1] with "released" for
 --          "permits": the same hash tag)
@@ -25,11 +26,10 @@ if ttl == 0 then
 else
   p.length = ARGV[2]
 end
-if ARGV[3] == '1' then
-  p.exp = math.max(p.exp, now + ttl)
-else
-  p.exp = moved(p.exp, now + ttl)
-end
+-- On Redlock too: an extend that wrote nothing (the same length, a permit
+-- already longer) let a release that read the permit before it delete it
+-- after it was answered (docs/safety.md, "Cases", 5).
+p.exp = moved(p.exp, now + ttl)
 local value = put(KEYS[1], KEYS[2], slot, p, now)
 redis.call(ARGV[4], string.sub(KEYS[1], 1, -8) .. 'released', '!extended')
 return {1, value, tonumber(slot), tonumber(redis.call('HGET', KEYS[1], 'limit')) or 0}

@@ -1,0 +1,58 @@
+-- confirm.lua: Redlock only. Make one node's value of a round's grant a
+-- lease: its fence F, confirmed, and its full TTL (docs/safety.md, "The
+-- rules", C(m, F)). deadline.lua comes first (rule D): a confirmation that
+-- lands after the gateway may have answered 503 writes nothing.
+--
+-- KEYS[1]  the lock, "lockgw:{<key>}:lock"; its value is
+--          "<digest>:~<maker>:<fence>[+|++]<ms>:<owner>" (acquire.lua)
+-- KEYS[2]  the key's fence counter, "lockgw:{<key>}:fence"
+-- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
+-- ARGV[2]  the maker the round found on this node: acquire.lua's answer
+-- ARGV[3]  the grant's fence F, a decimal integer
+-- ARGV[4]  the fence margin in milliseconds (see acquire.lua): a raised
+--          counter lives until the lease ends and Redis TIME has passed F,
+--          plus this margin
+-- ARGV[5]  the lease's TTL in milliseconds
+--
+-- Returns
+--   1  the value is digest's, made by ARGV[2]: the counter is at least F,
+--      the value carries F confirmed ("<F>++<ms>") unless its fence was
+--      already above F (then it is left, unmarked or marked as it was), and
+--      its expiry moved to max(expiry + 1 ms, now + ARGV[5])
+--   0  the value is gone, another token's, or another round's: nothing
+--      changed
+local cur = redis.call('GET', KEYS[1])
+if not cur or string.sub(cur, 1, 64) ~= ARGV[1] then
+  return 0
+end
+local field, fence, length, owner = string.match(string.sub(cur, 66), '^~([^:]*):([^:+]*)%+*([^:]*):(.*)$')
+-- A list "a.b" (an older gateway's) was made by a; a pinned "!y" by nobody.
+if not field or string.match(field, '^[^.]*') ~= ARGV[2] then
+  return 0
+end
+
+-- Fences stay below 2^53, so the comparison as Lua numbers is exact; the
+-- counter is written from ARGV[3] as given, never through tostring.
+local f = tonumber(ARGV[3])
+local t = redis.call('TIME')
+if (tonumber(redis.call('GET', KEYS[2])) or 0) < f then
+  local ahead = math.ceil((f - (tonumber(t[1]) * 1000000 + tonumber(t[2]))) / 1000)
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', math.max(tonumber(ARGV[5]), ahead) + tonumber(ARGV[4]))
+end
+if tonumber(fence) <= f then
+  -- A value from before recorded lengths ("<fence>" alone) takes no mark.
+  if length ~= '' then
+    length = '++' .. length
+  end
+  redis.call('SET', KEYS[1], ARGV[1] .. ':~' .. field .. ':' .. ARGV[3] .. length .. ':' .. owner, 'KEEPTTL')
+end
+-- Tell watchers (watch.go) a lease came to be or moved: a provisional
+-- value was none (inspect reads skip it), on the key's channel.
+redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', '!acquired')
+-- Lengthen: never back, always forward (docs/safety.md, fact X).
+local before = redis.call('PEXPIRETIME', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+if redis.call('PEXPIRETIME', KEYS[1]) <= before then
+  redis.call('PEXPIREAT', KEYS[1], before + 1)
+end
+return 1
