@@ -126,6 +126,14 @@ func init() {
 		"acquire.lua": deadlineLua + mustReplace(acquireLua, "if cur then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}",
 			"if cur and string.sub(cur, 1, 64) == ARGV[1] then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}\nend\nif cur then\n  redis.call('DEL', KEYS[1])"),
 	}}
+	// withdraw-confirmed: discard.lua withdraws a round's value even once
+	// confirmed (docs/safety.md, fact M undone): a failed twin takes a
+	// node away from the lease its twin confirmed and was answered for.
+	// Rarer than the short budget: found at seed 5 with -sim.ops 100000
+	// (-sim.control withdraw-confirmed).
+	rlControls["withdraw-confirmed"] = rlControl{want: "one-holder|fence-order", scripts: map[string]string{
+		"discard.lua": mustReplace(discardLua, "if maker ~= ARGV[2] or plus == '++' then", "if maker ~= ARGV[2] then"),
+	}}
 	// stale-permit-fence: sem_raise.lua confirms a fence the token's value
 	// carries already, whatever the node's counter says, as before the fix
 	// of docs/safety.md ("Semaphores", Fences): a minority's copy of a
