@@ -108,7 +108,7 @@ func TestLuaredisMatchesRedis(t *testing.T) {
 	// or a change to the generators could leave them untested unnoticed.
 	for _, want := range []string{"acquire.lua 0", "acquire.lua 1", "acquire.lua 2", "acquire.lua 3", "acquire.lua 4",
 		"extend.lua 1", "extend.lua 0", "extend.lua -1", "release.lua 1", "release.lua 0", "release.lua -1", "release.lua -2",
-		"discard.lua 1", "discard.lua 0", "confirm.lua 1", "confirm.lua 0", "unwait.lua 1", "sem_acquire.lua 0", "sem_acquire.lua 1",
+		"discard.lua 1", "discard.lua 0", "confirm.lua 1", "confirm.lua 0", "confirm.lua 2", "confirm.lua 3", "unwait.lua 1", "sem_acquire.lua 0", "sem_acquire.lua 1",
 		"sem_acquire.lua 2", "sem_acquire.lua 5", "sem_extend.lua 1", "sem_read.lua value", "sem_release.lua 1",
 		"sem_release.lua -2", "sem_unwait.lua 1", "quota.lua 1", "quota.lua 4"} {
 		if reached[want] == 0 {

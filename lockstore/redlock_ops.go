@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,14 +137,16 @@ func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req Acqui
 		}
 	}
 
+	var made []lockValue // by node: a lease this round alone confirmed there
 	if ctx.Err() == nil && len(granted) >= r.quorum {
-		lease, ok := r.confirmGrant(ctx, key, a, req, votes, granted, start)
+		lease, ok, confirmed := r.confirmGrant(ctx, key, a, req, votes, granted, start)
 		if ok {
 			return lease, false, nil
 		}
+		made = confirmed
 	}
 
-	r.discard(ctx, key, digest, a.attempt, votes)
+	r.discard(ctx, key, digest, a.attempt, votes, made)
 	switch {
 	case ctx.Err() != nil:
 		return Lease{}, false, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
@@ -168,11 +171,13 @@ func (r *Redlock) provisional(ttl time.Duration) time.Duration {
 
 // confirmGrant picks the round's fence and confirms it, with the lease's
 // full TTL, on every granting node that does not carry it confirmed yet
-// (confirm.lua); the grant stands if a majority of counted nodes carry it
-// confirmed within the validity (G1).
+// (confirm.lua); the grant stands if a majority of the granting nodes carry
+// it confirmed within the validity (G1). When it does not, made holds, by
+// node, the leases this round alone made there (confirm.lua's {1}), as
+// they were left: the round's to delete as read.
 func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, req AcquireRequest,
 	votes []nodeResult[acquireResult], granted []int, start time.Time,
-) (Lease, bool) {
+) (_ Lease, ok bool, made []lockValue) {
 	values := make([]lockValue, len(granted))
 	for j, i := range granted {
 		values[j] = votes[i].val.value
@@ -198,13 +203,25 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 	if confirmed < r.quorum {
 		margin := FenceMargin.Milliseconds()
 		f := strconv.FormatInt(fence, 10)
-		done := fanOut(ctx, r, rewrite, func(ctx context.Context, i int, n *redlockNode) (int64, error) {
+		done := fanOut(ctx, r, rewrite, func(ctx context.Context, i int, n *redlockNode) (confirmResult, error) {
 			maker := makerOf(votes[i].val.value.attempt)
-			v, err := confirmScript.Run(ctx, n.grant, []string{lockKey(key), fenceKey(key)}, a.digest, maker, f, margin, req.TTL.Milliseconds()).Int64()
-			return v, redisErr(err)
+			reply, err := confirmScript.Run(ctx, n.grant, []string{lockKey(key), fenceKey(key)}, a.digest, maker, f, margin, req.TTL.Milliseconds()).Slice()
+			if err != nil {
+				return confirmResult{}, redisErr(err)
+			}
+			return parseConfirm(reply)
 		})
+		made = make([]lockValue, len(votes))
 		for i, v := range done {
-			if rewrite[i] && v.err == nil && v.counted && v.val == 1 {
+			if !rewrite[i] || v.err != nil {
+				continue
+			}
+			if v.val.code == confirmMade {
+				made[i] = v.val.value
+			}
+			// Only a node that counted for the votes, and counts still:
+			// the fence was picked from the former (docs/safety.md, G1).
+			if (v.val.code == confirmMade || v.val.code == confirmJoined) && v.counted && slices.Contains(granted, i) {
 				confirmed++
 			}
 		}
@@ -212,7 +229,7 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 
 	validity := req.TTL - time.Since(start) - drift(req.TTL)
 	if confirmed < r.quorum || validity <= 0 || ctx.Err() != nil {
-		return Lease{}, false
+		return Lease{}, false, made
 	}
 	owner := req.Owner
 	for _, v := range values {
@@ -229,7 +246,31 @@ func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, r
 		Granted:   req.TTL,
 		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
 		Renewed:   renewal,
-	}, true
+	}, true, nil
+}
+
+// confirmResult is a node's answer to confirm.lua.
+type confirmResult struct {
+	code  int64     // confirmMade, confirmJoined, or another: not confirmed
+	value lockValue // confirmMade: the lease as left, value and expiry
+}
+
+const (
+	confirmMade   = 1 // this round made the value a lease
+	confirmJoined = 3 // another round had; its fence is now this round's
+)
+
+func parseConfirm(reply []any) (confirmResult, error) {
+	code, _ := reply[0].(int64)
+	if code != confirmMade {
+		return confirmResult{code: code}, nil
+	}
+	if len(reply) != 3 {
+		return confirmResult{}, fmt.Errorf("lockstore: confirm script replied %v", reply)
+	}
+	v, err := parseLockValue(reply[1])
+	v.expiry, _ = reply[2].(int64)
+	return confirmResult{code: code, value: v}, err
 }
 
 // lockFence is a lock round's fence from its granting nodes' values (G1):
@@ -358,19 +399,31 @@ func makerOf(field string) string {
 	return id
 }
 
-// discard withdraws a failed round's provisional values (discard.lua, W in
-// docs/safety.md): only for liveness, so that other rounds need not wait
-// for them to expire. It runs under fresh contexts (the caller's may be
-// why the round failed), waits for the nodes where the round made a value,
-// and goes on in the background for those that did not answer: their
-// script may still land, before or after the withdrawal (then that value
-// expires on its own, within the provisional TTL).
-func (r *Redlock) discard(ctx context.Context, key, digest, round string, votes []nodeResult[acquireResult]) {
+// discard withdraws what a failed round left (docs/safety.md, G1): only for
+// liveness, so that other rounds need not wait for it to expire. Where the
+// round alone made a lease (made[i], confirm.lua's {1}) it deletes it as
+// the confirmation left it (release.lua: not if anything wrote to it
+// since); elsewhere it withdraws the round's provisional value (discard.lua,
+// W). It runs under fresh contexts (the caller's may be why the round
+// failed), waits for the nodes where the round made a value, and goes on
+// in the background for those that did not answer: their script may still
+// land, before or after the withdrawal (then that value expires on its
+// own, within the provisional TTL). No confirmation of the round can land
+// after this: fanOut returned only once every deadline had passed.
+func (r *Redlock) discard(ctx context.Context, key, digest, round string, votes []nodeResult[acquireResult], made []lockValue) {
 	detached := context.WithoutCancel(ctx)
-	del := func(n *redlockNode) {
+	del := func(i int, n *redlockNode) {
 		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
 		defer cancel()
-		err := discardScript.Run(nctx, n.batch, []string{lockKey(key), queueKey(key)}, digest, round, channel(key)).Err()
+		var err error
+		if made != nil && made[i].raw != "" {
+			// Changed since (errMoved), gone or another's: a node's answer.
+			if err = nodeRelease(nctx, n.batch, key, digest, made[i]); answered(err) || errors.Is(err, errMoved) {
+				err = nil
+			}
+		} else {
+			err = discardScript.Run(nctx, n.batch, []string{lockKey(key), queueKey(key)}, digest, round, channel(key)).Err()
+		}
 		r.observe(detached, n, redisErr(err))
 	}
 	var wg sync.WaitGroup
@@ -379,9 +432,9 @@ func (r *Redlock) discard(ctx context.Context, key, digest, round string, votes 
 		case errors.Is(v.err, errNodeDown):
 			// Never asked: nothing of this round's there.
 		case v.err != nil:
-			r.background(func() { del(n) })
-		case v.val.code == acquireNew:
-			wg.Go(func() { del(n) })
+			r.background(func() { del(i, n) })
+		case v.val.code == acquireNew || (made != nil && made[i].raw != ""):
+			wg.Go(func() { del(i, n) })
 		}
 	}
 	wg.Wait()
