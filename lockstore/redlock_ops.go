@@ -41,14 +41,25 @@ func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (
 	if err := ctx.Err(); err != nil {
 		return Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	digest := digestHex(req.Token)
-	lease, err := r.acquireRounds(ctx, key, digest, req)
+	c := &acquireCall{key: key, digest: digestHex(req.Token), req: req}
+	lease, err := r.acquireRounds(ctx, c)
 	if _, held := errors.AsType[*HeldError](err); !held || req.Wait <= 0 {
 		return lease, err
 	}
 	wake, stop := r.listen(ctx, channel(key))
 	defer stop()
-	return retryUntil(ctx, req, wake, func() (Lease, error) { return r.acquireRounds(ctx, key, digest, req) })
+	return retryUntil(ctx, req, wake, func() (Lease, error) { return r.acquireRounds(ctx, c) })
+}
+
+// acquireCall is one Acquire, across its rounds.
+type acquireCall struct {
+	key, digest string
+	req         AcquireRequest
+	// rounds are the ids of the rounds run so far: a lease one of them
+	// confirmed before it failed (a confirmation whose answer was lost) is
+	// found by the next as a confirmed value, and is still this call's
+	// new grant, not a renewal.
+	rounds []string
 }
 
 // listen subscribes to ch, where a key's releases are told, on every node
@@ -83,9 +94,9 @@ func (r *Redlock) listenAs(ctx context.Context, ch, id string, wake chan struct{
 
 // acquireRounds runs Redlock rounds until one is decisive: a split vote
 // with no holder is retried a few times after a short random pause.
-func (r *Redlock) acquireRounds(ctx context.Context, key, digest string, req AcquireRequest) (Lease, error) {
+func (r *Redlock) acquireRounds(ctx context.Context, c *acquireCall) (Lease, error) {
 	for attempt := 1; ; attempt++ {
-		lease, retry, err := r.acquireOnce(ctx, key, digest, req)
+		lease, retry, err := r.acquireOnce(ctx, c)
 		if !retry || attempt == redlockAttempts {
 			return lease, err
 		}
@@ -99,7 +110,8 @@ func (r *Redlock) acquireRounds(ctx context.Context, key, digest string, req Acq
 // acquireOnce runs one Redlock round under a fresh round id (G1 in
 // docs/safety.md, "The rules"). retry reports a split vote worth another
 // round; err is then what to answer if there is none.
-func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req AcquireRequest) (_ Lease, retry bool, _ error) {
+func (r *Redlock) acquireOnce(ctx context.Context, c *acquireCall) (_ Lease, retry bool, _ error) {
+	key, digest, req := c.key, c.digest, c.req
 	start := time.Now()
 	a := acquireArgs{
 		digest: digest, ttl: req.TTL, owner: req.Owner,
@@ -108,6 +120,7 @@ func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req Acqui
 		attempt:     NewToken(),
 		provisional: r.provisional(req.TTL),
 	}
+	c.rounds = append(c.rounds, a.attempt)
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (acquireResult, error) {
 		return nodeAcquire(ctx, n.grant, key, a)
 	})
@@ -139,7 +152,7 @@ func (r *Redlock) acquireOnce(ctx context.Context, key, digest string, req Acqui
 
 	var made []lockValue // by node: a lease this round alone confirmed there
 	if ctx.Err() == nil && len(granted) >= r.quorum {
-		lease, ok, confirmed := r.confirmGrant(ctx, key, a, req, votes, granted, start)
+		lease, ok, confirmed := r.confirmGrant(ctx, c, a, votes, granted, start)
 		if ok {
 			return lease, false, nil
 		}
@@ -175,14 +188,20 @@ func (r *Redlock) provisional(ttl time.Duration) time.Duration {
 // it confirmed within the validity (G1). When it does not, made holds, by
 // node, the leases this round alone made there (confirm.lua's {1}), as
 // they were left: the round's to delete as read.
-func (r *Redlock) confirmGrant(ctx context.Context, key string, a acquireArgs, req AcquireRequest,
+func (r *Redlock) confirmGrant(ctx context.Context, c *acquireCall, a acquireArgs,
 	votes []nodeResult[acquireResult], granted []int, start time.Time,
 ) (_ Lease, ok bool, made []lockValue) {
+	key, req := c.key, c.req
 	values := make([]lockValue, len(granted))
 	for j, i := range granted {
 		values[j] = votes[i].val.value
 	}
 	fence, renewal := lockFence(values, r.quorum)
+	for _, v := range values {
+		if renewal && v.fence == fence && slices.Contains(c.rounds, makerOf(v.attempt)) {
+			renewal = false // an earlier round of this call made it
+		}
+	}
 
 	// Every node that answered a value of the token gets the confirmation
 	// (quarantined ones too, so that they hold the lease when they count
