@@ -8,8 +8,10 @@
 // time.Duration instead of milliseconds and typed errors (ErrHeld,
 // ErrNotHeld, …) instead of problem documents.
 //
-// Hold is the safe way to do work under a lock: it keeps the lease alive and
-// cancels the work's context the moment the lease is lost. That still is not
+// Hold is the safe way to do work under a lock: it holds the lock through the
+// gateway's event stream (the gateway renews the lease while the stream is
+// open, and closing it releases the lease) and cancels the work's context
+// the moment the lease is lost. That still is not
 // enough on its own. A lease cannot stop a process that was paused (a GC
 // pause, a stopped VM, a slow disk) from carrying on after its lease ran out
 // while someone else holds the lock: a paused process does not look at its
@@ -32,7 +34,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,9 +66,11 @@ var (
 	// proxy in front of it). The outcome of a write is unknown; retrying it
 	// with the same token is safe.
 	ErrUnavailable = errors.New("client: gateway unavailable")
-	// ErrLockLost: Hold's lease ended before fn returned: an extend found
-	// the lock gone or held by another token, or extends kept failing until
-	// the lease expired.
+	// ErrLockLost: Hold's lease ended before fn returned: the hold's
+	// stream said lost (the lease expired, was taken, or the gateway could
+	// not renew it in time) or ended otherwise (a DELETE with its token,
+	// max hold, the gateway shutting down), or the stream broke or went
+	// silent until the lease's end.
 	ErrLockLost = errors.New("client: lock lost")
 )
 
@@ -167,7 +170,10 @@ type LockInfo struct {
 // with the gateway's default TTL.
 type AcquireOptions struct {
 	// TTL is the lease length; 0 takes the gateway's default (30 s unless
-	// configured). Hold extends the lease every TTL/3.
+	// configured). For Hold and HoldPermit it is the hold's lease, which
+	// the gateway renews every TTL/3 while the hold lasts, and 0 takes the
+	// gateway's hold TTL (LOCKGW_HOLD_TTL, 5 s unless configured): it
+	// bounds how long the key outlives a gateway that died holding it.
 	TTL time.Duration
 	// Wait is how long to wait for a held lock; 0 tries once. Waits longer
 	// than the gateway allows in one request (LOCKGW_MAX_WAIT, 60 s by
@@ -181,10 +187,13 @@ type AcquireOptions struct {
 	Token string
 	// HoldAtLeast (Hold, HoldPermit) keeps the lock at least this long
 	// after it was granted, even when fn returns sooner: instead of
-	// releasing, Hold extends the lease to what is left of it (the lease
-	// may then last up to its TTL). ShedLock's lockAtLeastFor: a job that
-	// finished in a second still keeps a second host whose cron fires a
-	// second later from running it again.
+	// releasing, Hold extends the lease to what is left of it and lets
+	// it expire (the lease may then last up to its TTL). ShedLock's
+	// lockAtLeastFor: a job that finished in a second still keeps a
+	// second host whose cron fires a second later from running it again.
+	// The price: a holder with HoldAtLeast that dies (its stream closed
+	// without a release) leaves the lease to run out, at most its TTL,
+	// rather than freeing the key at once (see holdLockDelay).
 	HoldAtLeast time.Duration
 }
 
@@ -389,172 +398,6 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 		}, nil
 	}
 	return nil, responseError(resp.HTTPResponse, resp.Body)
-}
-
-// Hold acquires key, runs fn under the lock and releases the lock when fn
-// returns. While fn runs it extends the lease every TTL/3. It cancels fn's
-// context the moment the lease is lost: when an extend answers that the lock
-// is not held or is held by another token, or when extends keep failing
-// (gateway unreachable) until the lease's end — never later than that. fn
-// must return when its context ends; then Hold returns an error matching
-// ErrLockLost (joined with fn's error unless that is just the
-// cancellation).
-//
-// Otherwise Hold returns fn's error, joined with the release's when the
-// release fails. Errors from acquiring are Acquire's.
-//
-// fn's context ending is the signal to stop, but it cannot stop a process
-// that is paused: pass lease.Fence downstream with every write (see the
-// package documentation). The *Lease fn gets is the one acquired: its Fence
-// and Token never change; its ExpiresAt is not updated by extends.
-func (c *Client) Hold(ctx context.Context, key string, opts AcquireOptions, fn func(ctx context.Context, lease *Lease) error) error {
-	return hold(ctx, c, opts, holdKind[*Lease]{
-		noun:      "lock",
-		releaseOp: "release",
-		acquire:   func(ctx context.Context, opts AcquireOptions) (*Lease, error) { return c.Acquire(ctx, key, opts) },
-		lease: func(l *Lease) *Lease {
-			kept := *l // fn may do what it likes with its copy
-			return &kept
-		},
-		extend:  c.Extend,
-		release: c.Release,
-	}, fn)
-}
-
-// holdKind is what hold needs of a kind of grant G (*Lease, *Permit).
-type holdKind[G any] struct {
-	noun, releaseOp string // in errors: "lock", "release"
-	acquire         func(ctx context.Context, opts AcquireOptions) (G, error)
-	// lease is a copy of g's key, token, TTL and deadline, for keeping
-	// and releasing it.
-	lease   func(g G) *Lease
-	extend  func(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error)
-	release func(ctx context.Context, key, token string) error
-}
-
-// hold is Hold and HoldPermit: acquire, keep the grant while fn runs,
-// release it after.
-func hold[G any](ctx context.Context, c *Client, opts AcquireOptions, k holdKind[G], fn func(ctx context.Context, g G) error) error {
-	g, err := k.acquire(ctx, opts)
-	if err != nil {
-		return err
-	}
-	granted := time.Now() // after the grant: HoldAtLeast counts no less
-	kept := k.lease(g)
-	if opts.Wait > 0 {
-		// A waited-for lease began when the wait ended, somewhere inside
-		// the request, so counted from the request's start (all this
-		// client can be sure of) it may look over already: a wait longer
-		// than the TTL would lose the lock at once. A renewal with the
-		// same token and no wait restarts it from a moment we know. If
-		// the renewal fails, the first lease stands, counted as before.
-		again := opts
-		again.Token, again.Wait = kept.Token, 0
-		if renewed, err := k.acquire(ctx, again); err == nil {
-			g, kept = renewed, k.lease(renewed)
-		}
-	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := make(chan struct{})
-	var (
-		wg   sync.WaitGroup
-		lost error
-	)
-	wg.Go(func() { lost = c.keep(fnCtx, kept, stop, cancel, k.extend) })
-	fnErr := fn(fnCtx, g)
-	close(stop)
-	wg.Wait()
-	if lost != nil {
-		if fnErr != nil && !errors.Is(fnErr, context.Canceled) {
-			return errors.Join(lost, fnErr)
-		}
-		return lost
-	}
-
-	// Release even when ctx has ended: a lock left behind blocks others
-	// until its TTL runs out.
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer rcancel()
-	let := func() error { return k.release(rctx, kept.Key, kept.Token) }
-	if left := time.Until(granted.Add(opts.HoldAtLeast)); left > 0 {
-		// Held less than HoldAtLeast: keep it that much longer (an extend
-		// never shortens a lease) and let it expire then.
-		let = func() error {
-			_, err := k.extend(rctx, kept.Key, kept.Token, max(left, 10*time.Millisecond))
-			return err
-		}
-	}
-	if err := let(); err != nil {
-		if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrTokenMismatch) {
-			// Lost between the last extend and the end of fn.
-			err = fmt.Errorf("%w: the %s was no longer held when fn returned: %w", ErrLockLost, k.noun, err)
-		} else {
-			err = fmt.Errorf("client: %s %s after fn: %w", k.releaseOp, kept.Key, err)
-		}
-		return errors.Join(fnErr, err)
-	}
-	return fnErr
-}
-
-// keep extends lease with extendFn (a lock's or a permit's extend) every
-// TTL/3 until stop is closed or ctx ends. When the lease is lost it cancels
-// ctx with the reason and returns it.
-func (c *Client) keep(ctx context.Context, lease *Lease, stop <-chan struct{}, lose context.CancelCauseFunc,
-	extendFn func(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error),
-) error {
-	every := max(lease.TTL/3, time.Millisecond)
-	retry := max(lease.TTL/10, 10*time.Millisecond)
-	deadline := lease.deadline
-	next := time.NewTimer(every)
-	defer next.Stop()
-	expiry := time.NewTimer(time.Until(deadline))
-	defer expiry.Stop()
-	var lastErr error
-	for {
-		select { // stop first: fn has returned, the lease is not lost
-		case <-stop:
-			return nil
-		default:
-		}
-		select {
-		case <-stop:
-			return nil
-		case <-ctx.Done():
-			return nil
-		case <-expiry.C:
-			err := fmt.Errorf("%w: %s: the lease ended before it could be extended", ErrLockLost, lease.Key)
-			if lastErr != nil {
-				err = fmt.Errorf("%w: %s: the lease ended while extends failed: %w", ErrLockLost, lease.Key, lastErr)
-			}
-			lose(err)
-			return err
-		case <-next.C:
-		}
-		// No extend may outlive the lease: past its end there is nothing
-		// left to keep.
-		ectx, cancel := context.WithDeadline(ctx, deadline)
-		l, err := extendFn(ectx, lease.Key, lease.Token, lease.TTL)
-		cancel()
-		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrUnavailable) {
-			// The extend's own deadline, the lease's end, passed: the
-			// gateway did not answer in time, as any unavailable one.
-			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		switch {
-		case err == nil:
-			deadline, lastErr = l.deadline, nil
-			expiry.Reset(time.Until(deadline))
-			next.Reset(every)
-		case errors.Is(err, ErrNotHeld), errors.Is(err, ErrTokenMismatch):
-			err = fmt.Errorf("%w: %s: %w", ErrLockLost, lease.Key, err)
-			lose(err)
-			return err
-		default: // unavailable, rate limited, …: try again until the lease ends
-			lastErr = err
-			next.Reset(retry)
-		}
-	}
 }
 
 func newLease(b APILease, sent time.Time) *Lease {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/lockgateway/lockgateway/client"
 	"github.com/lockgateway/lockgateway/internal/apitest"
 	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/tools/chaos"
 )
 
 // paths records the escaped path of every request a client sends.
@@ -264,8 +266,9 @@ func TestHoldKeepsTheLease(t *testing.T) {
 }
 
 // TestHoldCancelsWhenTheLockIsTakenAway deletes the lock from Redis behind
-// the gateway's back: the next extend answers 404 and fn's context ends,
-// well within the TTL.
+// the gateway's back: its next renewal (or its watch of the key) finds the
+// lock gone, the hold's stream says so, and fn's context ends, well within
+// the TTL.
 func TestHoldCancelsWhenTheLockIsTakenAway(t *testing.T) {
 	g, srv := redisGateway(t)
 	c := newClient(t, g.URL)
@@ -290,18 +293,26 @@ func TestHoldCancelsWhenTheLockIsTakenAway(t *testing.T) {
 	})
 	require.ErrorIs(t, err, client.ErrLockLost)
 	require.ErrorIs(t, err, client.ErrNotHeld)
-	t.Logf("fn's context ended %v after the lock was deleted (TTL %v, extends every %v)", took, ttl, ttl/3)
-	assert.Less(t, took, ttl/2, "cancelled at the next extend")
+	t.Logf("fn's context ended %v after the lock was deleted (TTL %v, renewals every %v)", took, ttl, ttl/3)
+	assert.Less(t, took, ttl/2, "cancelled at the next renewal")
 }
 
 // TestHoldCancelsWhenAnotherHolderTakesOver: the lock is deleted and taken
-// by someone else; the next extend answers 412.
+// by someone else; the hold's stream says lost (taken).
 func TestHoldCancelsWhenAnotherHolderTakesOver(t *testing.T) {
 	g, srv := redisGateway(t)
 	c := newClient(t, g.URL)
 	key := apitest.Key(t)
 
 	err := c.Hold(t.Context(), key, client.AcquireOptions{TTL: time.Second}, func(ctx context.Context, lease *client.Lease) error {
+		// The gateway learns of the hold's key through its watch of it,
+		// which this Watch shares: once it has shown the lock held, the
+		// gateway's next look is at the thief's grant. Deleted before that
+		// first look, the key would be seen free, which the gateway takes
+		// for a release with the token (released, not lost).
+		changes, err := c.Watch(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, "acquired", (<-changes).Event)
 		require.NoError(t, srv.Client().Del(ctx, "lockgw:{"+key+"}:lock").Err())
 		thief, err := c.Acquire(ctx, key, client.AcquireOptions{TTL: 10 * time.Second})
 		require.NoError(t, err)
@@ -314,30 +325,138 @@ func TestHoldCancelsWhenAnotherHolderTakesOver(t *testing.T) {
 	assert.ErrorContains(t, err, "work interrupted", "fn's own error is kept")
 }
 
-// TestHoldNeverRunsPastTheLease: with the gateway gone, extends fail; fn's
-// context ends when the lease does, not later.
+// gatewayProcess runs the built cmd/lockgateway on the memory backend, for
+// the tests that pause or kill it.
+func gatewayProcess(t *testing.T) *chaos.Gateway {
+	t.Helper()
+	bin, err := chaos.BuildGateway(t.TempDir())
+	require.NoError(t, err)
+	return chaos.StartGateway(t, bin, map[string]string{"LOCKGW_BACKEND": "memory"})
+}
+
+// TestHoldNeverRunsPastTheLease: the gateway is paused (SIGSTOP), so the
+// stream goes silent, neither renewed nor lost; fn's context ends when the
+// lease does by the last renewal heard, not later, and not at the first
+// silence.
 func TestHoldNeverRunsPastTheLease(t *testing.T) {
-	g := memoryGateway(t)
+	g := gatewayProcess(t)
 	c := newClient(t, g.URL)
 	key := apitest.Key(t)
-	const ttl = 600 * time.Millisecond
+	const ttl = 900 * time.Millisecond
 
-	var lateBy time.Duration
+	var paused, ended time.Time
 	err := c.Hold(t.Context(), key, client.AcquireOptions{TTL: ttl}, func(ctx context.Context, lease *client.Lease) error {
-		require.NoError(t, g.Stop())
+		// Past the grant's own end first: only renewals heard keep fn
+		// running.
 		select {
 		case <-ctx.Done():
-			lateBy = time.Since(lease.ExpiresAt) // same host, same clock
+			return context.Cause(ctx)
+		case <-time.After(time.Until(lease.ExpiresAt) + ttl/3):
+		}
+		g.Pause()
+		defer g.Resume()
+		paused = time.Now()
+		select {
+		case <-ctx.Done():
+			ended = time.Now()
 		case <-time.After(3 * ttl):
 			t.Error("fn's context was not cancelled")
 		}
 		return ctx.Err()
 	})
 	require.ErrorIs(t, err, client.ErrLockLost)
-	require.ErrorIs(t, err, client.ErrUnavailable, "the last extend's error")
-	t.Logf("fn's context ended %v after the lease's expires_at", lateBy)
-	assert.Greater(t, lateBy, -ttl/2, "not given up at the first failed extend")
-	assert.Less(t, lateBy, 100*time.Millisecond, "never (noticeably) past expires_at")
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	assert.ErrorContains(t, err, "no renewal was heard")
+	took := ended.Sub(paused)
+	t.Logf("fn's context ended %v after the gateway was paused (TTL %v, renewals every %v)", took, ttl, ttl/3)
+	// Every lease the gateway granted before the pause ends within a TTL
+	// of it; the last renewal heard was at most a third of the TTL old
+	// (give or take a loaded machine's delays).
+	assert.Less(t, took, ttl+100*time.Millisecond, "never (noticeably) past the lease")
+	assert.Greater(t, took, ttl/3, "not given up at the first silence")
+}
+
+// TestHoldCancelsWhenTheGatewayDies: a gateway killed (SIGKILL) breaks the
+// stream, and fn's context ends at once, not at the lease's end.
+func TestHoldCancelsWhenTheGatewayDies(t *testing.T) {
+	g := gatewayProcess(t)
+	c := newClient(t, g.URL)
+	const ttl = 3 * time.Second
+
+	var took time.Duration
+	err := c.Hold(t.Context(), apitest.Key(t), client.AcquireOptions{TTL: ttl}, func(ctx context.Context, lease *client.Lease) error {
+		g.Kill()
+		killed := time.Now()
+		select {
+		case <-ctx.Done():
+			took = time.Since(killed)
+		case <-time.After(2 * ttl):
+			t.Error("fn's context was not cancelled")
+		}
+		return ctx.Err()
+	})
+	require.ErrorIs(t, err, client.ErrLockLost)
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	assert.ErrorContains(t, err, "stream broke")
+	t.Logf("fn's context ended %v after the gateway was killed (TTL %v)", took, ttl)
+	assert.Less(t, took, ttl/3, "at once, not at the lease's end")
+}
+
+// TestHoldEndsWhenTheGatewayStops: a gateway shutting down releases the
+// lease and ends the hold (ended, shutdown); fn's context ends at once.
+func TestHoldEndsWhenTheGatewayStops(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	const ttl = 3 * time.Second
+
+	var took time.Duration
+	err := c.Hold(t.Context(), apitest.Key(t), client.AcquireOptions{TTL: ttl}, func(ctx context.Context, lease *client.Lease) error {
+		stopping := time.Now()
+		go func() { assert.NoError(t, g.Stop()) }()
+		select {
+		case <-ctx.Done():
+			took = time.Since(stopping)
+		case <-time.After(2 * ttl):
+			t.Error("fn's context was not cancelled")
+		}
+		return ctx.Err()
+	})
+	require.ErrorIs(t, err, client.ErrLockLost)
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	assert.ErrorContains(t, err, "ended (shutdown)")
+	assert.Less(t, took, ttl/3, "at once, not at the lease's end")
+}
+
+// TestHoldLostWhenRedisPauses: with Redis paused the gateway cannot renew
+// the lease; the stream says lost (backend-unavailable) before the lease
+// ends, and fn's context ends then.
+func TestHoldLostWhenRedisPauses(t *testing.T) {
+	srv := redistest.Start(t)
+	g := apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL(), "LOCKGW_BACKEND_TIMEOUT": "200ms"})
+	c := newClient(t, g.URL)
+	// The gateway says lost a tenth of the TTL before the lease's end,
+	// where this client's own deadline lies: 200 ms for the event to
+	// arrive on a loaded machine.
+	const ttl = 2 * time.Second
+
+	var took time.Duration
+	err := c.Hold(t.Context(), apitest.Key(t), client.AcquireOptions{TTL: ttl}, func(ctx context.Context, lease *client.Lease) error {
+		srv.Pause()
+		defer srv.Resume()
+		paused := time.Now()
+		select {
+		case <-ctx.Done():
+			took = time.Since(paused)
+		case <-time.After(3 * ttl):
+			t.Error("fn's context was not cancelled")
+		}
+		return ctx.Err()
+	})
+	require.ErrorIs(t, err, client.ErrLockLost)
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	assert.ErrorContains(t, err, "lost (backend-unavailable)", "the gateway's word, not the client's own deadline")
+	t.Logf("fn's context ended %v after Redis was paused (TTL %v)", took, ttl)
+	assert.Less(t, took, ttl, "before the lease could end")
 }
 
 func TestHoldReleasesWhenFnFails(t *testing.T) {
@@ -397,4 +516,78 @@ func TestHoldAfterAWaitLongerThanTheTTL(t *testing.T) {
 	})
 	require.NoError(t, err, "the lease was not lost: it began after the wait")
 	assert.True(t, ran)
+}
+
+// TestHoldHandOff: Holds that wait for one key on one gateway get it in
+// turn as each lets it go, one at a time, and each keeps it until its fn
+// returns: its stream does not end at once. (A watch of the key that the
+// gateway's hub had read before the grant once told the new holder
+// "released", or "taken", as its stream began.)
+func TestHoldHandOff(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	const ttl = 300 * time.Millisecond
+
+	var running, most atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Go(func() {
+			err := c.Hold(t.Context(), key, client.AcquireOptions{TTL: ttl, Wait: 20 * time.Second}, func(ctx context.Context, _ *client.Lease) error {
+				n := running.Add(1)
+				defer running.Add(-1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				select {
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				case <-time.After(ttl / 2):
+					return nil
+				}
+			})
+			assert.NoError(t, err, "holder %d", i)
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), most.Load(), "one holder at a time")
+}
+
+// TestHoldAtLeast: fn returns at once, and the lock stays held until
+// HoldAtLeast has passed since the grant, then it is free: the hold's
+// stream closing does not release it, and it is not kept much longer.
+// A fn that ran longer than HoldAtLeast is released at once.
+func TestHoldAtLeast(t *testing.T) {
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	const ttl, atLeast = 300 * time.Millisecond, 1500 * time.Millisecond
+
+	var granted time.Time
+	err := c.Hold(t.Context(), key, client.AcquireOptions{TTL: ttl, HoldAtLeast: atLeast}, func(context.Context, *client.Lease) error {
+		granted = time.Now()
+		return nil
+	})
+	require.NoError(t, err)
+	_, err = c.Inspect(t.Context(), key)
+	require.NoError(t, err, "held after Hold returned")
+	require.Eventually(t, func() bool {
+		_, err := c.Inspect(t.Context(), key)
+		return errors.Is(err, client.ErrNotHeld)
+	}, 5*time.Second, 5*time.Millisecond)
+	held := time.Since(granted)
+	t.Logf("free %v after the grant (HoldAtLeast %v, TTL %v)", held, atLeast, ttl)
+	assert.GreaterOrEqual(t, held, atLeast)
+	assert.Less(t, held, atLeast+ttl+200*time.Millisecond, "not much longer: at most a renewal's TTL")
+
+	err = c.Hold(t.Context(), key, client.AcquireOptions{TTL: ttl, HoldAtLeast: 100 * time.Millisecond}, func(ctx context.Context, _ *client.Lease) error {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(200 * time.Millisecond):
+			return nil
+		}
+	})
+	require.NoError(t, err)
+	_, err = c.Inspect(t.Context(), key)
+	require.ErrorIs(t, err, client.ErrNotHeld, "past HoldAtLeast: released when fn returned")
 }

@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -145,19 +147,31 @@ func (c *Client) InspectSemaphore(ctx context.Context, key string) (*SemaphoreIn
 	return info, nil
 }
 
-// HoldPermit is Hold for a permit: it takes one of limit permits of key,
-// runs fn, extends the permit every TTL/3 while fn runs, cancels fn's
-// context the moment the permit is lost (the error then matches
-// ErrLockLost), and releases the permit when fn returns.
+// HoldPermit is Hold for a permit: it takes one of limit permits of key
+// through a hold's stream, runs fn while the gateway renews the permit,
+// cancels fn's context the moment the permit is lost (the error then
+// matches ErrLockLost), and releases the permit when fn returns.
 func (c *Client) HoldPermit(ctx context.Context, key string, limit int, opts AcquireOptions, fn func(ctx context.Context, p *Permit) error) error {
 	return hold(ctx, c, opts, holdKind[*Permit]{
+		key:       key,
 		noun:      "permit",
 		releaseOp: "release permit",
-		acquire: func(ctx context.Context, opts AcquireOptions) (*Permit, error) {
-			return c.AcquirePermit(ctx, key, limit, opts)
+		busy:      ErrSemaphoreFull,
+		open: func(ctx context.Context, token string, wait, lockDelay time.Duration) (*http.Response, error) {
+			body := PermitRequest{Limit: int64(limit)}
+			body.TtlMs, body.WaitMs, body.Owner = acquireFields(opts, wait)
+			body.LockDelayMs = optionalMillis(lockDelay)
+			return c.api.ClientInterface.AcquirePermit(ctx, key, &AcquirePermitParams{LockToken: &token}, body, acceptEventStream)
+		},
+		grant: func(data []byte, sent time.Time) (*Permit, error) {
+			var b APIPermit
+			if err := json.Unmarshal(data, &b); err != nil || b.Token == "" {
+				return nil, fmt.Errorf("acquired event without a permit: %q", data)
+			}
+			return newPermit(b, sent), nil
 		},
 		lease: (*Permit).lease,
-		// keep extends a Lease: the permit's extend, seen as one.
+		// hold extends a Lease: the permit's extend, seen as one.
 		extend: func(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
 			p, err := c.ExtendPermit(ctx, key, token, ttl)
 			if err != nil {

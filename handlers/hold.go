@@ -105,14 +105,23 @@ type holdWatch interface {
 	Close()
 }
 
+// A watch of a hold's key starts after the grant, and at once hands over
+// the state the key's hub read last, which may have been read before the
+// grant: free, or the previous holder's, where a waiter got the key or a
+// permit of a busy semaphore. Read before the grant, a state says nothing
+// about the holder's lease, so gone judges only states read after the
+// hold began (since, just after the grant); the grant's own signal makes
+// the hub read again.
+
 type lockHoldWatch struct {
 	*lockstore.Watch[lockstore.LockState]
 	fence int64
+	since time.Time // when the hold began, just after the grant
 }
 
 func (w lockHoldWatch) gone(expires time.Time) (string, string) {
 	u, ok := w.Latest()
-	if !ok || u.Err != nil || time.Now().After(expires) {
+	if !ok || u.Err != nil || u.At.Before(w.since) || time.Now().After(expires) {
 		return "", ""
 	}
 	switch {
@@ -129,11 +138,12 @@ func (w lockHoldWatch) gone(expires time.Time) (string, string) {
 type semHoldWatch struct {
 	*lockstore.Watch[lockstore.SemState]
 	fence int64
+	since time.Time // as lockHoldWatch's
 }
 
 func (w semHoldWatch) gone(expires time.Time) (string, string) {
 	u, ok := w.Latest()
-	if !ok || u.Err != nil || time.Now().After(expires) {
+	if !ok || u.Err != nil || u.At.Before(w.since) || time.Now().After(expires) {
 		return "", ""
 	}
 	for _, p := range u.State.Sem.Holders {
@@ -149,12 +159,13 @@ func (w semHoldWatch) gone(expires time.Time) (string, string) {
 // holdLock streams a lock's hold (see hold). user is whom the lease
 // counts against ("" for nobody).
 func (h *Locks) holdLock(w http.ResponseWriter, r *http.Request, status int, lease lockstore.Lease, user string, opts holdOptions) {
+	granted := time.Now()
 	ext := lockstore.Extension{Key: lease.Key, Token: lease.Token, User: user, TTL: lease.Granted}
 	h.hold(w, r, status, held{
 		key: lease.Key, token: lease.Token, fence: lease.Fence, owner: lease.Owner,
 		ttl: lease.Granted, expiresAt: lease.ExpiresAt, grant: newLeaseBody(lease),
 		renew: func(at time.Time) <-chan renewal { return h.renewer.renew(at, ext) },
-		watch: func() holdWatch { return lockHoldWatch{h.hub.Watch(lease.Key), lease.Fence} },
+		watch: func() holdWatch { return lockHoldWatch{h.hub.Watch(lease.Key), lease.Fence, granted} },
 		release: func(c context.Context) error {
 			return h.store.Release(userContext(c, user), lease.Key, lease.Token)
 		},
@@ -167,12 +178,13 @@ func (h *Locks) holdLock(w http.ResponseWriter, r *http.Request, status int, lea
 
 // holdPermit streams a permit's hold (see hold).
 func (h *Semaphores) holdPermit(w http.ResponseWriter, r *http.Request, status int, p lockstore.Permit, opts holdOptions) {
+	granted := time.Now()
 	ext := lockstore.Extension{Key: p.Key, Token: p.Token, TTL: p.Granted}
 	h.hold(w, r, status, held{
 		key: p.Key, token: p.Token, fence: p.Fence, owner: p.Owner,
 		ttl: p.Granted, expiresAt: p.ExpiresAt, grant: newPermitBody(p), permit: true,
 		renew:   func(at time.Time) <-chan renewal { return h.permits.renew(at, ext) },
-		watch:   func() holdWatch { return semHoldWatch{h.semHub.Watch(p.Key), p.Fence} },
+		watch:   func() holdWatch { return semHoldWatch{h.semHub.Watch(p.Key), p.Fence, granted} },
 		release: func(c context.Context) error { return h.sems.SemRelease(c, p.Key, p.Token) },
 		extend: func(c context.Context, ttl time.Duration) error {
 			_, err := h.sems.SemExtend(c, p.Key, p.Token, ttl)

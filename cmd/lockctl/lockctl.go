@@ -56,33 +56,39 @@ Commands:
   run [--ttl D] [--wait D] [--owner S] [--grace D] [-n N] [--hold-at-least D] [--quiet]
       KEY -- COMMAND [ARG...]
         take the lock (waiting up to --wait), run COMMAND with LOCK_KEY,
-        LOCK_TOKEN and LOCK_FENCE in its environment, keep the lock alive
-        (extend every TTL/3), forward SIGINT/SIGTERM to COMMAND, release the
-        lock when COMMAND exits. If the lock is lost, COMMAND's process
-        group gets SIGTERM, then SIGKILL after --grace. With -n N, the same
-        under one of N permits of the semaphore KEY (/semaphores/KEY): at
-        most N such commands run at once
+        LOCK_TOKEN and LOCK_FENCE in its environment, hold the lock through
+        the gateway's event stream (the gateway renews it every TTL/3),
+        forward SIGINT/SIGTERM to COMMAND, release the lock when COMMAND
+        exits. The moment the lock is lost (the stream says lost, or ends
+        otherwise, or breaks, or stays silent until the lease's end),
+        COMMAND's process group gets SIGTERM, then SIGKILL after --grace,
+        and run exits 76. If lockctl dies, the gateway releases the lock at
+        once (and on Linux COMMAND is killed). With -n N, the same under
+        one of N permits of the semaphore KEY (/semaphores/KEY): at most N
+        such commands run at once
 
 Flags (before or after COMMAND):
   --url URL    the gateway (default $LOCKGW_URL, else http://127.0.0.1:8080);
                $LOCKGW_API_KEY, when set, is sent as a Bearer API key
   --json       machine-readable output on stdout (errors too)
   --ttl D      lease length, a Go duration (300ms, 30s, 2m); default: the
-               gateway's (30s)
+               gateway's (30s; for run, its hold TTL, 5s: how long the key
+               outlives a gateway that dies while holding it)
   --wait D     wait up to D for a held lock (default 0: try once)
   --owner S    label shown by status (default: this host's name; run adds
                its process id)
   --token T    acquire: your own token (22-128 of A-Z a-z 0-9 _ -), so that a
                retry is safe; extend, release: the lease's token
-  --grace D    run: time between SIGTERM and SIGKILL when the lock is lost
-               (default 5s)
+  --grace D    run: time between SIGTERM and SIGKILL to COMMAND's process
+               group when the lock is lost (default 5s)
   -n N         run: take a permit of a semaphore of limit N (1-10000)
                instead of the lock
   --hold-at-least D
                run: keep the lock at least D after it was granted, even when
                COMMAND exits sooner (it may then last up to its TTL): a job
                that took a second still keeps a host whose cron fired a
-               second later from running it again
+               second later from running it again. If lockctl dies, the
+               lock is then left to expire (within the TTL), not released
   --quiet      run: print nothing when the lock is held by another (exit
                status 75 all the same): cron mails any output
 

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +25,7 @@ import (
 	"github.com/lockgateway/lockgateway/client"
 	"github.com/lockgateway/lockgateway/internal/apitest"
 	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/tools/chaos"
 )
 
 type result struct {
@@ -291,8 +295,9 @@ func redisGateway(t testing.TB) (*apitest.Gateway, *redistest.Server) {
 }
 
 // TestRunLockLost deletes the lock from Redis while `sleep 30` runs under
-// it: lockctl terminates the command at the next extend, within the TTL,
-// and exits 76.
+// it: the gateway finds it gone (at its next renewal, or through its
+// watch of the key) and ends the hold's stream; lockctl terminates the
+// command then, within the TTL, and exits 76.
 func TestRunLockLost(t *testing.T) {
 	runsCommands(t)
 	g, srv := redisGateway(t)
@@ -312,7 +317,7 @@ func TestRunLockLost(t *testing.T) {
 		t.Fatal("lockctl still running 2 TTLs after its lock was deleted")
 	}
 	took := time.Since(deleted)
-	t.Logf("sleep 30 terminated and lockctl exited %v after the lock was deleted (TTL %v, extends every %v)", took, ttl, ttl/3)
+	t.Logf("sleep 30 terminated and lockctl exited %v after the lock was deleted (TTL %v, renewals every %v)", took, ttl, ttl/3)
 	assert.Equal(t, exitLost, r.code, r.stderr)
 	assert.Less(t, took, ttl, "terminated within the TTL")
 	assert.Contains(t, r.stderr, "lock lost")
@@ -510,7 +515,7 @@ func TestCronRunsTheJobOnce(t *testing.T) {
 	c := newClient(t, g.URL)
 	key := apitest.Key(t)
 	ran := filepath.Join(t.TempDir(), "ran")
-	job := []string{"run", "--quiet", "--hold-at-least", "3s", "--ttl", "2m", key, "--", "sh", "-c", `echo "$LOCK_FENCE" >> "$1"`, "sh", ran}
+	job := []string{"run", "--quiet", "--hold-at-least", "3s", key, "--", "sh", "-c", `echo "$LOCK_FENCE" >> "$1"`, "sh", ran}
 
 	first := lockctl(t, g.URL, job...)
 	require.Equal(t, 0, first.code, first.stderr)
@@ -527,7 +532,7 @@ func TestCronRunsTheJobOnce(t *testing.T) {
 
 	// Without --hold-at-least, the same recipe runs the job twice.
 	key2 := key + "-plain"
-	plain := []string{"run", "--quiet", "--ttl", "2m", key2, "--", "sh", "-c", `echo x >> "$1"`, "sh", ran + "-plain"}
+	plain := []string{"run", "--quiet", key2, "--", "sh", "-c", `echo x >> "$1"`, "sh", ran + "-plain"}
 	require.Equal(t, 0, lockctl(t, g.URL, plain...).code)
 	time.Sleep(time.Second)
 	require.Equal(t, 0, lockctl(t, g.URL, plain...).code, "the control: released at once, so the second host runs it again")
@@ -649,4 +654,138 @@ func TestUnauthorizedNamesTheVariable(t *testing.T) {
 	t.Setenv("LOCKGW_API_KEY", "the-right-key")
 	r = lockctl(t, g.URL, "status", "jobs/nightly")
 	assert.Equal(t, exitFree, r.code, r.stderr)
+}
+
+// processGone reports whether pid has exited (a zombie has).
+func processGone(pid int) bool {
+	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return runtime.GOOS == "linux" // gone between the two looks
+	}
+	// pid (comm) state …: the state follows the last ')'.
+	_, rest, ok := strings.Cut(string(b[bytes.LastIndexByte(b, ')')+1:]), " ")
+	return ok && strings.HasPrefix(rest, "Z")
+}
+
+// readPids reads the space-separated process ids a script wrote to path.
+func readPids(t *testing.T, path string) []int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		require.NoError(t, err)
+		pids = append(pids, pid)
+	}
+	require.NotEmpty(t, pids)
+	return pids
+}
+
+// TestRunStopsTheCommandWhenLost: Redis is paused, so the gateway cannot
+// renew the lease; its stream says lost (backend-unavailable) before the
+// lease ends, and lockctl sends SIGTERM to COMMAND's process group (the
+// script and the sleep it started) at once and exits 76, all before the
+// lease could end and another holder could take the key.
+func TestRunStopsTheCommandWhenLost(t *testing.T) {
+	runsCommands(t)
+	srv := redistest.Start(t)
+	g := apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL(), "LOCKGW_BACKEND_TIMEOUT": "200ms"})
+	key := apitest.Key(t)
+	const ttl = 2 * time.Second
+	dir := t.TempDir()
+	pids, ready := filepath.Join(dir, "pids"), filepath.Join(dir, "ready")
+
+	done := make(chan result, 1)
+	go func() {
+		done <- lockctl(t, g.URL, "run", "--ttl", ttl.String(), key, "--",
+			"sh", "-c", `sleep 30 & echo "$$ $!" > "$1"; : > "$2"; wait`, "sh", pids, ready)
+	}()
+	waitFile(t, ready)
+	srv.Pause()
+	defer srv.Resume()
+	paused := time.Now()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(3 * ttl):
+		t.Fatal("lockctl still running 3 TTLs after Redis was paused")
+	}
+	took := time.Since(paused)
+	t.Logf("the command was terminated and lockctl exited %v after Redis was paused (TTL %v)\n%s", took, ttl, r.stderr)
+	assert.Equal(t, exitLost, r.code)
+	assert.Contains(t, r.stderr, "lost (backend-unavailable)", "the gateway's lost")
+	assert.Contains(t, r.stderr, "sending SIGTERM")
+	assert.Contains(t, r.stderr, "exited with status 143")
+	assert.Less(t, took, ttl, "before the lease could end")
+	for _, pid := range readPids(t, pids) {
+		assert.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 10*time.Millisecond,
+			"process %d of COMMAND's group is gone", pid)
+	}
+}
+
+// TestRunStopsTheCommandWhenTheGatewayDies: the gateway process is killed,
+// its stream breaks, and lockctl terminates the command at once rather
+// than at the lease's end.
+func TestRunStopsTheCommandWhenTheGatewayDies(t *testing.T) {
+	runsCommands(t)
+	bin, err := chaos.BuildGateway(t.TempDir())
+	require.NoError(t, err)
+	g := chaos.StartGateway(t, bin, map[string]string{"LOCKGW_BACKEND": "memory"})
+	key := apitest.Key(t)
+	const ttl = 5 * time.Second
+	ready := filepath.Join(t.TempDir(), "ready")
+
+	done := make(chan result, 1)
+	go func() {
+		done <- lockctl(t, g.URL, "run", "--ttl", ttl.String(), key, "--", "sh", "-c", `: > "$1"; exec sleep 30`, "sh", ready)
+	}()
+	waitFile(t, ready)
+	g.Kill()
+	killed := time.Now()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(2 * ttl):
+		t.Fatal("lockctl still running 2 TTLs after the gateway died")
+	}
+	took := time.Since(killed)
+	t.Logf("lockctl exited %v after the gateway was killed (TTL %v)\n%s", took, ttl, r.stderr)
+	assert.Equal(t, exitLost, r.code)
+	assert.Contains(t, r.stderr, "stream broke")
+	assert.Contains(t, r.stderr, "exited with status 143")
+	assert.Less(t, took, ttl/2, "at once, not at the lease's end")
+}
+
+// TestRunKilledReleasesAtOnce: lockctl killed with SIGKILL (it cannot
+// release anything) closes its hold's stream by dying, and the gateway
+// releases the lock at once, long before the TTL; on Linux the kernel
+// kills COMMAND too.
+func TestRunKilledReleasesAtOnce(t *testing.T) {
+	runsCommands(t)
+	bin := buildLockctl(t)
+	g := memoryGateway(t)
+	c := newClient(t, g.URL)
+	key := apitest.Key(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+
+	cmd := exec.Command(bin, "--url", g.URL, "run", "--ttl", "30s", key, "--", "sh", "-c", `echo $$ > "$1.tmp" && mv "$1.tmp" "$1"; exec sleep 30`, "sh", pidFile)
+	require.NoError(t, cmd.Start())
+	waitFile(t, pidFile)
+	waitHeld(t, c, key)
+	require.NoError(t, cmd.Process.Kill())
+	killed := time.Now()
+	_ = cmd.Wait()
+	require.Eventually(t, func() bool {
+		_, err := c.Inspect(t.Context(), key)
+		return errors.Is(err, client.ErrNotHeld)
+	}, 5*time.Second, 10*time.Millisecond, "the key is free once lockctl's stream closed")
+	t.Logf("free %v after lockctl was killed (TTL 30s)", time.Since(killed))
+	if runtime.GOOS == "linux" {
+		pid := readPids(t, pidFile)[0]
+		assert.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 10*time.Millisecond, "COMMAND killed with lockctl")
+	}
 }

@@ -20,6 +20,11 @@ import (
 )
 
 // runCommand is `lockctl run`: COMMAND runs only while the lock is held.
+// The lock is held through the gateway's event stream (client.Hold): the
+// gateway renews the lease, and the moment the stream says lost (or breaks,
+// or stays silent until the lease's end) COMMAND gets SIGTERM, then
+// SIGKILL after --grace. If lockctl dies, its stream closes and the
+// gateway releases the lock at once.
 //
 // COMMAND runs in a process group of its own, and signals go to the whole
 // group: a shell script's children (rsync, psql, …) stop with it. A shell
@@ -33,7 +38,7 @@ import (
 func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader, sigs <-chan os.Signal) int {
 	flags := g.flagSet("run")
 	var opts client.AcquireOptions
-	flags.DurationVar(&opts.TTL, "ttl", 0, "lease length")
+	flags.DurationVar(&opts.TTL, "ttl", 0, "the hold's lease length (default: the gateway's hold TTL)")
 	flags.DurationVar(&opts.Wait, "wait", 0, "how long to wait for a held lock")
 	flags.StringVar(&opts.Owner, "owner", fmt.Sprintf("%s:%d", hostname(), os.Getpid()), "holder label")
 	grace := flags.Duration("grace", 5*time.Second, "SIGTERM to SIGKILL when the lock is lost")
@@ -99,21 +104,9 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 		progressWait = 0 // progress names a lock's holder
 	}
 	endProgress := g.progress(ctx, c, key, progressWait)
-	var waited *client.Lease
-	if opts.Wait > 0 {
-		// Hold counts the lease from when its acquire was sent: after a
-		// wait longer than the TTL that is already past, and the lock
-		// would be "lost" at once. So wait here, then let Hold take the
-		// lock again with the same token, which the gateway answers at
-		// once (200, same fence, TTL reset): the lease is counted from
-		// that grant.
-		waited, err = held.acquire(ctx, key, opts)
-		endProgress()
-		if err != nil {
-			return g.fail(ctx, "run", key, err)
-		}
-		opts.Token, opts.Wait = waited.Token, 0
-	}
+	// Hold waits itself (opts.Wait), on the hold's own request: a lease
+	// taken first with a plain acquire would have the gateway's default
+	// TTL, which the hold could not shorten to its own.
 	err = held.hold(ctx, key, opts, func(hctx context.Context, lease *client.Lease) error {
 		endProgress()
 		if hctx.Err() != nil { // interrupted between the grant and the start
@@ -181,13 +174,6 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 		if *quiet && exitCode(err) == exitNotAcquired && context.Cause(ctx) == nil {
 			return exitNotAcquired
 		}
-		if waited != nil && !errors.Is(err, client.ErrHeld) && !errors.Is(err, client.ErrSemaphoreFull) {
-			// Hold did not take the lock again (gateway unreachable, …) or
-			// was interrupted: give back the lease the wait got.
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			_ = held.release(rctx, key, waited.Token)
-			rcancel()
-		}
 		return g.fail(ctx, "run", key, err)
 	case err != nil:
 		// COMMAND ran under the lock; only the release failed, and the
@@ -201,30 +187,20 @@ func (g *globals) runCommand(ctx context.Context, args []string, stdin io.Reader
 // the semaphore KEY (a permit shown to COMMAND as a lease: key, token,
 // fence).
 type under struct {
-	acquire func(ctx context.Context, key string, opts client.AcquireOptions) (*client.Lease, error)
-	hold    func(ctx context.Context, key string, opts client.AcquireOptions, fn func(context.Context, *client.Lease) error) error
-	release func(ctx context.Context, key, token string) error
+	hold func(ctx context.Context, key string, opts client.AcquireOptions, fn func(context.Context, *client.Lease) error) error
 }
 
 func runUnder(c *client.Client, permits int) under {
 	if permits == 0 {
-		return under{acquire: c.Acquire, hold: c.Hold, release: c.Release}
+		return under{hold: c.Hold}
 	}
 	asLease := func(p *client.Permit) *client.Lease {
 		return &client.Lease{Key: p.Key, Token: p.Token, Fence: p.Fence, Owner: p.Owner, TTL: p.TTL, ExpiresAt: p.ExpiresAt}
 	}
 	return under{
-		acquire: func(ctx context.Context, key string, opts client.AcquireOptions) (*client.Lease, error) {
-			p, err := c.AcquirePermit(ctx, key, permits, opts)
-			if err != nil {
-				return nil, err
-			}
-			return asLease(p), nil
-		},
 		hold: func(ctx context.Context, key string, opts client.AcquireOptions, fn func(context.Context, *client.Lease) error) error {
 			return c.HoldPermit(ctx, key, permits, opts, func(ctx context.Context, p *client.Permit) error { return fn(ctx, asLease(p)) })
 		},
-		release: c.ReleasePermit,
 	}
 }
 

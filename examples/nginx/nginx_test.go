@@ -199,8 +199,16 @@ func nginxBinary(t *testing.T) string {
 // stops it when the test ends. It returns nginx's base URL.
 func startNginx(t *testing.T, bin, gateway string) string {
 	t.Helper()
-	tmpl, err := os.ReadFile("nginx.conf.template")
+	return startNginxEdited(t, bin, gateway, func(conf string) string { return conf })
+}
+
+// startNginxEdited is startNginx with the template changed by edit first:
+// for a control that shows what a test catches.
+func startNginxEdited(t *testing.T, bin, gateway string, edit func(conf string) string) string {
+	t.Helper()
+	b, err := os.ReadFile("nginx.conf.template")
 	require.NoError(t, err)
+	tmpl := edit(string(b))
 	// A port found free can be taken before nginx binds it; then try others.
 	for range 5 {
 		dir := t.TempDir()
@@ -209,7 +217,7 @@ func startNginx(t *testing.T, bin, gateway string) string {
 			"${LISTEN}", listen,
 			"${LOCKGATEWAY}", gateway,
 			"${DEMO_UPSTREAM}", demo,
-		).Replace(string(tmpl))
+		).Replace(tmpl)
 		require.NotContains(t, conf, "${", "a placeholder the test does not fill")
 		confPath := filepath.Join(dir, "nginx.conf")
 		require.NoError(t, os.WriteFile(confPath, []byte(conf), 0o644))

@@ -101,10 +101,15 @@ tsconfig=$(readme_block tsconfig.json)
 index=$(readme_block index.ts)
 run=$(readme_block run)
 want=$(readme_block output)
-if [[ "$index" != *"$url"* ]]; then
-	echo "sdk-check: docs/clients.md's index.ts does not name http://127.0.0.1:8080, so it would not reach this gateway" >&2
-	exit 1
-fi
+hold=$(readme_block hold.ts)
+hold_run=$(readme_block hold-run)
+hold_want=$(readme_block hold-output)
+for name in index hold; do
+	if [[ "${!name}" != *"$url"* ]]; then
+		echo "sdk-check: docs/clients.md's $name.ts does not name http://127.0.0.1:8080, so it would not reach this gateway" >&2
+		exit 1
+	fi
+done
 
 project=$tmp/readme-project
 mkdir -p "$project" "$tmp/bin"
@@ -126,12 +131,17 @@ if ! "${readme_env[@]}" bash -euo pipefail -c "$run" >"$tmp/readme.out" 2>"$tmp/
 	cat "$tmp/readme.out" "$tmp/readme.log" >&2
 	exit 1
 fi
-# What it printed must be what the page shows, any fence.
-if ! node -e '
-	const [want, got] = process.argv.slice(1);
-	const escaped = want.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-	process.exit(new RegExp("^" + escaped.replace(/fence \d+/g, "fence [1-9]\\d*") + "$").test(got) ? 0 : 1);
-' "$want" "$(cat "$tmp/readme.out")"; then
+# What it printed must be what the page shows, any fence (and for the hold,
+# any number of renewals).
+matches() {
+	node -e '
+		const [want, got] = process.argv.slice(1);
+		const escaped = want.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+		const pattern = escaped.replace(/fence \d+/g, "fence [1-9]\\d*").replace(/through \d+ renewals/g, "through \\d+ renewals");
+		process.exit(new RegExp("^" + pattern + "$").test(got) ? 0 : 1);
+	' "$1" "$2"
+}
+if ! matches "$want" "$(cat "$tmp/readme.out")"; then
 	echo "sdk-check: docs/clients.md's TypeScript example printed" >&2
 	cat "$tmp/readme.out" >&2
 	echo "where docs/clients.md shows (any fence)" >&2
@@ -139,3 +149,19 @@ if ! node -e '
 	exit 1
 fi
 echo "ok   docs/clients.md TypeScript example: $(cat "$tmp/readme.out")"
+
+# The hold example, in the same project: a hold through a fetch stream.
+printf '%s\n' "$hold" >hold.ts
+if ! "${readme_env[@]}" bash -euo pipefail -c "$hold_run" >"$tmp/hold.out" 2>"$tmp/hold.log"; then
+	echo "sdk-check: docs/clients.md's TypeScript hold example failed:" >&2
+	cat "$tmp/hold.out" "$tmp/hold.log" >&2
+	exit 1
+fi
+if ! matches "$hold_want" "$(cat "$tmp/hold.out")"; then
+	echo "sdk-check: docs/clients.md's TypeScript hold example printed" >&2
+	cat "$tmp/hold.out" >&2
+	echo "where docs/clients.md shows (any fence, any number of renewals)" >&2
+	printf '%s\n' "$hold_want" >&2
+	exit 1
+fi
+echo "ok   docs/clients.md TypeScript hold example: $(cat "$tmp/hold.out")"
