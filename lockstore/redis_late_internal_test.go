@@ -2,10 +2,10 @@ package lockstore
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,44 +25,7 @@ func TestReleaseDeletesOnlyAsRead(t *testing.T) {
 	token := NewToken()
 	digest := digestHex(token)
 
-	for _, later := range []struct {
-		name string
-		do   func(t *testing.T, key string)
-	}{
-		{"a new grant", func(t *testing.T, key string) {
-			require.NoError(t, s.Release(ctx, key, token))
-			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Minute})
-			require.NoError(t, err)
-		}},
-		{"a renewal", func(t *testing.T, key string) {
-			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Minute})
-			require.NoError(t, err)
-		}},
-		{"a shorter renewal", func(t *testing.T, key string) {
-			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Second})
-			require.NoError(t, err)
-		}},
-		{"an extend", func(t *testing.T, key string) {
-			_, err := s.Extend(ctx, key, token, time.Minute)
-			require.NoError(t, err)
-		}},
-		{"a shorter extend", func(t *testing.T, key string) {
-			_, err := s.Extend(ctx, key, token, time.Second)
-			require.NoError(t, err)
-		}},
-	} {
-		t.Run(later.name, func(t *testing.T) {
-			key := "late/" + t.Name()
-			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Minute})
-			require.NoError(t, err)
-			read, _, err := nodeInspect(ctx, rdb, key)
-			require.NoError(t, err)
-			later.do(t, key)
-			require.ErrorIs(t, nodeRelease(ctx, rdb, key, digest, read), errMoved, "the late delete finds the lease changed")
-			_, err = s.Inspect(ctx, key)
-			require.NoError(t, err, "and leaves it")
-		})
-	}
+	testLateRelease(t, s, token, []redis.Scripter{rdb})
 
 	t.Run("a permit", func(t *testing.T) {
 		key := "late/permit"
@@ -130,37 +93,54 @@ func TestRedlockReleaseDeletesOnlyAsRead(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
 	require.Eventually(t, func() bool { return s.Ping(ctx) == nil }, 10*time.Second, 10*time.Millisecond)
-	token := NewToken()
-	digest := digestHex(token)
+	nodes := make([]redis.Scripter, len(srvs))
+	for i, srv := range srvs {
+		nodes[i] = srv.Client()
+	}
+	testLateRelease(t, s, NewToken(), nodes)
+}
 
+// testLateRelease stages, on s whose nodes are nodes, the second step of a
+// release landing late: its reads were answered, its deletes reach every
+// node only after a later request of the same token was answered. Each
+// delete must find the lease changed, and leave it.
+func testLateRelease(t *testing.T, s Store, token string, nodes []redis.Scripter) {
+	ctx := context.Background()
+	digest := digestHex(token)
 	for _, later := range []struct {
-		name string
-		do   func(t *testing.T, key string)
+		name   string
+		before time.Duration // an extend by this much before the read, if any
+		do     func(t *testing.T, key string)
 	}{
-		{"a new grant", func(t *testing.T, key string) {
+		{"a new grant", 0, func(t *testing.T, key string) {
 			require.NoError(t, s.Release(ctx, key, token))
 			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Minute})
 			require.NoError(t, err)
 		}},
-		{"a renewal", func(t *testing.T, key string) {
+		{"a renewal", 0, func(t *testing.T, key string) {
 			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Minute})
 			require.NoError(t, err)
 		}},
-		{"a shorter renewal", func(t *testing.T, key string) {
+		{"a shorter renewal", 0, func(t *testing.T, key string) {
 			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Second})
 			require.NoError(t, err)
 		}},
-		{"a shorter extend", func(t *testing.T, key string) {
+		{"an extend", 0, func(t *testing.T, key string) {
+			_, err := s.Extend(ctx, key, token, time.Minute)
+			require.NoError(t, err)
+		}},
+		{"a shorter extend", 0, func(t *testing.T, key string) {
 			_, err := s.Extend(ctx, key, token, time.Second)
 			require.NoError(t, err)
 		}},
 		// The same short extend once more, or one reusing the recorded
-		// length, wrote nothing: same value, and a lease already longer.
-		{"a shorter extend again", func(t *testing.T, key string) {
+		// length, wrote nothing on Redlock: same value, a lease already
+		// longer.
+		{"a shorter extend again", time.Second, func(t *testing.T, key string) {
 			_, err := s.Extend(ctx, key, token, time.Second)
 			require.NoError(t, err)
 		}},
-		{"an extend by the recorded length", func(t *testing.T, key string) {
+		{"an extend by the recorded length", time.Second, func(t *testing.T, key string) {
 			_, err := s.Extend(ctx, key, token, 0)
 			require.NoError(t, err)
 		}},
@@ -169,18 +149,18 @@ func TestRedlockReleaseDeletesOnlyAsRead(t *testing.T) {
 			key := "late/" + t.Name()
 			_, err := s.Acquire(ctx, key, AcquireRequest{Token: token, TTL: time.Minute})
 			require.NoError(t, err)
-			if strings.HasPrefix(later.name, "a shorter extend again") || strings.HasPrefix(later.name, "an extend by") {
-				_, err = s.Extend(ctx, key, token, time.Second) // before the read
+			if later.before > 0 {
+				_, err = s.Extend(ctx, key, token, later.before)
 				require.NoError(t, err)
 			}
-			reads := make([]lockValue, len(srvs))
-			for i, srv := range srvs {
-				reads[i], _, err = nodeInspect(ctx, srv.Client(), key)
+			reads := make([]lockValue, len(nodes))
+			for i, n := range nodes {
+				reads[i], _, err = nodeInspect(ctx, n, key)
 				require.NoError(t, err)
 			}
 			later.do(t, key)
-			for i, srv := range srvs {
-				require.ErrorIs(t, nodeRelease(ctx, srv.Client(), key, digest, reads[i]), errMoved, "node %d: the late delete finds the lease changed", i)
+			for i, n := range nodes {
+				require.ErrorIs(t, nodeRelease(ctx, n, key, digest, reads[i]), errMoved, "node %d: the late delete finds the lease changed", i)
 			}
 			_, err = s.Inspect(ctx, key)
 			require.NoError(t, err, "and leaves it")
