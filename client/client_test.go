@@ -562,9 +562,11 @@ func TestHoldAtLeast(t *testing.T) {
 	key := apitest.Key(t)
 	const ttl, atLeast = 300 * time.Millisecond, 1500 * time.Millisecond
 
-	var granted time.Time
+	// From before the call: the grant comes after it, so the key must stay
+	// at least atLeast from here. (A time taken inside fn is later than
+	// the grant, and read 6 µs short once on a loaded machine.)
+	granted := time.Now()
 	err := c.Hold(t.Context(), key, client.AcquireOptions{TTL: ttl, HoldAtLeast: atLeast}, func(context.Context, *client.Lease) error {
-		granted = time.Now()
 		return nil
 	})
 	require.NoError(t, err)

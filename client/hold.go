@@ -161,6 +161,9 @@ func hold[G any](ctx context.Context, c *Client, opts AcquireOptions, k holdKind
 		// the hold asked for keeps the gateway from releasing it when the
 		// stream closes.
 		let = func() error {
+			// Whole milliseconds, rounded up: the gateway takes ttl_ms, and
+			// a truncated one would end the lease up to 1 ms too soon.
+			left = (left + time.Millisecond - 1).Truncate(time.Millisecond)
 			_, err := k.extend(rctx, kept.Key, kept.Token, max(left, 10*time.Millisecond))
 			return err
 		}
