@@ -187,7 +187,19 @@ func (w *rlWorld) newStore(g *rlGateway, ctl rlControl, ready func(*Redlock)) {
 			DialTimeout: 20 * time.Millisecond, ReadTimeout: 20 * time.Millisecond, WriteTimeout: 20 * time.Millisecond,
 			DisableIdentity: true, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	}
-	ro := RedlockOptions{NodeTimeout: 20 * time.Millisecond, MaxTTL: time.Second}
+	// The quarantine of a restarted node (MaxTTL) outlasts the spread of
+	// the nodes' clocks plus the fence margin: a node counted again after a
+	// restart votes from its clock, and the fences it must stay above were
+	// voted by clocks up to the spread ahead (docs/safety.md, "Why fences
+	// rise", its assumption). With MaxTTL 1 s and offsets of ±3 s the
+	// simulator found a permit answered a fence below an earlier holder's
+	// after such a restart (seed 17): that assumption broken, not a rule.
+	lo, hi := w.nodes[0].offset, w.nodes[0].offset
+	for _, n := range w.nodes {
+		lo, hi = min(lo, n.offset), max(hi, n.offset)
+	}
+	maxTTL := time.Duration(hi-lo)*time.Microsecond + FenceMargin + time.Second
+	ro := RedlockOptions{NodeTimeout: 20 * time.Millisecond, MaxTTL: maxTTL}
 	if ctl.opts != nil {
 		ctl.opts(&ro)
 	}
