@@ -373,13 +373,14 @@ func slowNodes(t *testing.T) (*lockstore.Redlock, []*redistest.Server, []*redist
 		urls[i] = p.URL()
 	}
 	s := openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: roomy})
-	ctx := testCtx(t)
-	require.NoError(t, s.Ping(ctx))
+	// Each step with a deadline of its own: on a loaded machine the
+	// warm-up of five nodes used up a deadline shared with the grant.
+	ready(t, s)
 	// A grant first, while the replies are quick: each node's clock is
 	// sampled (rule D), as on a gateway that has been serving.
-	warm, err := s.Acquire(ctx, "warm", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	warm, err := s.Acquire(testCtx(t), "warm", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
 	require.NoError(t, err)
-	require.NoError(t, s.Release(ctx, warm.Key, warm.Token))
+	require.NoError(t, s.Release(testCtx(t), warm.Key, warm.Token))
 	for _, p := range proxies {
 		p.SetReplyDelay(2 * roomy)
 	}
