@@ -194,12 +194,7 @@ func (w *rlWorld) newStore(g *rlGateway, ctl rlControl, ready func(*Redlock)) {
 	// rise", its assumption). With MaxTTL 1 s and offsets of ±3 s the
 	// simulator found a permit answered a fence below an earlier holder's
 	// after such a restart (seed 17): that assumption broken, not a rule.
-	lo, hi := w.nodes[0].offset, w.nodes[0].offset
-	for _, n := range w.nodes {
-		lo, hi = min(lo, n.offset), max(hi, n.offset)
-	}
-	maxTTL := time.Duration(hi-lo)*time.Microsecond + FenceMargin + time.Second
-	ro := RedlockOptions{NodeTimeout: 20 * time.Millisecond, MaxTTL: maxTTL}
+	ro := RedlockOptions{NodeTimeout: 20 * time.Millisecond, MaxTTL: w.maxTTL()}
 	if ctl.opts != nil {
 		ctl.opts(&ro)
 	}
@@ -369,7 +364,9 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) simRun {
 		g.slowUntil = 0
 	}
 	w.onRequest = nil
-	w.runFor(3_500_000)
+	// A node that crashed last is down up to downMax, then quarantined for
+	// MaxTTL plus 1 %; 3.5 s covered it when MaxTTL was a second.
+	w.runFor(max(3_500_000, cfg.net.downMax+2*w.maxTTL().Microseconds()))
 	if len(hist.violations) == 0 {
 		w.checkLive(cfg)
 	}
@@ -429,6 +426,17 @@ func (w *rlWorld) takeReady() bool {
 		}
 	}
 	return true
+}
+
+// maxTTL is the gateways' MaxTTL, the quarantine of a restarted node: the
+// spread of the nodes' clocks plus the fence margin, and a second more
+// (see newStore).
+func (w *rlWorld) maxTTL() time.Duration {
+	lo, hi := w.nodes[0].offset, w.nodes[0].offset
+	for _, n := range w.nodes {
+		lo, hi = min(lo, n.offset), max(hi, n.offset)
+	}
+	return time.Duration(hi-lo)*time.Microsecond + FenceMargin + time.Second
 }
 
 // checkLive is the liveness check, run in a quiet world.

@@ -251,7 +251,13 @@ func testQuotaWaiter(t *testing.T, a, b lockstore.Store, key, user string) {
 	holder, err := b.Acquire(ctx(t), key+"/held", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
 	require.NoError(t, err)
 	fill(t, a, b, key, user, 1, 1, 10*time.Second)
+	// The release is awaited before the test ends: its delete can wake the
+	// waiter before its own reply is read, and the stores close with the
+	// test (a loaded run saw "use of closed network connection").
+	released := make(chan struct{})
+	defer func() { <-released }()
 	go func() {
+		defer close(released)
 		time.Sleep(100 * time.Millisecond)
 		assert.NoError(t, b.Release(ctx(t), holder.Key, holder.Token))
 	}()
