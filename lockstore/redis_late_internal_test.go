@@ -83,16 +83,7 @@ func TestExpiryOnlyMovesForward(t *testing.T) {
 // deletes matched and took away, on every node, the lease the extend had
 // just been answered for.
 func TestRedlockReleaseDeletesOnlyAsRead(t *testing.T) {
-	srvs := []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
-	urls := make([]string, len(srvs))
-	for i, srv := range srvs {
-		urls[i] = srv.URL()
-	}
-	s, err := OpenRedlock(urls, RedlockOptions{NodeTimeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	ctx := context.Background()
-	require.Eventually(t, func() bool { return s.Ping(ctx) == nil }, 10*time.Second, 10*time.Millisecond)
+	s, srvs := threeNodes(t)
 	nodes := make([]redis.Scripter, len(srvs))
 	for i, srv := range srvs {
 		nodes[i] = srv.Client()
@@ -172,21 +163,13 @@ func testLateRelease(t *testing.T, s Store, token string, nodes []redis.Scripter
 // value carries its expiry: an extend by the permit's own length, on a
 // permit already longer, left the value as the release read it.
 func TestRedlockPermitReleaseDeletesOnlyAsRead(t *testing.T) {
-	srvs := []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
-	urls := make([]string, len(srvs))
-	for i, srv := range srvs {
-		urls[i] = srv.URL()
-	}
-	s, err := OpenRedlock(urls, RedlockOptions{NodeTimeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s, srvs := threeNodes(t)
 	ctx := context.Background()
-	require.Eventually(t, func() bool { return s.Ping(ctx) == nil }, 10*time.Second, 10*time.Millisecond)
 	token := NewToken()
 	digest := digestHex(token)
 	key := "late/permit"
 
-	_, err = s.SemAcquire(ctx, key, PermitRequest{Token: token, Limit: 1, TTL: time.Minute})
+	_, err := s.SemAcquire(ctx, key, PermitRequest{Token: token, Limit: 1, TTL: time.Minute})
 	require.NoError(t, err)
 	_, err = s.SemExtend(ctx, key, token, time.Second)
 	require.NoError(t, err)
@@ -203,4 +186,18 @@ func TestRedlockPermitReleaseDeletesOnlyAsRead(t *testing.T) {
 	st, err := s.SemInspect(ctx, key)
 	require.NoError(t, err)
 	assert.Len(t, st.Holders, 1, "the permit stays")
+}
+
+// threeNodes is a ready Redlock over three fresh redis-servers.
+func threeNodes(t *testing.T) (*Redlock, []*redistest.Server) {
+	srvs := []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
+	urls := make([]string, len(srvs))
+	for i, srv := range srvs {
+		urls[i] = srv.URL()
+	}
+	s, err := OpenRedlock(urls, RedlockOptions{NodeTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	require.Eventually(t, func() bool { return s.Ping(context.Background()) == nil }, 10*time.Second, 10*time.Millisecond)
+	return s, srvs
 }
