@@ -221,7 +221,7 @@ func mayLand(err error) bool {
 var grantScripts = map[string]bool{}
 
 func init() {
-	for _, s := range []*redis.Script{acquireScript, semAcquireScript, confirmScript} {
+	for _, s := range []*redis.Script{acquireScript, semAcquireScript, confirmScript, semConfirmScript} {
 		grantScripts[s.Hash()] = true
 	}
 }

@@ -110,7 +110,7 @@ func TestLuaredisMatchesRedis(t *testing.T) {
 		"extend.lua 1", "extend.lua 0", "extend.lua -1", "release.lua 1", "release.lua 0", "release.lua -1", "release.lua -2",
 		"discard.lua 1", "discard.lua 0", "confirm.lua 1", "confirm.lua 0", "confirm.lua 2", "confirm.lua 3", "unwait.lua 1", "sem_acquire.lua 0", "sem_acquire.lua 1",
 		"sem_acquire.lua 2", "sem_acquire.lua 5", "sem_extend.lua 1", "sem_read.lua value", "sem_release.lua 1",
-		"sem_release.lua -2", "sem_unwait.lua 1", "quota.lua 1", "quota.lua 4"} {
+		"sem_release.lua -2", "sem_unwait.lua 1", "sem_confirm.lua 1", "sem_confirm.lua 2", "sem_confirm.lua 3", "sem_discard.lua 1", "quota.lua 1", "quota.lua 4"} {
 		if reached[want] == 0 {
 			t.Errorf("no call reached %q", want)
 		}
@@ -498,8 +498,14 @@ func (d *diff) script() {
 		d.eval("discard.lua", discardLua, []string{lockKey(key), queueKey(key)}, digest, attempt, channel(key))
 	case 11:
 		digest, attempt := d.current(key)
-		d.eval("confirm.lua", confirmLua, []string{lockKey(key), fenceKey(key)},
-			digest, attempt, d.fence(), FenceMargin.Milliseconds(), d.ttl().Milliseconds())
+		fence := d.fence()
+		confirm := func() any {
+			return d.eval("confirm.lua", confirmLua, []string{lockKey(key), fenceKey(key)},
+				digest, attempt, fence, FenceMargin.Milliseconds(), d.ttl().Milliseconds())
+		}
+		if outcome(confirm()) == "1" && d.chance(0.5) {
+			confirm() // a twin's confirmation of the same fence: joined
+		}
 	case 12:
 		keys := []string{lockKey(key), queueKey(key), fenceKey(key)}
 		if d.chance(0.2) {
@@ -598,12 +604,13 @@ func (d *diff) semScript() {
 	switch d.pick(10) {
 	case 0, 1, 2:
 		a := semArgs{digest: d.digest(), ttl: d.ttl(), owner: d.owner(), limit: limit, ticket: d.ticket(), publish: d.publish()}
-		if d.chance(0.3) {
+		if d.chance(0.5) {
 			a.attempt, a.seed, a.slot = d.attemptID(), d.seed(), 1+d.pick(limit+1)
+			a.provisional = d.ttl()
 		}
 		keys := []string{pk, ek, semFenceKey(key), semQueueKey(key), semAliveKey(key)}
 		d.eval("sem_acquire.lua", semCommonLua+semAcquireLua, keys, a.digest, a.ttl.Milliseconds(), a.owner, a.limit, a.slot, a.attempt, a.seed,
-			FenceMargin.Milliseconds(), a.ticket.id, a.ticket.heartbeat.Milliseconds(), semChannel(key), a.publish)
+			FenceMargin.Milliseconds(), a.ticket.id, a.ticket.heartbeat.Milliseconds(), semChannel(key), a.publish, a.provisional.Milliseconds())
 	case 3:
 		keys, args := []string{pk, ek}, []any{d.digest(), d.ttlOrZero(), ""}
 		if d.chance(0.3) {
@@ -625,16 +632,28 @@ func (d *diff) semScript() {
 	case 6:
 		d.eval("sem_inspect.lua", semCommonLua+semInspectLua, []string{pk, ek})
 	case 7:
-		if d.chance(0.5) {
+		if d.chance(0.3) {
 			d.eval("sem_discard.lua", semCommonLua+semDiscardLua, []string{pk, ek}, d.digest(), d.attemptID(), semChannel(key))
 		} else {
-			digest, attempt, slot := d.digest(), d.attemptID(), 1+d.pick(limit)
+			digest, maker, slot, fence := d.digest(), d.attemptID(), 1+d.pick(limit), d.fence()
 			if s, _, pv, ok := d.permit(key); ok && strings.HasPrefix(pv.field, "~") && d.chance(0.6) {
-				ids := strings.Split(strings.TrimPrefix(pv.field[1:], "!"), ".")
-				digest, attempt, slot = pv.digest, ids[d.pick(len(ids))], s
+				digest, maker, slot = pv.digest, makerOf(pv.field), s
+				if d.chance(0.7) { // about the value's own fence or the counter: below, at or above
+					fence = pv.fence
+					if c, ok := d.m.Peek(semFenceKey(key)); ok && c.Kind == "string" {
+						n, _ := strconv.ParseInt(c.Str, 10, 64)
+						fence = max(fence, n)
+					}
+					fence += int64(d.pick(4)) - 1
+				}
 			}
-			d.eval("sem_raise.lua", semCommonLua+semRaiseLua, []string{pk, ek, semFenceKey(key)},
-				digest, attempt, d.fence(), FenceMargin.Milliseconds(), slot, []string{"", "1"}[d.pick(2)])
+			confirm := func() any {
+				return d.eval("sem_confirm.lua", semCommonLua+semConfirmLua, []string{pk, ek, semFenceKey(key)},
+					digest, maker, fence, FenceMargin.Milliseconds(), slot, d.ttl().Milliseconds(), semChannel(key))
+			}
+			if outcome(confirm()) == "1" && d.chance(0.5) {
+				confirm() // a twin's confirmation of the same fence: joined
+			}
 		}
 	case 8:
 		slot, v := d.pick(4), d.value()

@@ -47,9 +47,9 @@ var (
 	semDiscardLua    string
 	semDiscardScript = redis.NewScript(semCommonLua + semDiscardLua)
 
-	//go:embed lua/sem_raise.lua
-	semRaiseLua    string
-	semRaiseScript = redis.NewScript(semCommonLua + semRaiseLua)
+	//go:embed lua/sem_confirm.lua
+	semConfirmLua    string
+	semConfirmScript = redis.NewScript(deadlineLua + semCommonLua + semConfirmLua) // rule D: clock.go
 
 	//go:embed lua/sem_unwait.lua
 	semUnwaitLua    string
@@ -277,8 +277,11 @@ type semArgs struct {
 	slot    int    // 0: any free slot (Redis)
 	attempt string // Redlock's round id; "" for Redis
 	seed    int64  // Redlock's fence seed (µs); 0: Redis TIME
-	ticket  waitTicket
-	publish string
+	// provisional: how long a new Redlock value lives until a round
+	// confirms it (Redlock.provisional); 0 for Redis.
+	provisional time.Duration
+	ticket      waitTicket
+	publish     string
 }
 
 type semResult struct {
@@ -310,7 +313,8 @@ func (r semResult) permit(key string, req PermitRequest, start time.Time) (Permi
 func nodeSemAcquire(ctx context.Context, c clocked, key string, a semArgs) (semResult, error) {
 	keys := []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key), semQueueKey(key), semAliveKey(key)}
 	args := []any{a.digest, a.ttl.Milliseconds(), a.owner, a.limit, a.slot, a.attempt, a.seed,
-		FenceMargin.Milliseconds(), a.ticket.id, a.ticket.heartbeat.Milliseconds(), semChannel(key), cmp.Or(a.publish, publishAll)}
+		FenceMargin.Milliseconds(), a.ticket.id, a.ticket.heartbeat.Milliseconds(), semChannel(key), cmp.Or(a.publish, publishAll),
+		a.provisional.Milliseconds()}
 	reply, err := semAcquireScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return semResult{}, redisErr(err)
@@ -486,13 +490,19 @@ type semValue struct {
 	digest string
 	field  string // "-" on Redis, the attempt field on Redlock
 	fence  int64
-	// confirmed: a Redlock write-back confirmed the fence ("+0<ms>",
-	// sem_raise.lua).
+	// confirmed: a Redlock round confirmed the fence ("+0<ms>",
+	// sem_confirm.lua).
 	confirmed bool
 	length    time.Duration
 	owner     string
 	left      time.Duration // from nodeSemInspect
 	limit     int           // from nodeSemExtend: the limit the hash records
+}
+
+// provisional says whether v is a Redlock round's value that no round
+// confirmed yet: no permit, until one does (docs/safety.md, rule A).
+func (v semValue) provisional() bool {
+	return strings.HasPrefix(v.field, "~") && !v.confirmed
 }
 
 func parseSemValue(slot int, reply any) (semValue, error) {

@@ -6,22 +6,35 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// A lease the token released keeps a copy on a node its release missed;
-// after four take-overs that copy's field is pinned to the last round that
-// took it over. The next round W of the token, re-granted on that copy and
-// granted anew on the other two nodes above a holder granted in between,
-// must not read the pinned copy as a value it made (docs/safety.md, "Fences
-// of twins", stale copies): the Redlock simulator found W answer the old
-// fence, 188, below that holder's 189.
-func TestPickFenceIgnoresPinnedMaker(t *testing.T) {
-	votes := []fenceVote{
-		{fence: 188, renewed: true, maker: makerOf("~!W"), confirmed: true}, // the stale copy
-		{fence: 190, maker: makerOf("~W")},
-		{fence: 190, maker: makerOf("~W")},
+// A lease the token released keeps a copy on a node its release missed,
+// confirmed with the old fence. The next round of the token, granted anew
+// on the other two nodes above a holder granted in between, must take the
+// highest fence, not the copy's: the copy is confirmed on one node, never
+// on a majority (docs/safety.md, "Fences and retries", stale copies). And
+// it is a new grant, so the copy is confirmed again by C like every other
+// node (R3), where the counter refuses the old fence.
+func TestRoundFenceIgnoresStaleCopy(t *testing.T) {
+	values := []roundValue{
+		{has: true, counted: true, fence: 188, confirmed: true, maker: makerOf("~V")}, // the stale copy
+		{has: true, counted: true, fence: 190, maker: makerOf("~W")},
+		{has: true, counted: true, fence: 190, maker: makerOf("~W")},
 	}
-	fence, kept := pickFence(votes, 2)
+	fence, renewal := roundFence(values, 2)
 	assert.Equal(t, int64(190), fence)
-	assert.False(t, kept)
-	assert.Equal(t, "", makerOf("~!W"), "a pinned value has no maker")
-	assert.Equal(t, "x", makerOf("~x.y.z"), "the first round of the field made it")
+	assert.False(t, renewal)
+
+	// Two confirmed copies of one fence are a majority of three: a renewal.
+	values[1].fence, values[1].confirmed = 188, true
+	fence, renewal = roundFence(values, 2)
+	assert.Equal(t, int64(188), fence)
+	assert.True(t, renewal)
+
+	// A node that does not count is no vote.
+	values[1].counted = false
+	_, renewal = roundFence(values, 2)
+	assert.False(t, renewal)
+
+	assert.Equal(t, "", makerOf("~!W"), "an older gateway's pinned value has no maker")
+	assert.Equal(t, "x", makerOf("~x.y.z"), "the first round of an older gateway's field made it")
+	assert.Equal(t, "x", makerOf("~x"))
 }

@@ -168,7 +168,7 @@ func (n *redlockNode) isWarm() bool {
 // The scripts a Redlock runs, loaded on each node by the warm-up so that
 // the first requests do not pay for EVALSHA's NOSCRIPT and the EVAL after it.
 var redlockScripts = []*redis.Script{acquireScript, extendScript, releaseScript, inspectScript, confirmScript, discardScript,
-	semAcquireScript, semExtendScript, semReleaseScript, semReadScript, semInspectScript, semRaiseScript, semDiscardScript, clockScript}
+	semAcquireScript, semExtendScript, semReleaseScript, semReadScript, semInspectScript, semConfirmScript, semDiscardScript, clockScript}
 
 // warmUp warms n, retrying with a backoff while n does not answer, until it
 // succeeds or the store closes. Its deadlines are generous: warming up is

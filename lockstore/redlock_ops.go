@@ -1,15 +1,12 @@
 package lockstore
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -152,7 +149,7 @@ func (r *Redlock) acquireOnce(ctx context.Context, c *acquireCall) (_ Lease, ret
 
 	var made []lockValue // by node: a lease this round alone confirmed there
 	if ctx.Err() == nil && len(granted) >= r.quorum {
-		lease, ok, confirmed := r.confirmGrant(ctx, c, a, votes, granted, start)
+		lease, ok, confirmed := r.confirmGrant(ctx, c, a, votes, start)
 		if ok {
 			return lease, false, nil
 		}
@@ -182,134 +179,68 @@ func (r *Redlock) provisional(ttl time.Duration) time.Duration {
 	return min(ttl, max(20*r.nodeTimeout, time.Second))
 }
 
-// confirmGrant picks the round's fence and confirms it, with the lease's
-// full TTL, on every granting node that does not carry it confirmed yet
-// (confirm.lua); the grant stands if a majority of the granting nodes carry
-// it confirmed within the validity (G1). When it does not, made holds, by
-// node, the leases this round alone made there (confirm.lua's {1}), as
-// they were left: the round's to delete as read.
+// confirmGrant is G1 for a lock round (confirmRound, with confirm.lua).
+// When the round does not stand, made holds, by node, the leases this
+// round alone made there (confirm.lua's {1}), as they were left: the
+// round's to delete as read.
 func (r *Redlock) confirmGrant(ctx context.Context, c *acquireCall, a acquireArgs,
-	votes []nodeResult[acquireResult], granted []int, start time.Time,
+	votes []nodeResult[acquireResult], start time.Time,
 ) (_ Lease, ok bool, made []lockValue) {
 	key, req := c.key, c.req
-	values := make([]lockValue, len(granted))
-	for j, i := range granted {
-		values[j] = votes[i].val.value
-	}
-	fence, renewal := lockFence(values, r.quorum)
-	for _, v := range values {
-		if renewal && v.fence == fence && slices.Contains(c.rounds, makerOf(v.attempt)) {
-			renewal = false // an earlier round of this call made it
-		}
-	}
-
-	// Every node that answered a value of the token gets the confirmation
-	// (quarantined ones too, so that they hold the lease when they count
-	// again) unless it carries F confirmed already.
-	confirmed := 0
-	rewrite := make([]bool, len(votes))
+	values := make([]roundValue, len(votes))
 	for i, v := range votes {
-		switch {
-		case v.err != nil || v.val.code == acquireHeld:
-		case v.val.value.fence == fence && !v.val.value.provisional():
-			if v.counted {
-				confirmed++
-			}
-		default:
-			rewrite[i] = true
+		if v.err == nil && v.val.code != acquireHeld {
+			lv := v.val.value
+			values[i] = roundValue{has: true, counted: v.counted, fence: lv.fence,
+				confirmed: !lv.provisional(), maker: makerOf(lv.attempt), owner: lv.owner}
 		}
 	}
-	if confirmed < r.quorum {
-		margin := FenceMargin.Milliseconds()
-		f := strconv.FormatInt(fence, 10)
-		done := fanOut(ctx, r, rewrite, func(ctx context.Context, i int, n *redlockNode) (confirmResult, error) {
-			maker := makerOf(votes[i].val.value.attempt)
-			reply, err := confirmScript.Run(ctx, n.grant, []string{lockKey(key), fenceKey(key)}, a.digest, maker, f, margin, req.TTL.Milliseconds()).Slice()
-			if err != nil {
-				return confirmResult{}, redisErr(err)
-			}
-			return parseConfirm(reply)
-		})
-		made = make([]lockValue, len(votes))
-		for i, v := range done {
-			if !rewrite[i] || v.err != nil {
-				continue
-			}
-			if v.val.code == confirmMade {
-				made[i] = v.val.value
-			}
-			// Only a node that counted for the votes, and counts still:
-			// the fence was picked from the former (docs/safety.md, G1).
-			if (v.val.code == confirmMade || v.val.code == confirmJoined) && v.counted && slices.Contains(granted, i) {
-				confirmed++
-			}
+	made = make([]lockValue, len(votes))
+	margin := FenceMargin.Milliseconds()
+	g := r.confirmRound(ctx, values, c.rounds, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, error) {
+		reply, err := confirmScript.Run(ctx, n.grant, []string{lockKey(key), fenceKey(key)},
+			a.digest, maker, strconv.FormatInt(fence, 10), margin, req.TTL.Milliseconds()).Slice()
+		if err != nil {
+			return 0, redisErr(err)
 		}
-	}
-
+		code, v, err := parseConfirm(reply)
+		if code == confirmMade {
+			made[i] = v
+		}
+		return code, err
+	})
 	validity := req.TTL - time.Since(start) - drift(req.TTL)
-	if confirmed < r.quorum || validity <= 0 || ctx.Err() != nil {
+	if g.confirmed < r.quorum || validity <= 0 || ctx.Err() != nil {
 		return Lease{}, false, made
 	}
 	owner := req.Owner
-	for _, v := range values {
-		if v.fence == fence {
-			owner = v.owner // a renewal keeps the stored owner
-			break
-		}
+	if g.hasOwner {
+		owner = g.owner
 	}
 	return Lease{
 		Key:       key,
 		Token:     req.Token,
 		Owner:     owner,
-		Fence:     fence,
+		Fence:     g.fence,
 		Granted:   req.TTL,
 		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
-		Renewed:   renewal,
+		Renewed:   g.renewal,
 	}, true, nil
 }
 
-// confirmResult is a node's answer to confirm.lua.
-type confirmResult struct {
-	code  int64     // confirmMade, confirmJoined, or another: not confirmed
-	value lockValue // confirmMade: the lease as left, value and expiry
-}
-
-const (
-	confirmMade   = 1 // this round made the value a lease
-	confirmJoined = 3 // another round had; its fence is now this round's
-)
-
-func parseConfirm(reply []any) (confirmResult, error) {
+// parseConfirm reads confirm.lua's reply: its code, and for confirmMade
+// the lease as left, value and expiry.
+func parseConfirm(reply []any) (int64, lockValue, error) {
 	code, _ := reply[0].(int64)
 	if code != confirmMade {
-		return confirmResult{code: code}, nil
+		return code, lockValue{}, nil
 	}
 	if len(reply) != 3 {
-		return confirmResult{}, fmt.Errorf("lockstore: confirm script replied %v", reply)
+		return 0, lockValue{}, fmt.Errorf("lockstore: confirm script replied %v", reply)
 	}
 	v, err := parseLockValue(reply[1])
 	v.expiry, _ = reply[2].(int64)
-	return confirmResult{code: code, value: v}, err
-}
-
-// lockFence is a lock round's fence from its granting nodes' values (G1):
-// the confirmed fence a majority of them carry, if any (a renewal: the
-// lease as it was answered), else the highest fence among them, which is
-// above every earlier holder's (docs/safety.md, "Fences and retries").
-func lockFence(values []lockValue, quorum int) (fence int64, renewal bool) {
-	confirmed := make(map[int64]int, 1)
-	for _, v := range values {
-		fence = max(fence, v.fence)
-		if !v.provisional() {
-			confirmed[v.fence]++
-		}
-	}
-	for f, n := range confirmed {
-		if n >= quorum {
-			return f, true
-		}
-	}
-	return fence, false
+	return code, v, err
 }
 
 // failedVote names a vote that got no answer, for the OnVote hook:
@@ -322,100 +253,6 @@ func failedVote(err error) string {
 		return "refused"
 	}
 	return "failed"
-}
-
-// fenceVote is one granting node's value, as pickFence sees it.
-type fenceVote struct {
-	fence     int64
-	renewed   bool   // re-granted: a value an earlier round of the token made
-	maker     string // the round that made the value (makerOf)
-	confirmed bool   // a write-back confirmed its fence
-}
-
-// pickFence is the fence of a round granted on a majority, for a lock and a
-// permit alike. Every round of one token should pick the same fence, twins
-// included (the same token at once, through any gateway: each node grants
-// the first round to reach it and re-grants the others;
-// TestRedlockTwinsShareOneFence, TestRedlockSemTwinsShareOnePermit):
-//   - Values one round made on a majority (the round's own new votes, or a
-//     twin's it was re-granted on): the highest fence confirmed among them
-//     (the write-back marks it), else the highest fence among them.
-//     The confirmed one is what the maker answered, which a retry after
-//     that answer keeps, above votes of the maker that landed late
-//     (TestRedlockRetryKeepsConfirmedFence). The highest is the maker's own
-//     pick, so a twin reading those values before the maker's write-back
-//     picks it too. The maker's new fences can differ from node to node (a
-//     counter left ahead by another round gives its successor), so "most
-//     of them agree" is not the maker's pick.
-//   - Else a fence a majority of the values carry, new or re-granted: the
-//     lease's own (a retry, after the write-backs), or what every twin
-//     finds when several made the values (two twins can share a seed: it
-//     is the gateway's clock in µs). Counting only re-granted values here
-//     split three twins about once in 300 under load: the twin that made
-//     one value saw four equal re-granted ones, the two that made the
-//     others saw two equal re-granted ones and took the highest.
-//   - Else the highest of all the votes, which every twin that reached
-//     every node sees as well.
-//
-// kept is true when a majority of the re-granted values already carry the
-// fence. Each choice is at least the fence of a quorum of the round's
-// votes, one of which is on the majority that confirmed any earlier
-// holder's fence: docs/safety.md, "Fences of twins", says why the choice
-// is above it. What may be answered is the confirmation's to decide.
-func pickFence(votes []fenceVote, quorum int) (fence int64, kept bool) {
-	var all, renewed []int64
-	made := make(map[string][]fenceVote, 2)
-	for _, v := range votes {
-		fence = max(fence, v.fence)
-		all = append(all, v.fence)
-		if v.renewed {
-			renewed = append(renewed, v.fence)
-		}
-		made[v.maker] = append(made[v.maker], v)
-	}
-	if f, ok := quorumFence(all, quorum); ok {
-		fence = f
-	}
-	for maker, vs := range made {
-		if maker == "" || len(vs) < quorum {
-			continue
-		}
-		var highest, confirmed int64
-		for _, v := range vs {
-			highest = max(highest, v.fence)
-			if v.confirmed {
-				confirmed = max(confirmed, v.fence)
-			}
-		}
-		fence = cmp.Or(confirmed, highest)
-	}
-	return fence, countOf(renewed, fence) >= quorum
-}
-
-// countOf is how many of fences are f.
-func countOf(fences []int64, f int64) int {
-	n := 0
-	for _, g := range fences {
-		if g == f {
-			n++
-		}
-	}
-	return n
-}
-
-// makerOf is the round that made a Redlock value: the first attempt id of
-// its field ("~x.y…"); none ("") once pinned ("~!y"), since y is only the
-// last round that took the value over. Counting a pinned value as y's let
-// a copy of a lease the token released (left on a node its release missed)
-// pass as a value of y's round, and y answered that lease's old fence,
-// below the fence of a holder granted in between (the Redlock simulator
-// found it; docs/safety.md, "Fences of twins", stale copies).
-func makerOf(field string) string {
-	if strings.HasPrefix(field, "~!") {
-		return ""
-	}
-	id, _, _ := strings.Cut(strings.TrimPrefix(field, "~"), ".")
-	return id
 }
 
 // discard withdraws what a failed round left (docs/safety.md, G1): only for

@@ -13,11 +13,11 @@ import (
 )
 
 // Semaphores on Redlock. A semaphore of limit L is L slots, and a permit
-// is one slot held on a majority of nodes, under the rules of a lock's
-// lease (attempt ids, discard of a failed round, release of what was read,
-// extends that only lengthen, quarantine, the fence
-// write-back): each slot has at most one holder by the lock's argument, so
-// a key has at most L. docs/safety.md, "Semaphores", has the argument and
+// is one slot held on a majority of nodes under the rules of a lock's
+// lease (provisional values, one confirmation, release of what was read,
+// extends that only lengthen, quarantine), each slot's fences ≡ the slot
+// (mod L): each slot has at most one holder by the lock's argument, so a
+// key has at most L. docs/safety.md, "Semaphores", has the argument and
 // why "a majority of nodes each below L" would not be safe.
 //
 // A round asks every node for one slot: on the first try a random one;
@@ -60,9 +60,10 @@ func (r *Redlock) SemAcquire(ctx context.Context, key string, req PermitRequest)
 
 // semRounds runs rounds until one is decisive, as acquireRounds does.
 func (r *Redlock) semRounds(ctx context.Context, key, digest string, req PermitRequest) (Permit, error) {
-	slot := 1 + rand.N(req.Limit)
+	slot := firstSlot(digest, req.Limit)
+	var rounds []string // this call's round ids, as acquireCall.rounds
 	for attempt := 1; ; attempt++ {
-		p, next, err := r.semOnce(ctx, key, digest, req, slot)
+		p, next, err := r.semOnce(ctx, key, digest, req, slot, &rounds)
 		if next == 0 || attempt == redlockAttempts {
 			return p, err
 		}
@@ -80,13 +81,26 @@ func (r *Redlock) semRounds(ctx context.Context, key, digest string, req PermitR
 	}
 }
 
-// semOnce runs one round for slot under a fresh attempt id. next, when not
-// 0, is the slot to try in another round; err is then what to answer if
-// there is none.
-func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitRequest, slot int) (_ Permit, next int, _ error) {
+// firstSlot is the slot a token's first round asks for: one the digest
+// picks, so that twins (one token's acquires at once) ask for the same
+// slot and meet on every node as a lock's rounds do, while tokens spread
+// over the slots. Twins that asked for two slots split the nodes between
+// them; the one that lost retried elsewhere with fresh votes and could be
+// answered another fence than its twin (TestRedlockSemTwinsShareOnePermit,
+// one set in a hundred).
+func firstSlot(digest string, limit int) int {
+	n, _ := strconv.ParseUint(digest[:15], 16, 64)
+	return 1 + int(n%uint64(limit))
+}
+
+// semOnce runs one round for slot under a fresh round id (G1). next, when
+// not 0, is the slot to try in another round; err is then what to answer
+// if there is none.
+func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitRequest, slot int, rounds *[]string) (_ Permit, next int, _ error) {
 	start := time.Now()
 	a := semArgs{digest: digest, ttl: req.TTL, owner: req.Owner, limit: req.Limit, slot: slot,
-		seed: start.UnixMicro(), attempt: NewToken(), publish: publishAll}
+		seed: start.UnixMicro(), attempt: NewToken(), publish: publishAll, provisional: r.provisional(req.TTL)}
+	*rounds = append(*rounds, a.attempt)
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (semResult, error) {
 		return nodeSemAcquire(ctx, n.semGrant, key, a)
 	})
@@ -131,12 +145,15 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 		}
 	}
 
+	var made []semValue // by node: a permit this round alone confirmed there
 	if ctx.Err() == nil && len(granted) >= r.quorum {
-		if p, ok := r.semConfirm(ctx, key, a, req, votes, granted, start); ok {
+		p, ok, confirmed := r.semConfirm(ctx, key, a, req, votes, *rounds, start)
+		if ok {
 			return p, 0, nil
 		}
+		made = confirmed
 	}
-	r.semDiscard(ctx, key, a, votes)
+	r.semDiscard(ctx, key, a, votes, made)
 
 	answered := len(granted) + refusedSlot + len(mismatch)
 	for _, c := range elsewhere {
@@ -189,167 +206,69 @@ func mostVoted(votes map[int]int) int {
 	return best
 }
 
-// semConfirm picks the permit's fence and writes it back where it differs,
-// as confirmGrant does for a lease: the grant stands only if a majority of
-// counted nodes carry the fence within the validity.
-//
-// The fence is pickFence's, shared with locks: every round of one token
-// should pick the same one, twins included; confirmation alone makes sure
-// two permits never share one, whatever was picked.
-//
-// Confirmation: a node confirms the fence when its value carries it
-// marked confirmed (an earlier write-back of the token's), else when the
-// write-back marks it there (so a new permit always writes back). When a
-// majority of the re-granted values already carry the fence, the permit
-// is that fence's (it was confirmed when a majority first carried it), and
-// the write-back relabels the other values only. Otherwise the write-back
-// confirms the fence where the value carries it already (with the counter
-// at it or past it) or finds the counter below it (and sets it) or at it,
-// set by this token: the counter names the token that set it, so twins
-// confirm one fence on the same nodes, while two tokens confirmed with one
-// fence would have set one counter to it on a node their majorities share,
-// which the write-back refuses. docs/safety.md, "Semaphores" → "Twins"
-// and "Retries", has the argument.
+// semConfirm is G1 for a permit round (confirmRound, with
+// sem_confirm.lua), as confirmGrant for a lock's: when the round does not
+// stand, made holds, by node, the permits this round alone made there, as
+// they were left.
 func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req PermitRequest,
-	votes []nodeResult[semResult], granted []int, start time.Time,
-) (Permit, bool) {
-	picked := make([]fenceVote, 0, len(granted))
-	renewed := 0
-	for _, i := range granted {
-		v := votes[i].val
-		if v.code == semRenewed {
-			renewed++
-		}
-		picked = append(picked, fenceVote{v.value.fence, v.code == semRenewed, makerOf(v.value.field), v.value.confirmed})
-	}
-	fence, kept := pickFence(picked, r.quorum)
-
-	owner := req.Owner
-	for _, i := range granted {
-		if votes[i].val.value.fence == fence {
-			owner = votes[i].val.value.owner // a re-grant keeps the stored owner
-			break
-		}
-	}
-
-	confirmed := 0
-	rewrite := make([]bool, len(votes))
+	votes []nodeResult[semResult], rounds []string, start time.Time,
+) (_ Permit, ok bool, made []semValue) {
+	values := make([]roundValue, len(votes))
 	for i, v := range votes {
-		if v.err != nil || (v.val.code != semNew && v.val.code != semRenewed) {
-			continue
+		if v.err == nil && (v.val.code == semNew || v.val.code == semRenewed) {
+			sv := v.val.value
+			values[i] = roundValue{has: true, counted: v.counted, fence: sv.fence,
+				confirmed: sv.confirmed, maker: makerOf(sv.field), owner: sv.owner}
 		}
-		// A value that carries the fence confirmed counts as it is only
-		// when the round keeps the permit's fence; otherwise it may be a
-		// minority's copy of a permit the token released, and the
-		// write-back checks the node's counter (docs/safety.md,
-		// "Semaphores", Fences).
-		if kept && v.val.value.fence == fence && v.val.value.confirmed {
-			if v.counted {
-				confirmed++
-			}
-			continue
-		}
-		rewrite[i] = true
 	}
+	made = make([]semValue, len(votes))
 	margin := strconv.FormatInt(FenceMargin.Milliseconds(), 10)
-	keepArg := ""
-	if kept {
-		keepArg = "1"
-	}
-	for pass := 1; confirmed < r.quorum; pass++ {
-		f := strconv.FormatInt(fence, 10)
-		raised := fanOut(ctx, r, rewrite, func(ctx context.Context, _ int, n *redlockNode) (raiseResult, error) {
-			v, err := semRaiseScript.Run(ctx, n.semGrant, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
-				a.digest, a.attempt, f, margin, a.slot, keepArg).Int64Slice()
-			if err != nil {
-				return raiseResult{}, redisErr(err)
+	g := r.confirmRound(ctx, values, rounds, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, error) {
+		reply, err := semConfirmScript.Run(ctx, n.semGrant, []string{semPermitsKey(key), semExpiryKey(key), semFenceKey(key)},
+			a.digest, maker, strconv.FormatInt(fence, 10), margin, a.slot, req.TTL.Milliseconds(), semChannel(key)).Slice()
+		if err != nil {
+			return 0, redisErr(err)
+		}
+		code, _ := reply[0].(int64)
+		if code == confirmMade {
+			if len(reply) != 2 {
+				return 0, fmt.Errorf("lockstore: sem_confirm script replied %v", reply)
 			}
-			return parseRaise(v)
-		})
-		// The counters other permits' rounds moved past the fence since
-		// the votes: the highest, and whether this token set it.
-		var past raiseResult
-		for i, v := range raised {
-			if !rewrite[i] || v.err != nil {
-				continue
-			}
-			switch {
-			case v.val.code == raiseDone && v.counted:
-				confirmed++
-			case v.val.code == raisePast && v.val.counter > past.counter:
-				past = v.val
-			}
+			made[i], err = parseSemValue(a.slot, reply[1])
 		}
-		if confirmed >= r.quorum || kept || past.counter == 0 || pass == semRaisePasses || ctx.Err() != nil {
-			break
-		}
-		// Raise the fence above them, on every node that granted, rather
-		// than give the round up: every round of a busy semaphore would
-		// lose the same race. A counter this token set is a twin's new
-		// fence: take it as it is, so twins still agree. The new fence is
-		// confirmed as any other, by counters this token sets.
-		fence = past.counter
-		if !past.mine {
-			fence++
-		}
-		confirmed = 0
-		for i, v := range votes {
-			rewrite[i] = v.err == nil && (v.val.code == semNew || v.val.code == semRenewed)
-		}
-	}
+		return code, err
+	})
 	validity := req.TTL - time.Since(start) - drift(req.TTL)
-	if confirmed < r.quorum || validity <= 0 || ctx.Err() != nil {
-		return Permit{}, false
+	if g.confirmed < r.quorum || validity <= 0 || ctx.Err() != nil {
+		return Permit{}, false, made
 	}
-	return Permit{Key: key, Token: req.Token, Owner: owner, Limit: req.Limit, Fence: fence,
-		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: renewed >= r.quorum}, true
-}
-
-// semRaisePasses is how many write-backs a round makes at most, each with a
-// fence above the counters that refused the one before.
-const semRaisePasses = 3
-
-// raiseResult is a node's answer to sem_raise.lua.
-type raiseResult struct {
-	code    int64 // raiseDone, raisePast, or 0: the round does not hold the slot here
-	counter int64 // raisePast: the node's counter
-	mine    bool  // raisePast: this token set it
-}
-
-const (
-	raiseDone = 1
-	raisePast = 2
-)
-
-func parseRaise(v []int64) (raiseResult, error) {
-	switch {
-	case len(v) == 1 && v[0] != raisePast:
-		return raiseResult{code: v[0]}, nil
-	case len(v) == 3 && v[0] == raisePast:
-		return raiseResult{code: raisePast, counter: v[1], mine: v[2] == 1}, nil
+	owner := req.Owner
+	if g.hasOwner {
+		owner = g.owner
 	}
-	return raiseResult{}, fmt.Errorf("%w: unexpected sem_raise.lua reply %v", ErrUnavailable, v)
+	return Permit{Key: key, Token: req.Token, Owner: owner, Limit: req.Limit, Fence: g.fence,
+		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: g.renewal}, true, nil
 }
 
-// quorumFence is the fence that at least quorum of fences are, if any.
-func quorumFence(fences []int64, quorum int) (int64, bool) {
-	count := make(map[int64]int, len(fences))
-	for _, f := range fences {
-		if count[f]++; count[f] >= quorum {
-			return f, true
-		}
-	}
-	return 0, false
-}
-
-// semDiscard takes a failed round out of every node it may hold, as
-// discard does for a lease.
-func (r *Redlock) semDiscard(ctx context.Context, key string, a semArgs, votes []nodeResult[semResult]) {
+// semDiscard withdraws what a failed round left, as discard does for a
+// lease: where the round alone made a permit (made[i]) it deletes it as
+// the confirmation left it (sem_release.lua: not if anything wrote to it
+// since); elsewhere it withdraws the round's provisional value
+// (sem_discard.lua, W). Liveness only.
+func (r *Redlock) semDiscard(ctx context.Context, key string, a semArgs, votes []nodeResult[semResult], made []semValue) {
 	detached := context.WithoutCancel(ctx)
-	del := func(n *redlockNode) {
+	del := func(i int, n *redlockNode) {
 		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
 		defer cancel()
-		err := semDiscardScript.Run(nctx, n.client, []string{semPermitsKey(key), semExpiryKey(key)}, a.digest, a.attempt, semChannel(key)).Err()
+		var err error
+		if made != nil && made[i].raw != "" {
+			// Changed since (errMoved), gone or another's: a node's answer.
+			if err = nodeSemRelease(nctx, n.client, key, a.digest, publishAll, made[i]); answered(err) || errors.Is(err, errMoved) {
+				err = nil
+			}
+		} else {
+			err = semDiscardScript.Run(nctx, n.client, []string{semPermitsKey(key), semExpiryKey(key)}, a.digest, a.attempt, semChannel(key)).Err()
+		}
 		r.observe(detached, n, redisErr(err))
 	}
 	var wg sync.WaitGroup
@@ -357,9 +276,9 @@ func (r *Redlock) semDiscard(ctx context.Context, key string, a semArgs, votes [
 		switch v := votes[i]; {
 		case errors.Is(v.err, errNodeDown):
 		case v.err != nil:
-			r.background(func() { del(n) })
-		case v.val.code == semNew || v.val.code == semRenewed:
-			wg.Go(func() { del(n) })
+			r.background(func() { del(i, n) })
+		case v.val.code == semNew || (made != nil && made[i].raw != ""):
+			wg.Go(func() { del(i, n) })
 		}
 	}
 	wg.Wait()
@@ -531,6 +450,9 @@ func (r *Redlock) semInspect(ctx context.Context, key string) (SemaphoreState, t
 		case v.err == nil:
 			limits[v.val.limit]++
 			for _, sv := range v.val.vs {
+				if sv.provisional() {
+					continue // no permit until a round confirms it
+				}
 				id := permitID{sv.slot, sv.digest}
 				found[id] = append(found[id], sv)
 			}

@@ -34,7 +34,7 @@ func TestRedlockSemaphoreNeedsOneSlotOnAMajority(t *testing.T) {
 			c := srvs[i-1].Client()
 			now, err := c.Time(context.Background()).Result()
 			require.NoError(t, err)
-			v := fmt.Sprintf("%d:%s:~planted:%d+10000:%s", now.UnixMilli()+10000, hex.EncodeToString(d[:]), fence, token[:4])
+			v := fmt.Sprintf("%d:%s:~planted:%d+010000:%s", now.UnixMilli()+10000, hex.EncodeToString(d[:]), fence, token[:4])
 			hash, zset := "lockgw:{sem#"+key+"}:permits", "lockgw:{sem#"+key+"}:expiry"
 			require.NoError(t, c.HSet(context.Background(), hash, "limit", 2, fmt.Sprint(slot), v, "t:"+hex.EncodeToString(d[:]), slot).Err())
 			require.NoError(t, c.ZAdd(context.Background(), zset, redis.Z{Score: float64(now.UnixMilli() + 10000), Member: fmt.Sprint(slot)}).Err())
@@ -43,7 +43,7 @@ func TestRedlockSemaphoreNeedsOneSlotOnAMajority(t *testing.T) {
 		}
 	}
 	a, b := lockstore.NewToken(), lockstore.NewToken()
-	plant([]int{1, 2, 3}, 1, a, 100)
+	plant([]int{1, 2, 3}, 1, a, 101) // confirmed ("+0"), each fence ≡ its slot (mod 2)
 	plant([]int{3, 4, 5}, 2, b, 200)
 
 	st, err := s.SemInspect(testCtx(t), key)
@@ -59,7 +59,7 @@ func TestRedlockSemaphoreNeedsOneSlotOnAMajority(t *testing.T) {
 	p, err := s.SemAcquire(testCtx(t), key, lockstore.PermitRequest{Token: a, TTL: time.Second, Limit: 2})
 	require.NoError(t, err)
 	assert.True(t, p.Renewed)
-	assert.Equal(t, int64(100), p.Fence)
+	assert.Equal(t, int64(101), p.Fence)
 	// Once B releases, slot 2 is free everywhere.
 	require.NoError(t, s.SemRelease(testCtx(t), key, b))
 	c, err := s.SemAcquire(testCtx(t), key, lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Second, Limit: 2})

@@ -35,7 +35,7 @@ var (
 	// guardedScripts are the scripts that grant or lengthen, by the hash
 	// of their plain form, each with nodeset.lua in front.
 	guardedScripts = guard(deadlineLua+acquireLua, extendLua, deadlineLua+confirmLua,
-		deadlineLua+semCommonLua+semAcquireLua, semCommonLua+semExtendLua, semCommonLua+semRaiseLua)
+		deadlineLua+semCommonLua+semAcquireLua, semCommonLua+semExtendLua, deadlineLua+semCommonLua+semConfirmLua)
 )
 
 // setKey, on each Redlock node, is the node list it serves: canonical

@@ -21,6 +21,7 @@ import (
 //     gateway's start + ttl, less simGrace) or until it sends a release,
 //     whichever comes first; two tokens never hold one lock at once;
 //   - the limit: at most limit tokens hold permits of one semaphore at once;
+//   - fences unique: permits held at once by two tokens carry two fences;
 //   - fences increase: a new grant (201) sent after another token's grant
 //     was answered gets a higher fence; one sent after the same token's grant
 //     was answered gets no lower a fence (a new grant, 201, a higher one);
@@ -95,7 +96,7 @@ type simTraceEvent struct {
 
 // simViolation is a checker's finding.
 type simViolation struct {
-	check string // one-holder, limit, fence-order, retry-fence, error
+	check string // one-holder, limit, fence-unique, fence-order, retry-fence, error
 	at    int64
 	key   string
 	msg   string
@@ -326,6 +327,17 @@ func (h *simHistory) check() {
 			for _, a := range active {
 				if old, ok := holders[a.token]; !ok || a.to > old.to {
 					holders[a.token] = a
+				}
+			}
+			// No two permits carry one fence (docs/safety.md, "Fences of
+			// permits"): holders at once are told different fences.
+			if k.sem {
+				for _, a := range active {
+					if a.token != v.token && a.req.fence == v.req.fence {
+						h.violate("fence-unique", v.from, n, "tok %s (#%d %s) and tok %s (#%d %s) hold permits at once with one fence, %d",
+							a.token, a.req.id, a.req.answer, v.token, v.req.id, v.req.answer, v.req.fence)
+						break
+					}
 				}
 			}
 			limit := 1

@@ -31,7 +31,7 @@ var scriptNames = func() map[string]string {
 		"quota": quotaScript, "window": windowScript, "confirm": confirmScript, "discard": discardScript,
 		"sem_acquire": semAcquireScript, "sem_extend": semExtendScript, "sem_release": semReleaseScript,
 		"sem_read": semReadScript, "sem_inspect": semInspectScript, "sem_discard": semDiscardScript,
-		"sem_raise": semRaiseScript, "sem_unwait": semUnwaitScript, "sem_leave": semLeaveScript,
+		"sem_confirm": semConfirmScript, "sem_unwait": semUnwaitScript, "sem_leave": semLeaveScript,
 		"sem_heartbeat": semHeartbeatScript,
 	} {
 		names[s.Hash()] = name

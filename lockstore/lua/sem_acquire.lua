@@ -7,7 +7,10 @@
 -- ARGV[2]  TTL in ms            ARGV[3]  owner
 -- ARGV[4]  the limit L          ARGV[5]  Redlock: the slot to take, 1 … L;
 --                                        Redis: 0, any
--- ARGV[6]  Redlock's attempt id, "" for Redis
+-- ARGV[6]  Redlock: this round's id, 22 characters of base64url; a value
+--          this round makes records it as its maker, "~<id>", and lives
+--          ARGV[13] ms (provisional) until a round confirms it
+--          (sem_confirm.lua). "" for Redis.
 -- ARGV[7]  fence seed in µs (0: Redis TIME)
 -- ARGV[8]  fence margin in ms (FenceMargin)
 -- ARGV[9]  the waiter's ticket, "<gateway>.<id>" ("" when not waiting;
@@ -16,12 +19,15 @@
 --          within it are dropped (sem_heartbeat.lua refreshes it for all
 --          of a gateway's waiters of the key)
 -- ARGV[11] the notification channel  ARGV[12] PUBLISH or SPUBLISH
+-- ARGV[13] Redlock: the provisional TTL of a new value, ms; 0 for Redis
 --
 -- Returns
 --   {1, value, slot}     granted anew, with a new fence
 --   {2, value, slot}     the digest already held a permit: re-granted, fence
---                        kept (Redis resets the TTL; Redlock joins the
---                        attempt and only lengthens, as acquire.lua)
+--                        kept, expiry moved forward (never back); on
+--                        Redlock only a confirmed one: an unconfirmed
+--                        value is answered as it is (the round that made
+--                        it confirms it, or not), as acquire.lua
 --   {0, ms, head, free, slots…}
 --                        not granted: no permit is free for the caller (ms
 --                        until the first expires, or 0 when a free one is
@@ -39,7 +45,10 @@
 --
 -- Fairness (Redis): with k permits free, the first k waiters may take
 -- them, a newcomer only one that no waiter is owed. The fence rule and
--- the counter's lifetime are acquire.lua's.
+-- the counter's lifetime are acquire.lua's; on Redlock the fence is also
+-- ≡ the slot (mod the limit), and a vote leaves the counter alone, which
+-- only sem_confirm.lua raises (docs/safety.md, "Fences of permits", R1
+-- and R2).
 local now, now_us = clock()
 local digest, ttl, limit, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local attempt = ARGV[6]
@@ -75,17 +84,10 @@ if slot then
   if attempt and tonumber(slot) ~= want then
     return {6, tonumber(slot)}
   end
-  if attempt then
-    local _, dots = string.gsub(p.field, '%.', '')
-    if p.field == '-' or string.sub(p.field, 2, 2) == '!' or dots >= 3 then
-      p.field = '~!' .. attempt
-    else
-      p.field = p.field .. '.' .. attempt
-    end
-    p.exp = math.max(p.exp, now + ttl)
-  else
-    p.exp = moved(p.exp, now + ttl)
+  if attempt and string.sub(p.field, 1, 1) == '~' and not p.confirmed then
+    return {2, p.value, tonumber(slot)}
   end
+  p.exp = moved(p.exp, now + ttl)
   p.length = ARGV[2]
   local value = put(KEYS[1], KEYS[2], slot, p, now)
   unqueue()
@@ -169,25 +171,20 @@ if seed <= 0 then
   seed = now_us
 end
 local fence = math.max(counter(KEYS[3]) + 1, seed, now_us - margin * 1000)
-local ahead = math.ceil((fence - now_us) / 1000)
-fence = string.format('%.0f', fence)
--- The counter outlives every permit on the key (a release leaves it be),
--- and on Redlock names the token that set it (sem_raise.lua).
-local life = math.max(ttl, ahead) + margin
-local pttl = redis.call('PTTL', KEYS[3])
-local by = ''
+local field, exp = '-', now + ttl
 if attempt then
-  by = digest
-end
-redis.call('SET', KEYS[3], fence .. ':' .. by, 'PX', math.max(life, pttl))
-
-local field = '-'
-if attempt then
-  field = '~' .. attempt
+  -- R1: the slot is in the fence, so permits in two slots never share
+  -- one. R2: the counter is left to the confirmation.
+  fence = slot_fence(fence, want, limit)
+  field, exp = '~' .. attempt, now + tonumber(ARGV[13])
+else
+  -- The counter outlives every permit on the key (a release leaves it be).
+  local life = math.max(ttl, math.ceil((fence - now_us) / 1000)) + margin
+  redis.call('SET', KEYS[3], string.format('%.0f', fence), 'PX', math.max(life, redis.call('PTTL', KEYS[3])))
 end
 redis.call('HSET', KEYS[1], 'limit', ARGV[4])
-local value = put(KEYS[1], KEYS[2], tostring(want), {exp = now + ttl, digest = digest,
-  field = field, fence = fence, length = ARGV[2], owner = ARGV[3]}, now)
+local value = put(KEYS[1], KEYS[2], tostring(want), {exp = exp, digest = digest,
+  field = field, fence = string.format('%.0f', fence), length = ARGV[2], owner = ARGV[3]}, now)
 unqueue()
 redis.call(ARGV[12], ARGV[11], '!acquired') -- for watchers (watch_sem.go)
 return {1, value, want}

@@ -9,18 +9,20 @@
 --                               were granted under; "<slot>" → the slot's
 --                               permit, "<expiry ms>:<digest>:<field>:<fence>+<ms>:<owner>"
 --                               (expiry in Redis TIME; field "-" on Redis,
---                               a Redlock attempt field as in acquire.lua:
---                               "~<id1>.<id2>…", "~!<id>" pinned;
---                               "+0<ms>" once a Redlock write-back
---                               confirmed the fence, sem_raise.lua: an
---                               older gateway reads the same length, and
---                               drops the mark when it rewrites it);
+--                               on Redlock "~<maker>", the round that
+--                               made the value, as in acquire.lua (an
+--                               older gateway's "~<id1>.<id2>…" was made
+--                               by id1, a pinned "~!<id>" by nobody);
+--                               "+0<ms>" once a round confirmed the fence,
+--                               sem_confirm.lua: an older gateway reads
+--                               the same length);
 --                               "t:<digest>" → the digest's slot; "seq"
 --                               (Redis) → the last slot number handed out
 --   lockgw:{sem#<key>}:expiry   a sorted set: slot → its expiry (ms)
---   lockgw:{sem#<key>}:fence    the fence counter, as for locks, as
---                               "<fence>:<digest>": on Redlock, the token
---                               that set it (see sem_raise.lua)
+--   lockgw:{sem#<key>}:fence    the fence counter, as for locks; on
+--                               Redlock only confirmations raise it
+--                               (sem_confirm.lua); an older gateway's
+--                               reads "<fence>:<digest>"
 --   lockgw:{sem#<key>}:queue    waiter tickets by arrival (Redis only), and
 --   lockgw:{sem#<key>}:alive    their gateways' heartbeats, as a lock's
 --                               (see "The wait queue" below)
@@ -162,14 +164,39 @@ local function last(zset, now)
   return e[2] and tonumber(e[2]) - now or 0
 end
 
--- counter reads a fence counter: its value and the round that set it.
+-- slot_fence is the least fence ≥ f that is ≡ slot (mod limit): on
+-- Redlock the slot is in the fence, so permits held at once never share
+-- one (docs/safety.md, "Fences of permits", R1). Fences stay below 2^53,
+-- where doubles are exact; f / limit may round, so the remainder is
+-- brought back into [0, limit) by hand.
+local function slot_fence(f, slot, limit)
+  local r = (slot - f) % limit
+  if r < 0 then
+    r = r + limit
+  elseif r >= limit then
+    r = r - limit
+  end
+  return f + r
+end
+
+-- counter reads a fence counter (an older gateway's names a token after
+-- it: "<fence>:<digest>").
 local function counter(key)
   local v = redis.call('GET', key)
   if not v then
-    return 0, ''
+    return 0
   end
-  local f, by = string.match(v, '^(%d+):?(.*)$')
-  return tonumber(f) or 0, by or ''
+  local f = string.match(v, '^(%d+)')
+  return f and tonumber(f) or 0
+end
+
+-- maker is the round that made a Redlock value, nil for Redis's ("-")
+-- and a pinned one of an older gateway ("~!<id>").
+local function maker(p)
+  if string.sub(p.field, 1, 1) ~= '~' or string.sub(p.field, 2, 2) == '!' then
+    return nil
+  end
+  return string.match(string.sub(p.field, 2), '^[^.]*')
 end
 
 -- The wait queue (Redis only). A ticket is "<gateway>.<id>"; the

@@ -10,8 +10,9 @@
 --          the semaphore's channel (KEYS[1] with "released" for
 --          "permits": the same hash tag)
 --
--- Returns {1, value, slot, limit} extended; {0} no permit held at all;
--- {-1} permits held, none the caller's. An expired permit stays expired.
+-- Returns {1, value, slot, limit} extended; {0} no permit held at all,
+-- or the caller's not confirmed yet (Redlock); {-1} permits held, none
+-- the caller's. An expired permit stays expired.
 local now = clock()
 if open(KEYS[1], KEYS[2], now) == 0 then
   return {0}
@@ -19,6 +20,11 @@ end
 local slot, p = mine(KEYS[1], ARGV[1], now)
 if not slot then
   return {-1}
+end
+-- A Redlock round's value not confirmed yet is no permit (docs/safety.md,
+-- "Semaphores", E): not held.
+if string.sub(p.field, 1, 1) == '~' and not p.confirmed then
+  return {0}
 end
 local ttl = tonumber(ARGV[2])
 if ttl == 0 then

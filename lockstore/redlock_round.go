@@ -1,0 +1,130 @@
+package lockstore
+
+import (
+	"context"
+	"slices"
+	"strings"
+)
+
+// Rule G1 of docs/safety.md ("The rules"), for locks and permits alike: a
+// round's fence from its granting nodes' values, and its confirmations.
+// A permit is a lock of one slot (docs/safety.md, "Semaphores"); only the
+// script that confirms differs (confirm.lua, sem_confirm.lua).
+
+// roundValue is one node's answer to a round's vote, as G1 reads it.
+type roundValue struct {
+	has       bool   // the node answered a value of the round's token
+	counted   bool   // and counted for the vote (not quarantined)
+	fence     int64  // the value's fence
+	confirmed bool   // it carries its fence confirmed
+	maker     string // the round that made it (makerOf)
+	owner     string
+}
+
+// granting: the node counts for the round (G1's granting nodes).
+func (v roundValue) granting() bool { return v.has && v.counted }
+
+// confirmFunc runs C(maker, fence) on node i and answers confirm.lua's or
+// sem_confirm.lua's code (confirmMade, confirmJoined, or another).
+type confirmFunc func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, error)
+
+// roundGrant is what G1 decided for a round.
+type roundGrant struct {
+	fence     int64
+	renewal   bool   // a renewal (200): the fence q granting nodes carry confirmed
+	owner     string // the stored owner of a value with the fence,
+	hasOwner  bool   // if any
+	confirmed int    // granting nodes that carry the fence confirmed, still counted
+}
+
+// confirmRound is G1 after the votes: it picks the fence (roundFence), then
+// runs C on every node that answered a value of the token, except, for a
+// renewal, those that carry the fence confirmed already (docs/safety.md,
+// "Fences of permits", R3: a new grant counts only C's answers, so a stale
+// copy of an earlier lease of the token, found confirmed, never vouches
+// for a fence by itself). rounds are the ids of the caller's rounds so
+// far: a lease an earlier one confirmed before it failed is the call's new
+// grant, not a renewal. Every node that answered a value of the token gets
+// C, quarantined ones too, so that they hold the lease when they count
+// again; only granting nodes still counted are counted.
+func (r *Redlock) confirmRound(ctx context.Context, values []roundValue, rounds []string, confirm confirmFunc) roundGrant {
+	var g roundGrant
+	g.fence, g.renewal = roundFence(values, r.quorum)
+	for _, v := range values {
+		if v.granting() && v.fence == g.fence {
+			if !g.hasOwner {
+				g.owner, g.hasOwner = v.owner, true // a renewal keeps the stored owner
+			}
+			if g.renewal && slices.Contains(rounds, v.maker) {
+				g.renewal = false // an earlier round of this call made it
+			}
+		}
+	}
+	rewrite := make([]bool, len(values))
+	for i, v := range values {
+		switch {
+		case !v.has:
+		case (g.renewal || r.countFoundConfirmed) && v.fence == g.fence && v.confirmed:
+			if v.counted {
+				g.confirmed++
+			}
+		default:
+			rewrite[i] = true
+		}
+	}
+	if g.confirmed >= r.quorum {
+		return g
+	}
+	done := fanOut(ctx, r, rewrite, func(ctx context.Context, i int, n *redlockNode) (int64, error) {
+		return confirm(ctx, i, n, values[i].maker, g.fence)
+	})
+	for i, v := range done {
+		// Only a node that counted for the votes, and counts still: the
+		// fence was picked from the former (docs/safety.md, G1).
+		if rewrite[i] && v.err == nil && (v.val == confirmMade || v.val == confirmJoined) && v.counted && values[i].granting() {
+			g.confirmed++
+		}
+	}
+	return g
+}
+
+// roundFence is a round's fence from its granting nodes' values (G1): the
+// confirmed fence a majority of them carry, if any (a renewal: the lease
+// as it was answered), else the highest fence among them, which is above
+// every earlier holder's (docs/safety.md, "Fences and retries").
+func roundFence(values []roundValue, quorum int) (fence int64, renewal bool) {
+	confirmed := make(map[int64]int, 1)
+	for _, v := range values {
+		if !v.granting() {
+			continue
+		}
+		fence = max(fence, v.fence)
+		if v.confirmed {
+			confirmed[v.fence]++
+		}
+	}
+	for f, n := range confirmed {
+		if n >= quorum {
+			return f, true
+		}
+	}
+	return fence, false
+}
+
+// makerOf is the round that made a Redlock value, from its field "~<id>"
+// (an older gateway's "~<id1>.<id2>…" was made by id1); none ("") for a
+// pinned "~!<id>" of an older gateway, which a round of this one never
+// confirms.
+func makerOf(field string) string {
+	if strings.HasPrefix(field, "~!") {
+		return ""
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(field, "~"), ".")
+	return id
+}
+
+// confirmResult codes, of confirm.lua and sem_confirm.lua.
+const (
+	confirmMade   = 1 // this round made the value a lease
+	confirmJoined = 3 // another round had; its fence is now this round's
+)
