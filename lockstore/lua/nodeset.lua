@@ -1,6 +1,6 @@
 -- nodeset.lua: the first lines of every Redlock script that grants or
--- lengthens (acquire, extend, raise_fence, sem_acquire, sem_extend,
--- sem_raise); redlock_set.go prepends it and appends, after the script's
+-- lengthens (acquire, extend, confirm, sem_acquire, sem_extend,
+-- sem_confirm); redlock_set.go prepends it and appends, after the script's
 -- own keys and arguments:
 --
 -- KEYS[#KEYS-1]  the node's marker, "lockgw:redlock:set": the node list
