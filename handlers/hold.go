@@ -221,7 +221,7 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease h
 	// precede. That happens when this goroutine could not run past the end
 	// (the process stopped, its host frozen, a write that stalled): the
 	// stream then closes without a final event.
-	over := func() bool { return !time.Now().Before(lease.expiresAt) }
+	over := func() bool { return !time.Now().Before(lease.expiresAt.Truncate(time.Millisecond)) } // as told: whole ms
 	end := func(event, reason string) {
 		ended = reason
 		if over() {
