@@ -291,24 +291,27 @@ func holdsSchedule(s *holdStage) {
 	assert.Equal(s.t, "expiry", ended, "a stopped gateway says nothing: H stops by its own clock")
 
 	time.Sleep(time.Second)
-	for _, l := range r.Links[1] {
-		require.NoError(s.t, l.Reset())
-	}
-	time.Sleep(time.Second)
-	s.restore(1)
+	s.during("gateway 1's connections to Redis reset", time.Second, func() {
+		for _, l := range r.Links[1] {
+			require.NoError(s.t, l.Reset())
+		}
+	}, func() { s.restore(1) })
 	time.Sleep(500 * time.Millisecond)
-	r.Gateways[0].Pause()
-	time.Sleep(holdTTL / 4)
-	r.Gateways[0].Resume()
+	s.during("gateway 0 stopped", holdTTL/4, r.Gateways[0].Pause, r.Gateways[0].Resume)
 	time.Sleep(time.Second)
-	s.cut(1)
-	time.Sleep(holdTTL + holdTTL/2)
-	s.restore(1)
+	s.during("gateway 1 cut from Redis", holdTTL+holdTTL/2, func() { s.cut(1) }, func() { s.restore(1) })
 	time.Sleep(time.Second)
-	r.Gateways[0].Pause()
-	time.Sleep(holdTTL + holdTTL/2)
-	r.Gateways[0].Resume()
+	s.during("gateway 0 stopped", holdTTL+holdTTL/2, r.Gateways[0].Pause, r.Gateways[0].Resume)
 	time.Sleep(2 * time.Second)
+}
+
+// during applies a fault for d and notes when.
+func (s *holdStage) during(what string, d time.Duration, fault, heal func()) {
+	start := time.Now()
+	fault()
+	time.Sleep(d)
+	heal()
+	s.notes = append(s.notes, fmt.Sprintf("%s from %s to %s", what, start.UTC().Format("15:04:05.000"), time.Now().UTC().Format("15:04:05.000")))
 }
 
 // holdsControlSchedule is the control's: the staged cut only.

@@ -598,9 +598,11 @@ type HoldStats struct {
 	// event) or "nothing" (the holder closed it first).
 	AfterExpiry map[string]int
 	// Lost counts lost events; LostMargin is the least time by which one
-	// came before the end its holder had been told (negative: after).
+	// came before the end its holder had been told (negative: after), and
+	// Latest describes that one.
 	Lost       int
 	LostMargin time.Duration
+	Latest     string
 	Acts       int
 	Deletes    int // holders that let go with a DELETE
 	Unreadable int
@@ -645,6 +647,7 @@ func StatsOf(holds []Hold) HoldStats {
 				m := time.Duration(h.lastTold(i) - ev.At)
 				if s.Lost == 0 || m < s.LostMargin {
 					s.LostMargin = m
+					s.Latest = fmt.Sprintf("%s on %s through gateway %d at %s", ev.Reason, h.Key, h.Gateway, stamp(ev.At))
 				}
 				s.Lost++
 			}
@@ -662,6 +665,6 @@ func (s HoldStats) String() string {
 	for _, k := range slices.Sorted(maps.Keys(s.AfterExpiry)) {
 		after = append(after, fmt.Sprintf("%s %d", k, s.AfterExpiry[k]))
 	}
-	return fmt.Sprintf("%d holds asked, %d granted, %d register increments; ended by: %s; after an end by expiry the stream said: %s; %d lost events, the latest %v before its end",
-		s.Asked, s.Granted, s.Acts, strings.Join(parts, ", "), strings.Join(after, ", "), s.Lost, s.LostMargin.Round(time.Millisecond))
+	return fmt.Sprintf("%d holds asked, %d granted, %d register increments; ended by: %s; after an end by expiry the stream said: %s; %d lost events, the latest %v before its end (%s)",
+		s.Asked, s.Granted, s.Acts, strings.Join(parts, ", "), strings.Join(after, ", "), s.Lost, s.LostMargin.Round(time.Millisecond), s.Latest)
 }
