@@ -215,8 +215,18 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease h
 	h.obs.HoldStarted()
 	ended := holdClientGone
 	defer func() { h.obs.HoldEnded(ended) }()
+	// over reports whether the last end the holder was told has come. From
+	// then on the holder has stopped by its own clock, and the stream
+	// says nothing more: a lost said now would come after the end it must
+	// precede. That happens when this goroutine could not run past the end
+	// (the process stopped, its host frozen, a write that stalled): the
+	// stream then closes without a final event.
+	over := func() bool { return !time.Now().Before(lease.expiresAt.Truncate(time.Millisecond)) } // as told: whole ms
 	end := func(event, reason string) {
 		ended = reason
+		if over() {
+			return
+		}
 		write(event, holdEnd{Key: key, Reason: reason, Fence: lease.fence, ExpiresAt: timestamp(lease.expiresAt)})
 	}
 	if !write("acquired", lease.grant) {
@@ -265,6 +275,12 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease h
 			span.SetAttributes(attribute.String("lockgw.hold.renewal", renewalOutcome(got.err)))
 			span.End()
 			switch {
+			case got.err == nil && over():
+				// Renewed, but too late to tell: the holder stopped at the
+				// end it was told, and nobody works under this lease.
+				h.releaseHeld(lease)
+				ended = holdExpired
+				return
 			case got.err == nil:
 				if got.expires.After(lease.expiresAt) {
 					lease.expiresAt = got.expires

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -104,6 +105,9 @@ type scenario struct {
 	// retryFences adds checkRetryFences (counted as fences): sequential
 	// same-token retries keep their fence, every answer within its bounds.
 	retryFences bool
+	// extra names checkers the row runs beyond the report's columns; the
+	// report shows their counts in the verdict.
+	extra []string
 }
 
 // run is one run of a scenario.
@@ -117,6 +121,12 @@ type run struct {
 	// permits: what CheckPermits found (semaphore scenarios), for the
 	// report; the lock checkers never see permits.
 	permits []chaos.Violation
+	// late, when set, judges the run once every workload has stopped,
+	// with its whole history (holds: CheckHolds); what it finds is
+	// reported with the other checkers'. extraOps counts requests the
+	// history does not hold (holds' PUTs and DELETEs).
+	late     func(ops []chaos.Op) []chaos.Violation
+	extraOps int
 }
 
 // at sleeps until d after the workload started.
@@ -361,6 +371,14 @@ var scenarios = []scenario{
 		},
 	},
 
+	{
+		name: "holds", backends: both, maxTTL: holdsMaxTTL, extra: []string{"lost-late"},
+		env:      map[string]string{"LOCKGW_HOLD_TTL": holdTTL.String()},
+		desc:     "issue 28's holds: 6 clients hold 4 keys through streams (`ttl_ms` 2 s, renewed by the gateway every 667 ms; half wait up to 3 s; each lets go after up to 4 s, by a `DELETE` or by closing the stream) through both gateways, incrementing the key's fenced counter every 50 ms while they believe they hold it; 2 plain clients contend for the same keys. Staged: H holds a key through gateway 0, whose path to Redis (Redlock: to nodes 0-2) is then cut, and Q asks for it through gateway 1, waiting; the cut is restored once H stopped and Q holds. Then the same with gateway 1 stopped (SIGSTOP) instead of cut, resumed once H stopped by its own clock and Q holds; H reads on for 6 s to hear what gateway 1 says when it comes back. Then gateway 1's connections to Redis reset for 1 s, gateway 0 stopped for 500 ms, gateway 1 cut from Redis for 3 s, gateway 0 stopped for 3 s. Judged by what each holder heard (CheckHolds): a holder holds from its `acquired` event until a final event, its stream breaking, its letting go or the last `expires_at` it was told, whichever comes first, and no two holders (hold or plain lease) overlap (overlap); every `lost` arrived before the last `expires_at` its holder had been told (lost-late). Operations include each hold's `PUT` and `DELETE`",
+		workload: holdsWorkload,
+		fault:    func(t *testing.T, r *run) { holdsRun(t, r, 0, holdsSchedule) },
+	},
+
 	// Same-token requests racing each other and their own clean-up: a
 	// client that retries with its token, a release still on the wire, an
 	// extend that finds the lease gone.
@@ -596,6 +614,14 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		name: "holds-slow-stream", backends: redisOnly, maxTTL: holdsMaxTTL, extra: []string{"lost-late"},
+		expect:   []string{"lost-late"},
+		env:      map[string]string{"LOCKGW_HOLD_TTL": holdTTL.String()},
+		desc:     "CONTROL. holds, with everything the gateways send the holders held 600 ms on its way (a toxiproxy between them: a buffering proxy, a slow network), and only the staged cut: the gateway says lost 200 ms before the end, and it arrives 400 ms after. The lost-late checker must catch it; no two holders, since each holder also stops by its own clock",
+		workload: holdsWorkload,
+		fault:    func(t *testing.T, r *run) { holdsRun(t, r, 600*time.Millisecond, holdsControlSchedule) },
+	},
+	{
 		name: "persist-key", backends: both,
 		expect: []string{"state"},
 		desc:   "CONTROL. A lock key is made persistent (PERSIST) on a node that holds it, as a bug or an operator could",
@@ -662,7 +688,7 @@ func runScenario(t *testing.T, sc scenario, backend string, i int) {
 			wait()
 		}
 		if !reported { // the schedule failed midway
-			report.Add(sc.name, backend, sc.expect, len(c.History.Ops()), nil, true)
+			report.Add(sc.name, backend, sc.expect, len(c.History.Ops()), nil, true, sc.extra...)
 		}
 	}()
 
@@ -700,8 +726,12 @@ func runScenario(t *testing.T, sc scenario, backend string, i int) {
 	for _, note := range r.notes {
 		t.Log(note)
 	}
+	var late []chaos.Violation
+	if r.late != nil {
+		late = r.late(v.Ops)
+	}
 	reported = true
-	report.Add(sc.name, backend, sc.expect, len(v.Ops), append(v.Violations, r.permits...), t.Failed())
+	report.Add(sc.name, backend, sc.expect, len(v.Ops)+r.extraOps, slices.Concat(v.Violations, r.permits, late), t.Failed(), sc.extra...)
 }
 
 // pauseGateway stops gateway 0 in the middle of an acquire, an extend and

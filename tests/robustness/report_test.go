@@ -46,7 +46,8 @@ many-keys) contending through both gateways over HTTP, with leases of 400 ms,
 increments a counter that checks fences. The columns after "operations" count what
 each checker found: pairs of tokens that held a key at once (overlap), keys whose
 history is not linearizable, grants whose fence was out of order, counters that lost
-updates, and Redis keys in a wrong state.
+updates, and Redis keys in a wrong state. What a row's own checkers found beyond these
+columns follows its verdict (holds: lost-late).
 
 %s
 A **safe** row passes with zero violations in every column. A **control** is a
@@ -95,6 +96,13 @@ including the ones answered 409 or 503 and the ones they abandoned).
 - **state**: sampled every 200 ms on every node: every ` + "`lockgw:*`" + ` key has a TTL,
   no lock key has more than the maximum TTL left; and 1.5 s after the last request no
   lock key is left anywhere.
+- **holds** (the rows holds and holds-slow-stream, CheckHolds): a holder on a stream
+  holds from its ` + "`acquired`" + ` event's arrival until the first of a final event's arrival,
+  its stream breaking, its letting go, and the last ` + "`expires_at`" + ` it had been told by
+  then (a renewal that arrives after that does not start the hold again). A hold and
+  another hold or a plain lease believed held at once count as **overlap**; every
+  ` + "`lost`" + ` that arrived at or after the last ` + "`expires_at`" + ` its holder had been told
+  counts as **lost-late**.
 
 ## Bugs this suite found
 
@@ -113,6 +121,12 @@ including the ones answered 409 or 503 and the ones they abandoned).
   lease to those releases, and another client was granted the key while it held it
   (retry-after-503, same-token-twins, release-reacquire-slow-node,
   extend-vs-reacquire: each found overlaps in every run before the fix).
+- **Fixed:** a gateway stopped (SIGSTOP) past the end of its holds said ` + "`lost`" + ` when
+  it resumed, up to 1.6 s after the ` + "`expires_at`" + ` it had told, and could tell a
+  renewal it had before it stopped after that end (holds, both backends: 4 and 5 late
+  ` + "`lost`" + ` events in one run each before the fix). A hold now says nothing past the
+  last ` + "`expires_at`" + ` it told: the stream closes without a final event
+  (` + "`handlers.TestHoldSaysNothingAfterTheEnd`" + `).
 
 ## Faults and how they are made
 
@@ -128,6 +142,8 @@ including the ones answered 409 or 503 and the ones they abandoned).
   so Redis expires keys and answers ` + "`TIME`" + ` by the stepped clock, as after an NTP
   step. (libfaketime hangs Redis's jemalloc at start-up, hence the shim.)
 - Clients that give up: per-request timeouts down to 10 ms.
+- A slow path from the gateways to their holders (holds-slow-stream): a toxiproxy
+  between them that holds what the gateways send.
 
 ## What this shows, and what it does not
 
@@ -146,6 +162,9 @@ checkers:
 - the single **Redis restarted empty with its clock behind** hands out lower fences;
 - a **resource without fences** loses updates when a holder is paused past its lease,
   even with a correct lock service.
+- a **slow path between a gateway and its holders** delivers ` + "`lost`" + ` after the lease's
+  end (holds-slow-stream); a holder that also stops at the last ` + "`expires_at`" + ` it was
+  told, as every holder in the suite does, is still never a second holder.
 
 In every safe row, on both backends, clients retry half of the acquires whose answer
 they lost with the same token, as docs/api.md says they may; four rows race requests

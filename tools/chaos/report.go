@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +23,9 @@ type Row struct {
 	Ops        int
 	Violations map[string]int // by checker
 	Failed     bool           // the scenario did not behave as expected
+	// Extra names checkers the row runs beyond the table's columns
+	// (Checkers): the verdict shows their counts.
+	Extra []string
 }
 
 // Total is the row's violations over all checkers.
@@ -38,8 +43,9 @@ type Report struct {
 	rows []*Row
 }
 
-// Add merges one run into the row for its scenario and backend.
-func (r *Report) Add(scenario, backend string, expect []string, ops int, violations []Violation, failed bool) {
+// Add merges one run into the row for its scenario and backend. extra
+// names the checkers it ran beyond the table's columns.
+func (r *Report) Add(scenario, backend string, expect []string, ops int, violations []Violation, failed bool, extra ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var row *Row
@@ -49,7 +55,7 @@ func (r *Report) Add(scenario, backend string, expect []string, ops int, violati
 		}
 	}
 	if row == nil {
-		row = &Row{Scenario: scenario, Backend: backend, Expect: expect, Violations: map[string]int{}}
+		row = &Row{Scenario: scenario, Backend: backend, Expect: expect, Violations: map[string]int{}, Extra: extra}
 		r.rows = append(r.rows, row)
 	}
 	row.Runs++
@@ -67,6 +73,7 @@ func (r *Report) Rows() []Row {
 	out := make([]Row, len(r.rows))
 	for i, x := range r.rows {
 		out[i] = *x
+		out[i].Extra = slices.Clone(x.Extra)
 		out[i].Violations = map[string]int{}
 		for k, v := range x.Violations {
 			out[i].Violations[k] = v
@@ -99,9 +106,29 @@ func (r *Report) Table() string {
 		for _, c := range Checkers {
 			fmt.Fprintf(&b, " %d |", row.Violations[c])
 		}
-		fmt.Fprintf(&b, " %s |\n", verdict)
+		fmt.Fprintf(&b, " %s |\n", verdict+row.extraCounts())
 	}
 	return b.String()
+}
+
+// extraCounts renders what the checkers beyond the table's columns found:
+// the row's Extra ones always, any other when it found something (a
+// semaphore row's permits), as "; lost-late 0".
+func (row Row) extraCounts() string {
+	names := slices.Clone(row.Extra)
+	for _, c := range slices.Sorted(maps.Keys(row.Violations)) {
+		if !slices.Contains(Checkers, c) && !slices.Contains(names, c) {
+			names = append(names, c)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	parts := make([]string, len(names))
+	for i, c := range names {
+		parts[i] = fmt.Sprintf("%s %d", c, row.Violations[c])
+	}
+	return "; " + strings.Join(parts, ", ")
 }
 
 // Machine describes where a run happened, for docs/chaos-report.md.
