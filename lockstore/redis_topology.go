@@ -22,8 +22,17 @@ type Topology struct {
 	Master string
 }
 
-// Topology reports the store's mode and, on a Cluster, pings every master
-// (concurrently, within ctx).
+// Topologist is a store with a deployment shape worth reporting on
+// /readyz (the redis backend: single, Sentinel or Cluster, and a Cluster's
+// masters).
+type Topologist interface {
+	Topology(ctx context.Context) Topology
+}
+
+var _ Topologist = (*Redis)(nil)
+
+// Topology implements Topologist: the store's mode and, on a Cluster, a
+// ping of every master (concurrently, within ctx).
 func (s *Redis) Topology(ctx context.Context) Topology {
 	t := Topology{Mode: s.mode}
 	for _, sc := range s.sentinels {

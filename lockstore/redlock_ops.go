@@ -421,13 +421,19 @@ func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v lo
 
 // Inspect implements Store.
 func (r *Redlock) Inspect(ctx context.Context, key string) (Lease, error) {
-	l, _, err := r.inspect(ctx, key)
+	l, _, err := r.InspectSpread(ctx, key)
 	return l, err
 }
 
-// inspect is Inspect, and the lease's latest end on the nodes read
-// (watchLate): what a watch needs to tell their spread from an extend.
-func (r *Redlock) inspect(ctx context.Context, key string) (Lease, time.Duration, error) {
+var _ Spreader = (*Redlock)(nil)
+
+// EndSpread implements Spreader: the drift allowance, by which ExpiresAt
+// is conservative.
+func (r *Redlock) EndSpread(ttl time.Duration) time.Duration { return drift(ttl) }
+
+// InspectSpread implements Spreader: Inspect, and the lease's latest end
+// on the nodes read (watchLate).
+func (r *Redlock) InspectSpread(ctx context.Context, key string) (Lease, time.Duration, error) {
 	if err := r.set.refusing(); err != nil {
 		return Lease{}, 0, err
 	}

@@ -410,13 +410,14 @@ func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
 // left among them less the drift allowance; ErrNotHeld when no permit can
 // have a majority even counting the nodes that did not answer.
 func (r *Redlock) SemInspect(ctx context.Context, key string) (SemaphoreState, error) {
-	st, _, err := r.semInspect(ctx, key)
+	st, _, err := r.SemInspectSpread(ctx, key)
 	return st, err
 }
 
-// semInspect is SemInspect, and how much later than its ExpiresAt any
-// permit's last node may let it go (watchLate, the largest over permits).
-func (r *Redlock) semInspect(ctx context.Context, key string) (SemaphoreState, time.Duration, error) {
+// SemInspectSpread implements Spreader: SemInspect, and how much later
+// than its ExpiresAt any permit's last node may let it go (watchLate, the
+// largest over permits).
+func (r *Redlock) SemInspectSpread(ctx context.Context, key string) (SemaphoreState, time.Duration, error) {
 	if err := r.set.refusing(); err != nil {
 		return SemaphoreState{}, 0, err
 	}

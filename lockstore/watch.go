@@ -336,25 +336,43 @@ func watchLate(start time.Time, longest time.Duration, expiresAt time.Time) time
 
 // Poll intervals of the lock hub: the backend's signal carries changes at
 // once, so the poll is only the safety net for a lost message (a Redis
-// subscription that was re-established); Redlock's nodes signal too, but a
-// majority read every half second is what the watch promises there.
+// subscription that was re-established); a Spreader's nodes (Redlock's)
+// signal too, but a majority read every half second is what the watch
+// promises there.
 const (
 	watchPollSignalled = 2 * time.Second
-	watchPollRedlock   = 500 * time.Millisecond
+	watchPollSpread    = 500 * time.Millisecond
 )
+
+// Spreader is a store whose nodes let one lease go at moments apart
+// (Redlock: each node by its own clock, each a little after the
+// conservative ExpiresAt). A watch needs how far apart to tell that spread
+// from an extend, and polls a majority read more often than a store whose
+// one node signals every change.
+type Spreader interface {
+	// InspectSpread is Inspect, and how much later than the lease's
+	// ExpiresAt its last node may let it go, as this read saw them.
+	InspectSpread(ctx context.Context, key string) (Lease, time.Duration, error)
+	// SemInspectSpread is SemInspect, and the same for its permits (the
+	// largest over them).
+	SemInspectSpread(ctx context.Context, key string) (SemaphoreState, time.Duration, error)
+	// EndSpread is how much later than ExpiresAt a lease or permit granted
+	// for ttl may still be found held.
+	EndSpread(ttl time.Duration) time.Duration
+}
 
 // NewLockHub returns a Hub watching locks in store, reading each with
 // Inspect bounded by timeout.
 func NewLockHub(store Store, timeout time.Duration) *Hub[LockState] {
-	_, redlock := store.(*Redlock)
+	spread, spreads := store.(Spreader)
 	k := Kind[LockState]{
 		Inspect: func(ctx context.Context, key string) (LockState, error) {
 			start := time.Now()
 			var l Lease
 			var late time.Duration
 			var err error
-			if r, ok := store.(*Redlock); ok {
-				l, late, err = r.inspect(ctx, key)
+			if spreads {
+				l, late, err = spread.InspectSpread(ctx, key)
 			} else {
 				l, err = store.Inspect(ctx, key)
 			}
@@ -371,11 +389,11 @@ func NewLockHub(store Store, timeout time.Duration) *Hub[LockState] {
 			if !s.Held {
 				return time.Time{}
 			}
-			if redlock {
-				// ExpiresAt is conservative by the drift allowance: the
-				// nodes let the lease go up to that much later, and a
-				// read in between would find it still held.
-				return s.Lease.ExpiresAt.Add(drift(s.Lease.Granted))
+			if spreads {
+				// ExpiresAt is conservative: the nodes let the lease go up
+				// to that much later, and a read in between would find it
+				// still held.
+				return s.Lease.ExpiresAt.Add(spread.EndSpread(s.Lease.Granted))
 			}
 			return s.Lease.ExpiresAt
 		},
@@ -385,8 +403,8 @@ func NewLockHub(store Store, timeout time.Duration) *Hub[LockState] {
 	if s, ok := store.(Signaler); ok {
 		k.Signal = s.Signal
 	}
-	if redlock {
-		k.Poll = watchPollRedlock
+	if spreads {
+		k.Poll = watchPollSpread
 	}
 	return NewHub(k)
 }

@@ -67,15 +67,15 @@ type SemSignaler interface {
 
 // NewSemHub returns a Hub watching the semaphores of store.
 func NewSemHub(store Semaphores, timeout time.Duration) *Hub[SemState] {
-	_, redlock := store.(*Redlock)
+	spread, spreads := store.(Spreader)
 	k := Kind[SemState]{
 		Inspect: func(ctx context.Context, key string) (SemState, error) {
 			start := time.Now()
 			var st SemaphoreState
 			var late time.Duration
 			var err error
-			if r, ok := store.(*Redlock); ok {
-				st, late, err = r.semInspect(ctx, key)
+			if spreads {
+				st, late, err = spread.SemInspectSpread(ctx, key)
 			} else {
 				st, err = store.SemInspect(ctx, key)
 			}
@@ -92,8 +92,8 @@ func NewSemHub(store Semaphores, timeout time.Duration) *Hub[SemState] {
 			var first time.Time
 			for _, p := range s.Sem.Holders {
 				end := p.ExpiresAt
-				if redlock {
-					end = end.Add(drift(p.Granted))
+				if spreads {
+					end = end.Add(spread.EndSpread(p.Granted))
 				}
 				if first.IsZero() || end.Before(first) {
 					first = end
@@ -107,8 +107,8 @@ func NewSemHub(store Semaphores, timeout time.Duration) *Hub[SemState] {
 	if s, ok := store.(SemSignaler); ok {
 		k.Signal = s.SemSignal
 	}
-	if redlock {
-		k.Poll = watchPollRedlock
+	if spreads {
+		k.Poll = watchPollSpread
 	}
 	return NewHub(k)
 }

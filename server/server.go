@@ -168,8 +168,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		tracing:      tp,
 		uiAuto:       cfg.uiAuto,
 	}
-	if r, ok := store.(*lockstore.Redis); ok {
-		d.topology = r.Topology
+	if t, ok := store.(lockstore.Topologist); ok {
+		d.topology = t.Topology
 	}
 	if waiting.sems != nil {
 		d.sems = m.Semaphores(waiting)
