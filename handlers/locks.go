@@ -383,7 +383,7 @@ func acquireOutcome(lease lockstore.Lease, err error) string {
 		return "held"
 	case errors.Is(err, lockstore.ErrUserQuota):
 		return "over_quota"
-	case errors.Is(err, lockstore.ErrFull):
+	case errors.Is(err, lockstore.ErrStoreFull):
 		return "full"
 	case isKind(err, problem.TooManyWaiters):
 		return "too_many_waiters"

@@ -74,7 +74,7 @@ var domainErrors = []struct {
 	{lockstore.ErrTokenMismatch, problem.TokenMismatch, "the lock is held by another token", ""},
 	// Retry-After is when the earliest of the counted locks expires.
 	{lockstore.ErrUserQuota, problem.QuotaExceeded, "you already hold as many live locks as one user may (LOCKGW_MAX_LOCKS_PER_USER); nothing was taken; release one of yours, or retry after Retry-After seconds, when your earliest lock expires", ""},
-	{lockstore.ErrFull, problem.TooManyLocks, "the gateway holds as many live locks as it may (LOCKGW_MAX_LOCKS); nothing was taken; retry after Retry-After seconds, when the earliest lock expires", ""},
+	{lockstore.ErrStoreFull, problem.TooManyLocks, "the gateway holds as many live locks as it may (LOCKGW_MAX_LOCKS); nothing was taken; retry after Retry-After seconds, when the earliest lock expires", ""},
 	// Before ErrUnavailable, which it also is; refusalDetails says why.
 	{lockstore.ErrRefused, problem.Refused, "the lock backend refuses writes; nothing was written", ""},
 	// Before ErrUnavailable, which it also is: the backend did answer.

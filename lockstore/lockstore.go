@@ -41,7 +41,6 @@ package lockstore
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -176,56 +175,6 @@ type Lease struct {
 
 // MinTTL is the shortest lease a Store accepts.
 const MinTTL = 10 * time.Millisecond
-
-var (
-	// ErrHeld means another token holds the key. The error is a *HeldError.
-	ErrHeld = errors.New("lockstore: lock held by another token")
-	// ErrNotHeld means nobody holds the key: never taken, released, or expired.
-	ErrNotHeld = errors.New("lockstore: lock not held")
-	// ErrTokenMismatch means the key is held, but by another token.
-	ErrTokenMismatch = errors.New("lockstore: token does not hold the lock")
-	// ErrUnavailable means the backend could not answer in time. The
-	// outcome of the operation is unknown; retrying with the same token is
-	// safe.
-	ErrUnavailable = errors.New("lockstore: backend unavailable")
-	// ErrRefused means the backend answered but refused to write, so
-	// nothing was written: Redis out of memory (maxmemory with noeviction),
-	// a read-only replica, a failed snapshot that stops writes (MISCONF),
-	// fewer replicas than min-replicas-to-write, or a script running too
-	// long (BUSY). It lasts until an operator or Redis itself fixes the
-	// cause. The error is a *RefusedError, which is also ErrUnavailable.
-	ErrRefused = errors.New("lockstore: backend refuses writes")
-	// ErrInvalid means the request breaks a rule the store enforces
-	// (an empty key or token, a TTL below MinTTL).
-	ErrInvalid = errors.New("lockstore: invalid request")
-)
-
-// HeldError is returned by Acquire when another token holds the key.
-type HeldError struct {
-	// Remaining is how long the current lease has left, as the store saw it.
-	Remaining time.Duration
-}
-
-func (e *HeldError) Error() string {
-	return fmt.Sprintf("%v (%v left)", ErrHeld, e.Remaining)
-}
-
-// Is makes errors.Is(err, ErrHeld) true.
-func (e *HeldError) Is(target error) bool { return target == ErrHeld }
-
-// RefusedError is returned when the backend refuses writes (ErrRefused).
-type RefusedError struct {
-	// Reason is Redis's error code in lower case: "oom", "readonly",
-	// "misconf", "noreplicas" or "busy".
-	Reason string
-	msg    string
-}
-
-func (e *RefusedError) Error() string { return ErrRefused.Error() + ": " + e.msg }
-
-// Is makes errors.Is true for ErrRefused and ErrUnavailable: callers that
-// only know "the backend cannot serve this now" treat it like an outage.
-func (e *RefusedError) Is(target error) bool { return target == ErrRefused || target == ErrUnavailable }
 
 // NewToken returns a fresh random token: 128 bits from crypto/rand, encoded
 // as 22 characters of URL-safe base64.

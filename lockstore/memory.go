@@ -168,7 +168,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 func (m *Memory) checkCaps(key string, q Quota, now time.Time) error {
 	if m.maxLocks > 0 && len(m.locks)+int(m.sems.live.Load()) >= m.maxLocks && !strings.HasPrefix(key, windowPrefix) {
 		at, _ := m.expiry.Earliest()
-		return &CapError{Err: ErrFull, Max: m.maxLocks, Next: at.Sub(now)}
+		return &CapError{Err: ErrStoreFull, Max: m.maxLocks, Next: at.Sub(now)}
 	}
 	if q.Max <= 0 {
 		return nil

@@ -30,7 +30,7 @@ func TestMemoryMaxLocks(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = take("d", time.Second)
-	require.ErrorIs(t, err, lockstore.ErrFull)
+	require.ErrorIs(t, err, lockstore.ErrStoreFull)
 	var capErr *lockstore.CapError
 	require.ErrorAs(t, err, &capErr)
 	assert.Equal(t, 3, capErr.Max)
@@ -46,7 +46,7 @@ func TestMemoryMaxLocks(t *testing.T) {
 	require.NoError(t, err, "a full store still takes rate-limit windows")
 	assert.Zero(t, left)
 	_, err = take("d", time.Second)
-	require.ErrorIs(t, err, lockstore.ErrFull, "and a window takes a place")
+	require.ErrorIs(t, err, lockstore.ErrStoreFull, "and a window takes a place")
 
 	time.Sleep(time.Until(short.ExpiresAt.Add(20 * time.Millisecond)))
 	require.NoError(t, m.Release(ctx, "b", b.Token))

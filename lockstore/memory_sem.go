@@ -152,7 +152,7 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 }
 
 // capPermits refuses a new permit when the store holds MaxLocks locks
-// and permits together (ErrFull): the cap bounds the memory of both.
+// and permits together (ErrStoreFull): the cap bounds the memory of both.
 // m.sems.mu is held; it takes m.mu after it (the lock side never takes
 // m.sems.mu).
 func (m *Memory) capPermits(now time.Time) error {
@@ -164,7 +164,7 @@ func (m *Memory) capPermits(now time.Time) error {
 		return nil
 	}
 	at, _ := m.sems.expiry.Earliest()
-	return &CapError{Err: ErrFull, Max: m.maxLocks, Next: max(at.Sub(now), 0)}
+	return &CapError{Err: ErrStoreFull, Max: m.maxLocks, Next: max(at.Sub(now), 0)}
 }
 
 // earliest is how long until the first of s's permits expires; latest,

@@ -2,10 +2,8 @@ package lockstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"time"
 )
 
 // Quota caps the live locks one user may hold. A user is whatever the
@@ -23,34 +21,6 @@ type Quota struct {
 	// counting).
 	Max int
 }
-
-var (
-	// ErrUserQuota means the grant would give the user more live locks
-	// than its Quota allows. Nothing was taken. The error is a *CapError.
-	ErrUserQuota = errors.New("lockstore: the user holds its maximum of live locks")
-	// ErrFull means the store holds the most live locks it may
-	// (MemoryOptions.MaxLocks). Nothing was taken. The error is a
-	// *CapError.
-	ErrFull = errors.New("lockstore: the store holds its maximum of live locks")
-)
-
-// CapError is returned by Acquire when a grant would pass a cap on live
-// locks: the user's (ErrUserQuota) or the store's (ErrFull).
-type CapError struct {
-	Err error // ErrUserQuota or ErrFull
-	Max int   // the cap
-	// Next is how long until the earliest of the locks counted against the
-	// cap expires: the soonest a place frees by itself (a release frees
-	// one sooner).
-	Next time.Duration
-}
-
-func (e *CapError) Error() string {
-	return fmt.Sprintf("%v (%d; the earliest expires in %v)", e.Err, e.Max, e.Next)
-}
-
-// Unwrap makes errors.Is(err, ErrUserQuota) or errors.Is(err, ErrFull) true.
-func (e *CapError) Unwrap() error { return e.Err }
 
 type userKey struct{}
 

@@ -32,11 +32,6 @@ type replicaAcks struct {
 	timeout  time.Duration
 }
 
-// ErrReplicas says that fewer replicas acknowledged a write than
-// LOCKGW_REDIS_WAIT_REPLICAS asks for. It is also ErrUnavailable: the
-// client gets a 503 and may retry with the same token.
-var ErrReplicas = fmt.Errorf("%w: replicas did not acknowledge the write", ErrUnavailable)
-
 // conn is a connection of the client's own: WAIT waits for the writes of
 // the connection it is sent on, so the script and WAIT must share one.
 // OpenRedis turns WAIT on only for a single Redis or Sentinel, whose client

@@ -3,71 +3,10 @@ package lockstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
-
-// QuorumError is the ErrUnavailable a Redlock returns when too many nodes
-// failed, or are quarantined, for a majority to be possible. Its message is
-// fit for a client: it names counts, not addresses, except NodeList, which
-// the operator needs in every answer to act on it.
-type QuorumError struct {
-	Nodes       int // nodes in the Redlock
-	Quorum      int // votes needed: Nodes/2 + 1
-	Failed      int // nodes that did not answer in time
-	Quarantined int // nodes that answered but are quarantined after a restart
-	Refused     int // nodes that answered but refuse writes (ErrRefused)
-	// NodeList, when not empty, says why nodes count for no one: they
-	// serve another node list than this gateway's, or none yet
-	// (redlock_set.go). It names node addresses: it is for the operator.
-	NodeList string
-}
-
-func (e *QuorumError) Error() string { return ErrUnavailable.Error() + ": " + e.QuorumDetail() }
-
-// QuorumDetail says why no majority was possible, in words fit for a
-// problem detail, naming each reason once: "3 of 5 Redlock nodes did not
-// answer; a majority of 3 is impossible", "3 of 5 Redlock nodes are
-// quarantined after a restart; …".
-func (e *QuorumError) QuorumDetail() string {
-	if e.NodeList != "" {
-		return e.NodeList
-	}
-	var parts []string
-	if e.Failed > 0 {
-		parts = append(parts, fmt.Sprintf("%d did not answer", e.Failed))
-	}
-	if e.Quarantined > 0 {
-		parts = append(parts, fmt.Sprintf("%d %s quarantined after a restart until every lease %s may have held has expired (see /readyz for when)",
-			e.Quarantined, plural(e.Quarantined, "is", "are"), plural(e.Quarantined, "it", "they")))
-	}
-	if e.Refused > 0 {
-		parts = append(parts, fmt.Sprintf("%d %s writes (out of memory, read-only or similar: see the node's log)", e.Refused, plural(e.Refused, "refuses", "refuse")))
-	}
-	if len(parts) == 0 {
-		parts = append(parts, "0 did not answer")
-	}
-	// "3 did not answer" → "3 of 5 Redlock nodes did not answer".
-	count, rest, _ := strings.Cut(parts[0], " ")
-	parts[0] = fmt.Sprintf("%s of %d Redlock nodes %s", count, e.Nodes, rest)
-	return strings.Join(parts, " and ") + fmt.Sprintf("; a majority of %d is impossible", e.Quorum)
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
-// Is makes errors.Is(err, ErrUnavailable) true, and errors.Is(err,
-// ErrRefused) when nodes refusing writes are part of the reason.
-func (e *QuorumError) Is(target error) bool {
-	return target == ErrUnavailable || (target == ErrRefused && e.Refused > 0)
-}
 
 // quorumError counts failed as not answering, except the refusals among
 // them.

@@ -2,7 +2,6 @@ package lockstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -73,45 +72,6 @@ type SemaphoreState struct {
 	Limit   int
 	Holders []Permit
 }
-
-var (
-	// ErrSemaphoreFull means all permits are held. The error is a *FullError.
-	ErrSemaphoreFull = errors.New("lockstore: all permits of the semaphore are held")
-	// ErrLimitMismatch means the current holders were granted under another
-	// limit. The error is a *LimitMismatchError.
-	ErrLimitMismatch = errors.New("lockstore: the semaphore's holders were granted under another limit")
-)
-
-// FullError is returned by SemAcquire when all permits are held.
-type FullError struct {
-	Limit int
-	// Remaining is how long until the first permit may free itself; 0
-	// when a permit is free but promised to an earlier waiter.
-	Remaining time.Duration
-}
-
-func (e *FullError) Error() string {
-	return fmt.Sprintf("%v (limit %d, %v until one may expire)", ErrSemaphoreFull, e.Limit, e.Remaining)
-}
-
-// Is makes errors.Is(err, ErrSemaphoreFull) true.
-func (e *FullError) Is(target error) bool { return target == ErrSemaphoreFull }
-
-// LimitMismatchError is returned by SemAcquire when the limit asked for
-// differs from the one the current holders were granted under.
-type LimitMismatchError struct {
-	Limit int // the holders' limit
-	// Remaining is how long until the last current permit may expire (and
-	// the key takes any limit again); 0 when unknown.
-	Remaining time.Duration
-}
-
-func (e *LimitMismatchError) Error() string {
-	return fmt.Sprintf("%v (%d)", ErrLimitMismatch, e.Limit)
-}
-
-// Is makes errors.Is(err, ErrLimitMismatch) true.
-func (e *LimitMismatchError) Is(target error) bool { return target == ErrLimitMismatch }
 
 func checkPermit(key string, req PermitRequest) error {
 	if req.Limit < 1 || req.Limit > MaxLimit {
