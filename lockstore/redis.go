@@ -52,7 +52,7 @@ var (
 // per user, so they hold across every gateway on the Redis. On a single
 // Redis or Sentinel the same script changes the set and the lock: the
 // count is exact. On a Cluster the set lives in the user's slot, apart
-// from the lock's, and each change takes two scripts (redis_cluster.go):
+// from the lock's, and each change takes two scripts (redis_cluster_quota.go):
 // the cap still holds across gateways (a place is reserved before the
 // lock is taken, and given back only after it is gone), but a gateway
 // that dies between the two steps leaves the count one too high until the
@@ -67,7 +67,7 @@ type Redis struct {
 	scripts  redis.Scripter
 	batch    *nodeBatch  // scripts, when it batches
 	clocks   *clocks     // rule D's samples of the servers (clock.go)
-	acks     replicaAcks // LOCKGW_REDIS_WAIT_REPLICAS (redis_wait.go)
+	acks     replicaAcks // LOCKGW_REDIS_WAIT_REPLICAS (redis_replicas.go)
 	notifier *notifier
 	rooms    *rooms // the waiters of this store, by key (wait_room.go)
 	// publish is how the scripts tell waiters: PUBLISH, or SPUBLISH on a
@@ -91,7 +91,7 @@ var _ Store = (*Redis)(nil)
 //
 // A Cluster client gets a hook that reloads its slot map when a node
 // cannot be reached, so that the store finds a promoted replica at once
-// (redis_cluster.go).
+// (redis_cluster_quota.go).
 func NewRedis(client redis.UniversalClient) *Redis {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		cc.AddHook(reloadOnFailure{cc})
@@ -433,7 +433,7 @@ func (a acquireArgs) call(key string) (keys []string, args []any) {
 	case a.attempt != "":
 		args = append(args, a.attempt, a.provisional.Milliseconds())
 	case a.publish == publishShard:
-		// On a Cluster the caller counts (redis_cluster.go); the script
+		// On a Cluster the caller counts (redis_cluster_quota.go); the script
 		// only records the user (or refuses a new grant: max -1).
 		args = append(args, "", a.quota.max, a.quota.user)
 	case a.quota.on():

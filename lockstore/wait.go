@@ -30,7 +30,7 @@ const (
 // notification was lost. Between those it runs no script at all.
 //
 // Its goroutine (the request's) only sleeps: the tries, and the Redis
-// calls that queue the caller, run aside (shallow.go) on the wait's state,
+// calls that queue the caller, run aside (aside.go) on the wait's state,
 // which is on the heap, so that the stack it parks with stays small.
 func (s *Redis) acquireWaiting(ctx context.Context, key string, req *AcquireRequest) (Lease, error) {
 	q := &waiting{s: s, ctx: ctx, key: key, req: req}

@@ -13,7 +13,7 @@ import (
 
 func main() {
 	// server.Run also sets the garbage collector: GOGC 400 and a soft
-	// memory limit that follows the machine (server/memory.go).
+	// memory limit that follows the machine (server/gc_tuning.go).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := server.Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {

@@ -57,7 +57,7 @@
 --          Redis has. (ARGV[9] to ARGV[11] are then "", 0, "" when there
 --          is no quota.) On a Cluster a user's quota set lives in another
 --          slot, so this script never names one (no KEYS[5], KEYS[6]) and
---          the caller counts (redis_cluster.go): ARGV[10] > 0 only records
+--          the caller counts (redis_cluster_quota.go): ARGV[10] > 0 only records
 --          ARGV[11] as the lock's user in a new grant's value; ARGV[10] -1
 --          says the caller's user is at its cap: everything happens as
 --          usual (queueing, renewals, a held key is held) except a new
@@ -85,7 +85,7 @@
 -- the locks never disagree, whichever gateway or identity acts on the lock.
 -- (The set and the lock hash to different Redis Cluster slots: on a
 -- Cluster the caller counts in steps of its own, see ARGV[12] and
--- redis_cluster.go.)
+-- redis_cluster_quota.go.)
 --
 -- A free lock goes to the first waiter in the queue, never to a newcomer,
 -- so waiters are granted in arrival order across every gateway sharing this

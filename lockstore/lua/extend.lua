@@ -17,7 +17,7 @@
 -- ARGV[4]  Redis on a Cluster only (ARGV[3] then ""): "1": a user's quota
 --          set lives in another slot, so none is passed and a counted lock
 --          is extended like any other; the caller moves its count
---          (redis_cluster.go).
+--          (redis_cluster_quota.go).
 --
 -- Returns
 --   {1, value}  extended; value is the lock's value

@@ -1,6 +1,6 @@
 -- quota.lua: Redis Cluster only: a user's count of live locks, kept in the
 -- user's own slot, apart from the locks (one script cannot touch both on a
--- Cluster; see redis_cluster.go for the order of the steps and what a
+-- Cluster; see redis_cluster_quota.go for the order of the steps and what a
 -- crash between them leaves).
 --
 -- KEYS[1]  the user's quota set, "lockgw:{quota:<user>}:locks": one member

@@ -1,5 +1,5 @@
 -- unwait.lua: take back a new grant that fewer replicas acknowledged than
--- LOCKGW_REDIS_WAIT_REPLICAS asks for (redis_wait.go), if the lock is still
+-- LOCKGW_REDIS_WAIT_REPLICAS asks for (redis_replicas.go), if the lock is still
 -- exactly what that grant left: its value and its expiry.
 --
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"
