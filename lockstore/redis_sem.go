@@ -294,6 +294,7 @@ type semResult struct {
 	free      []int         // refused: some free slots on this node (Redlock)
 	limit     int           // mismatch: the holders' limit
 	asked     int           // the limit asked for
+	floor     int64         // renewed (Redlock): the vote the node would cast now
 }
 
 // permit is the caller's answer from a node's reply: the permit, or the
@@ -327,11 +328,15 @@ func nodeSemAcquire(ctx context.Context, c clocked, key string, a semArgs) (semR
 	r := semResult{code: semCode(code), asked: a.limit}
 	switch r.code {
 	case semNew, semRenewed:
-		if len(reply) != 3 {
+		if len(reply) != 3 && len(reply) != 4 {
 			return semResult{}, bad
 		}
 		slot, _ := reply[2].(int64)
 		r.slot = int(slot)
+		if len(reply) == 4 {
+			fs, _ := reply[3].(string)
+			r.floor, _ = strconv.ParseInt(fs, 10, 64)
+		}
 		r.value, err = parseSemValue(r.slot, reply[1])
 		return r, err
 	case semRefused:

@@ -19,6 +19,7 @@ type roundValue struct {
 	confirmed bool   // it carries its fence confirmed
 	maker     string // the round that made it (makerOf)
 	owner     string
+	floor     int64 // the vote the node would cast now (permits; 0: none)
 }
 
 // granting: the node counts for the round (G1's granting nodes).
@@ -90,8 +91,9 @@ func (r *Redlock) confirmRound(ctx context.Context, values []roundValue, rounds 
 
 // roundFence is a round's fence from its granting nodes' values (G1): the
 // confirmed fence a majority of them carry, if any (a renewal: the lease
-// as it was answered), else the highest fence among them, which is above
-// every earlier holder's (docs/safety.md, "Fences and retries").
+// as it was answered), else the highest fence among them and their nodes'
+// floors (permits, R4), which is above every earlier holder's
+// (docs/safety.md, "Fences and retries", "Fences of permits").
 func roundFence(values []roundValue, quorum int) (fence int64, renewal bool) {
 	confirmed := make(map[int64]int, 1)
 	for _, v := range values {
@@ -106,6 +108,11 @@ func roundFence(values []roundValue, quorum int) (fence int64, renewal bool) {
 	for f, n := range confirmed {
 		if n >= quorum {
 			return f, true
+		}
+	}
+	for _, v := range values {
+		if v.granting() {
+			fence = max(fence, v.floor)
 		}
 	}
 	return fence, false

@@ -218,7 +218,7 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 		if v.err == nil && (v.val.code == semNew || v.val.code == semRenewed) {
 			sv := v.val.value
 			values[i] = roundValue{has: true, counted: v.counted, fence: sv.fence,
-				confirmed: sv.confirmed, maker: makerOf(sv.field), owner: sv.owner}
+				confirmed: sv.confirmed, maker: makerOf(sv.field), owner: sv.owner, floor: v.val.floor}
 		}
 	}
 	made = make([]semValue, len(votes))

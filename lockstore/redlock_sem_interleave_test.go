@@ -283,3 +283,98 @@ func TestRedlockSemRetryKeepsConfirmedFence(t *testing.T) {
 	require.Len(t, st.Holders, 1)
 	assert.Equal(t, first.Fence, st.Holders[0].Fence, "the permit carries it")
 }
+
+// slotOf is redlock_sem.go's firstSlot: the slot a token's first round asks for.
+func slotOf(token string, limit int) int {
+	n, _ := strconv.ParseUint(digest(token)[:15], 16, 64)
+	return 1 + int(n%uint64(limit))
+}
+
+// TestRedlockSemOldValueOutlivesCounter (found by the adversarial review of eb2efe2):
+// docs/safety.md, "Fences of permits", claims that a new permit (201)
+// whose round started after another token's permit was answered with F'
+// carries a fence above F'. Its argument: a confirmation of the new round
+// on a node n of P''s majority found n's counter at F' or more, and C
+// refuses a counter above F. For P' in another slot it does not look at a
+// counter that expired: the parenthetical covers only the same slot (the
+// value "made after P' left n"). In another slot the value the new round
+// confirms on n may have been voted before P' was confirmed on n, by an
+// earlier round of the same token, and still live when n's counter for F'
+// has expired.
+//
+// Staged here: P = 20 × NodeTimeout = 3 s (NodeTimeout 150 ms; the chaos
+// suite runs 100 ms, P = 2 s), longer than the counter of a short permit
+// (its TTL + FenceMargin).
+//
+//  1. Gateway A, token d (limit 2, slot s): round r0's votes land on all
+//     three nodes (provisional values, fences ≈ T0); then A loses every
+//     node (its links cut), so neither its C nor its W arrive. d: 503.
+//  2. Gateway B, token d' (slot s' ≠ s): 201 with F' > r0's fences, on
+//     every node; the counters go to F' and live its TTL + 1 s.
+//  3. The counters expire; r0's provisional values live on (3 s).
+//  4. Gateway B, token d again: its round finds r0's values in slot s
+//     (answered as they are), takes the highest of their fences, F < F',
+//     confirms r0's values with C(r0, F) on every node: no counter is left
+//     to refuse. 201 with F < F'.
+func TestRedlockSemOldValueOutlivesCounter(t *testing.T) {
+	const limit = 2
+	srvs := startNodes(t, 3)
+	urlsA, cut := proxied(t, srvs, 0, 1, 2)
+	var staging atomic.Bool
+	var once sync.Once
+	cutAll := func(string, string) {
+		if staging.Load() {
+			once.Do(func() {
+				for _, p := range cut {
+					p.Close()
+				}
+			})
+		}
+	}
+	a := openRedlock(t, urlsA, lockstore.RedlockOptions{NodeTimeout: 150 * time.Millisecond, NodeNames: namesOf(srvs), OnVote: cutAll})
+	b := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
+	for _, s := range []*lockstore.Redlock{a, b} {
+		ready(t, s)
+		semWarm(t, s)
+	}
+	ctx := testCtx(t)
+	d := lockstore.NewToken()
+	other := lockstore.NewToken()
+	for slotOf(other, limit) == slotOf(d, limit) {
+		other = lockstore.NewToken()
+	}
+
+	// 1. r0 votes everywhere, then A is cut off: no C, no W.
+	staging.Store(true)
+	t0 := time.Now()
+	_, err := a.SemAcquire(ctx, "k", lockstore.PermitRequest{Token: d, TTL: 10 * time.Second, Limit: limit})
+	staging.Store(false)
+	require.ErrorIs(t, err, lockstore.ErrUnavailable, "A lost its nodes after the votes")
+	for _, srv := range srvs {
+		require.NoError(t, srv.Client().HGet(ctx, "lockgw:{sem#k}:permits", "t:"+digest(d)).Err(), "r0's vote is on %s", srv.Addr())
+	}
+
+	// 2. d' in the other slot: 201 with F'.
+	p2, err := b.SemAcquire(ctx, "k", lockstore.PermitRequest{Token: other, TTL: 200 * time.Millisecond, Limit: limit})
+	require.NoError(t, err)
+	require.False(t, p2.Renewed)
+	t.Logf("d' answered 201 with fence %d, %v after r0 began", p2.Fence, time.Since(t0))
+
+	// 3. The counters for F' expire (TTL 200 ms + 1 s); r0's values live 3 s.
+	require.Eventually(t, func() bool {
+		for _, srv := range srvs {
+			if srv.Client().Exists(ctx, "lockgw:{sem#k}:fence").Val() != 0 {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Second, 10*time.Millisecond)
+	require.Less(t, time.Since(t0), 2500*time.Millisecond, "the machine is too slow for this staging: r0's values are about to expire")
+
+	// 4. d asks again, after d' was answered: a new permit, 201.
+	p, err := b.SemAcquire(ctx, "k", lockstore.PermitRequest{Token: d, TTL: 10 * time.Second, Limit: limit})
+	require.NoError(t, err)
+	t.Logf("d answered renewed=%v fence %d (d' had %d)", p.Renewed, p.Fence, p2.Fence)
+	require.False(t, p.Renewed, "a new permit")
+	require.Greater(t, p.Fence, p2.Fence, "a new permit whose round began after d' was answered %d carries a higher fence (docs/safety.md, Fences of permits)", p2.Fence)
+}

@@ -27,7 +27,9 @@
 --                        kept, expiry moved forward (never back); on
 --                        Redlock only a confirmed one: an unconfirmed
 --                        value is answered as it is (the round that made
---                        it confirms it, or not), as acquire.lua
+--                        it confirms it, or not), as acquire.lua. Redlock
+--                        adds the floor, {2, value, slot, floor} (R4
+--                        below; "0" when none)
 --   {0, ms, head, free, slots…}
 --                        not granted: no permit is free for the caller (ms
 --                        until the first expires, or 0 when a free one is
@@ -84,14 +86,33 @@ if slot then
   if attempt and tonumber(slot) ~= want then
     return {6, tonumber(slot)}
   end
+  -- R4 (docs/safety.md, "Fences of permits"): the floor, the vote this
+  -- node would cast now, for a round that finds a value voted before what
+  -- the node knows now: its fence below the counter, or below the clock
+  -- less the margin (a counter that was above it, another slot's permit
+  -- confirmed since, may have expired). A new permit's fence is at least
+  -- every granting node's floor. 0 for a value as fresh as a vote now (a
+  -- twin's): twins still meet on one fence.
+  local floor = 0
+  if attempt then
+    local c, lag = counter(KEYS[3]), now_us - tonumber(ARGV[8]) * 1000
+    local f = tonumber(p.fence)
+    if f < c or f < lag then
+      local sd = tonumber(ARGV[7]) or 0
+      floor = slot_fence(math.max(c + 1, sd, lag), want, limit)
+    end
+  end
   if attempt and string.sub(p.field, 1, 1) == '~' and not p.confirmed then
-    return {2, p.value, tonumber(slot)}
+    return {2, p.value, tonumber(slot), string.format('%.0f', floor)}
   end
   p.exp = moved(p.exp, now + ttl)
   p.length = ARGV[2]
   local value = put(KEYS[1], KEYS[2], slot, p, now)
   unqueue()
   redis.call(ARGV[12], ARGV[11], '!extended') -- for watchers (watch_sem.go)
+  if attempt then
+    return {2, value, tonumber(slot), string.format('%.0f', floor)}
+  end
   return {2, value, tonumber(slot)}
 end
 
