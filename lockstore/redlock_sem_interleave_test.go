@@ -294,7 +294,7 @@ func slotOf(token string, limit int) int {
 // docs/safety.md, "Fences of permits", claims that a new permit (201)
 // whose round started after another token's permit was answered with F'
 // carries a fence above F'. Its argument: a confirmation of the new round
-// on a node n of P''s majority found n's counter at F' or more, and C
+// on a node n of P”s majority found n's counter at F' or more, and C
 // refuses a counter above F. For P' in another slot it does not look at a
 // counter that expired: the parenthetical covers only the same slot (the
 // value "made after P' left n"). In another slot the value the new round
