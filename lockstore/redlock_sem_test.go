@@ -34,12 +34,13 @@ func TestRedlockSemaphoreNeedsOneSlotOnAMajority(t *testing.T) {
 			c := srvs[i-1].Client()
 			now, err := c.Time(context.Background()).Result()
 			require.NoError(t, err)
-			v := fmt.Sprintf("%d:%s:~planted:%d+010000:%s", now.UnixMilli()+10000, hex.EncodeToString(d[:]), fence, token[:4])
+			v := fmt.Sprintf("%d:%s:~planted:%d+060000:%s", now.UnixMilli()+60000, hex.EncodeToString(d[:]), fence, token[:4])
 			hash, zset := "lockgw:{sem#"+key+"}:permits", "lockgw:{sem#"+key+"}:expiry"
 			require.NoError(t, c.HSet(context.Background(), hash, "limit", 2, fmt.Sprint(slot), v, "t:"+hex.EncodeToString(d[:]), slot).Err())
-			require.NoError(t, c.ZAdd(context.Background(), zset, redis.Z{Score: float64(now.UnixMilli() + 10000), Member: fmt.Sprint(slot)}).Err())
-			require.NoError(t, c.PExpire(context.Background(), hash, 10*time.Second).Err())
-			require.NoError(t, c.PExpire(context.Background(), zset, 10*time.Second).Err())
+			// A minute: a loaded machine stalled this test past a 10 s plant.
+			require.NoError(t, c.ZAdd(context.Background(), zset, redis.Z{Score: float64(now.UnixMilli() + 60000), Member: fmt.Sprint(slot)}).Err())
+			require.NoError(t, c.PExpire(context.Background(), hash, time.Minute).Err())
+			require.NoError(t, c.PExpire(context.Background(), zset, time.Minute).Err())
 		}
 	}
 	a, b := lockstore.NewToken(), lockstore.NewToken()
