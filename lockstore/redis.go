@@ -1,6 +1,7 @@
 package lockstore
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/hex"
@@ -424,29 +425,27 @@ type acquireArgs struct {
 	publish string
 }
 
-// call is acquire.lua's KEYS and ARGV for key.
+// call is acquire.lua's KEYS and ARGV for key: one layout for every
+// setup (the script's header names each).
 func (a acquireArgs) call(key string) (keys []string, args []any) {
-	args = []any{a.digest, a.ttl.Milliseconds(), a.owner, FenceMargin.Milliseconds(),
-		a.ticket.id, a.ticket.heartbeat.Milliseconds(), channel(key), a.seed}
 	keys = []string{lockKey(key), fenceKey(key), queueKey(key), aliveKey(key)}
+	cap, user := 0, ""
 	switch {
-	case a.attempt != "":
-		args = append(args, a.attempt, a.provisional.Milliseconds())
 	case a.publish == publishShard:
 		// On a Cluster the caller counts (redis_cluster_quota.go); the script
 		// only records the user (or refuses a new grant: max -1).
-		args = append(args, "", a.quota.max, a.quota.user)
+		cap, user = a.quota.max, a.quota.user
 	case a.quota.on():
-		user := a.quota.user
+		counted := a.quota.user
 		if a.quota.max == 0 { // counts nothing new: the set only fills the place
-			user = a.quota.holder
+			counted = a.quota.holder
 		}
-		keys = append(keys, quotaKey(user), quotaKey(a.quota.holder))
-		args = append(args, "", a.quota.max, a.quota.user)
+		keys = append(keys, quotaKey(counted), quotaKey(a.quota.holder))
+		cap, user = a.quota.max, a.quota.user
 	}
-	if a.publish == publishShard {
-		args = append(args, a.publish)
-	}
+	args = []any{a.digest, a.ttl.Milliseconds(), a.owner, FenceMargin.Milliseconds(),
+		a.ticket.id, a.ticket.heartbeat.Milliseconds(), channel(key), a.seed,
+		a.attempt, a.provisional.Milliseconds(), cap, user, cmp.Or(a.publish, publishAll)}
 	return keys, args
 }
 

@@ -55,7 +55,7 @@ func init() {
 	}
 	oldCommon := old("sem_common.lua")
 	simControls["old-ttl"] = simControl{want: "one-holder|limit", latest: true, scripts: map[string]simScript{
-		"acquire.lua":     {src: old("acquire.lua")},
+		"acquire.lua":     {src: old("acquire.lua"), nargs: 8}, // its ARGV[9…] had another layout
 		"extend.lua":      {src: old("extend.lua")},
 		"sem_acquire.lua": {src: oldCommon + semAcquireLua},
 		"sem_extend.lua":  {src: oldCommon + semExtendLua},

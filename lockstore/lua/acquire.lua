@@ -30,38 +30,33 @@
 -- ARGV[8]  fence seed in microseconds, or 0 to seed from Redis TIME. Redlock
 --          passes the gateway's clock, so the nodes of one grant usually
 --          agree on the fence and need no write-back round.
--- ARGV[9]  Redlock only (absent for Redis): this round's id, 22 characters
---          of base64url. A value this round makes records it as its maker,
+-- ARGV[9]  Redlock: this round's id, 22 characters of base64url; "" for
+--          Redis. A value this round makes records it as its maker,
 --          "~<id>", and lives ARGV[10] ms (provisional) until a round
 --          confirms it (confirm.lua). A value of the same digest is a
 --          renewal only once confirmed: then its expiry moves forward to
 --          now + ARGV[2] (never back); an unconfirmed one is left as it is
 --          (the round confirms it, or not). docs/safety.md, "The rules",
---          A(x). "" for Redis when the arguments below follow.
--- ARGV[10] Redlock only: the provisional TTL of a new value, ms
---
--- Redis only, with per-user quotas (see "Counting" below); Redlock never
--- passes them:
--- KEYS[5]  (absent without a quota) the caller's quota set,
---          "lockgw:{quota:<user>}:locks"
--- KEYS[6]  (absent without a quota) the quota set of the user the caller
---          believes the lock counts against, if the caller already holds it
---          (usually KEYS[5])
--- ARGV[10] the caller's cap on live locks; 0 counts nothing new
--- ARGV[11] the caller's user, escaped (no ":", "{" or "}"), as KEYS[5] names it
---
--- Redis on a Cluster only (absent elsewhere):
--- ARGV[12] "SPUBLISH": tell waiters by sharded pub/sub (Redis 7), so the
---          notification stays on this key's shard; ARGV[7] shares the
---          lock's hash tag, so a script may. Absent: PUBLISH, which any
---          Redis has. (ARGV[9] to ARGV[11] are then "", 0, "" when there
---          is no quota.) On a Cluster a user's quota set lives in another
---          slot, so this script never names one (no KEYS[5], KEYS[6]) and
---          the caller counts (redis_cluster_quota.go): ARGV[10] > 0 only records
---          ARGV[11] as the lock's user in a new grant's value; ARGV[10] -1
---          says the caller's user is at its cap: everything happens as
---          usual (queueing, renewals, a held key is held) except a new
---          grant, which is refused with {4, 0}.
+--          A(x).
+-- ARGV[10] Redlock: the provisional TTL of a new value, ms; 0 for Redis
+-- ARGV[11] Redis, per-user quotas (see "Counting" below): the caller's cap
+--          on live locks; 0 counts nothing new. Always 0 on Redlock. On a
+--          Cluster (ARGV[13] SPUBLISH) the caller counts
+--          (redis_cluster_quota.go): > 0 only records ARGV[12] as the
+--          lock's user in a new grant's value; -1 says the caller's user is
+--          at its cap: everything happens as usual (queueing, renewals, a
+--          held key is held) except a new grant, refused with {4, 0}.
+-- ARGV[12] the caller's user, escaped (no ":", "{" or "}"), as KEYS[5]
+--          names it; "" without a quota
+-- ARGV[13] how to tell waiters: PUBLISH, or on a Cluster SPUBLISH (sharded
+--          pub/sub, Redis 7), so that the notification stays on this key's
+--          shard; ARGV[7] shares the lock's hash tag, so a script may
+-- KEYS[5]  with a quota, not on a Cluster: the caller's quota set,
+--          "lockgw:{quota:<user>}:locks" (absent otherwise: on a Cluster a
+--          user's quota set lives in another slot)
+-- KEYS[6]  with KEYS[5]: the quota set of the user the caller believes the
+--          lock counts against, if the caller already holds it (usually
+--          KEYS[5])
 --
 -- Returns
 --   {1, value}        acquired: a new grant with a new fence
@@ -72,7 +67,7 @@
 --   {3, user}         the same digest holds it, counted against user, whose
 --                     set is not KEYS[6] (or none was passed): nothing
 --                     changed; call again with that user's set as KEYS[6]
---   {4, ms}           not granted: the caller holds ARGV[10] live locks;
+--   {4, ms}           not granted: the caller holds ARGV[11] live locks;
 --                     the earliest of them expires in ms
 --
 -- Counting. A quota set holds the user's live locks, each lock's Redis key
@@ -84,7 +79,7 @@
 -- or changes nothing and names the user ({3, user} here). So the set and
 -- the locks never disagree, whichever gateway or identity acts on the lock.
 -- (The set and the lock hash to different Redis Cluster slots: on a
--- Cluster the caller counts in steps of its own, see ARGV[12] and
+-- Cluster the caller counts in steps of its own, see ARGV[11] and
 -- redis_cluster_quota.go.)
 --
 -- A free lock goes to the first waiter in the queue, never to a newcomer,
@@ -95,7 +90,7 @@
 -- before (unless the clock stepped back): a counter expires only once TIME
 -- has passed it by the margin (docs/safety.md, "Fences").
 local waiter = ARGV[5]
-local publish = ARGV[12] or 'PUBLISH'
+local publish = ARGV[13]
 local apart = publish == 'SPUBLISH' -- on a Cluster: quota sets are the caller's
 local attempt = ARGV[9]
 if attempt == '' then
@@ -255,7 +250,7 @@ end
 -- stay the fence's SET below.
 local cap = 0
 if not attempt then
-  cap = tonumber(ARGV[10]) or 0
+  cap = tonumber(ARGV[11]) or 0
 end
 if apart and cap < 0 then
   return {4, 0}
@@ -292,7 +287,7 @@ if attempt then
   value = ARGV[1] .. ':~' .. attempt .. ':' .. fence .. ':' .. ARGV[3]
   px = ARGV[10]
 elseif cap > 0 then
-  value = ARGV[1] .. ':^' .. ARGV[11] .. ':' .. fence .. ':' .. ARGV[3]
+  value = ARGV[1] .. ':^' .. ARGV[12] .. ':' .. fence .. ':' .. ARGV[3]
 end
 redis.call('SET', KEYS[1], value, 'NX', 'PX', px)
 if cap > 0 and not apart then
