@@ -68,11 +68,6 @@ type RedlockOptions struct {
 	DisableRestartGuard bool
 	// Tracer, when set, traces each node call a request makes (trace.go).
 	Tracer trace.Tracer
-
-	// countFoundConfirmed undoes rule R3 of docs/safety.md ("Fences of
-	// permits"): a new grant counts values found confirmed as they are. For
-	// the simulator's control permit-found only.
-	countFoundConfirmed bool
 }
 
 // Redlock is a Store over N ≥ 3 independent Redis masters (the Redlock
@@ -207,8 +202,6 @@ type Redlock struct {
 	log         zerolog.Logger
 	onVote      func(node, vote string)
 	set         *nodeSet // the node list, as the nodes remember it (redlock_set.go)
-	// countFoundConfirmed: RedlockOptions.countFoundConfirmed.
-	countFoundConfirmed bool
 
 	idMu   sync.Mutex // serializes the nodes' run_id checks (sameRedis)
 	mu     sync.Mutex // guards closed, and bg.Add against Close's bg.Wait
@@ -273,8 +266,6 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		log:         opts.Logger,
 		onVote:      opts.OnVote,
 		stop:        make(chan struct{}),
-
-		countFoundConfirmed: opts.countFoundConfirmed,
 	}
 	seen := make(map[string]bool, len(nodes))
 	for _, o := range nodes {

@@ -10,9 +10,7 @@ import (
 // confirmed with the old fence. The next round of the token, granted anew
 // on the other two nodes above a holder granted in between, must take the
 // highest fence, not the copy's: the copy is confirmed on one node, never
-// on a majority (docs/safety.md, "Fences and retries", stale copies). And
-// it is a new grant, so the copy is confirmed again by C like every other
-// node (R3), where the counter refuses the old fence.
+// on a majority (docs/safety.md, "Fences and retries", stale copies).
 func TestRoundFenceIgnoresStaleCopy(t *testing.T) {
 	values := []roundValue{
 		{has: true, counted: true, fence: 188, confirmed: true, maker: makerOf("~V")}, // the stale copy
@@ -32,6 +30,18 @@ func TestRoundFenceIgnoresStaleCopy(t *testing.T) {
 	// A node that does not count is no vote.
 	values[1].counted = false
 	_, renewal = roundFence(values, 2)
+	assert.False(t, renewal)
+
+	// A floor (a permit's value older than its node knows, R3) lifts a new
+	// grant's fence, not a renewal's.
+	values[1].counted = true
+	values[2].floor = 195
+	fence, renewal = roundFence(values, 2)
+	assert.Equal(t, int64(188), fence)
+	assert.True(t, renewal)
+	values[1].confirmed = false
+	fence, renewal = roundFence(values, 2)
+	assert.Equal(t, int64(195), fence)
 	assert.False(t, renewal)
 
 	assert.Equal(t, "", makerOf("~!W"), "an older gateway's pinned value has no maker")

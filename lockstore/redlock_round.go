@@ -38,16 +38,13 @@ type roundGrant struct {
 	confirmed int    // granting nodes that carry the fence confirmed, still counted
 }
 
-// confirmRound is G1 after the votes: it picks the fence (roundFence), then
-// runs C on every node that answered a value of the token, except, for a
-// renewal, those that carry the fence confirmed already (docs/safety.md,
-// "Fences of permits", R3: a new grant counts only C's answers, so a stale
-// copy of an earlier lease of the token, found confirmed, never vouches
-// for a fence by itself). rounds are the ids of the caller's rounds so
-// far: a lease an earlier one confirmed before it failed is the call's new
-// grant, not a renewal. Every node that answered a value of the token gets
-// C, quarantined ones too, so that they hold the lease when they count
-// again; only granting nodes still counted are counted.
+// confirmRound is G1 after the votes: it picks the fence (roundFence),
+// then runs C on every node that answered a value of the token and does
+// not carry the fence confirmed already, quarantined ones too, so that
+// they hold the lease when they count again; only granting nodes still
+// counted are counted. rounds are the ids of the caller's rounds so far: a
+// lease an earlier one confirmed before it failed is the call's new grant,
+// not a renewal.
 func (r *Redlock) confirmRound(ctx context.Context, values []roundValue, rounds []string, confirm confirmFunc) roundGrant {
 	var g roundGrant
 	g.fence, g.renewal = roundFence(values, r.quorum)
@@ -65,7 +62,7 @@ func (r *Redlock) confirmRound(ctx context.Context, values []roundValue, rounds 
 	for i, v := range values {
 		switch {
 		case !v.has:
-		case (g.renewal || r.countFoundConfirmed) && v.fence == g.fence && v.confirmed:
+		case v.fence == g.fence && v.confirmed:
 			if v.counted {
 				g.confirmed++
 			}
@@ -92,7 +89,7 @@ func (r *Redlock) confirmRound(ctx context.Context, values []roundValue, rounds 
 // roundFence is a round's fence from its granting nodes' values (G1): the
 // confirmed fence a majority of them carry, if any (a renewal: the lease
 // as it was answered), else the highest fence among them and their nodes'
-// floors (permits, R4), which is above every earlier holder's
+// floors (permits, R3), which is above every earlier holder's
 // (docs/safety.md, "Fences and retries", "Fences of permits").
 func roundFence(values []roundValue, quorum int) (fence int64, renewal bool) {
 	confirmed := make(map[int64]int, 1)

@@ -134,25 +134,12 @@ func init() {
 	rlControls["withdraw-confirmed"] = rlControl{want: "one-holder|fence-order", scripts: map[string]string{
 		"discard.lua": mustReplace(discardLua, "if maker ~= ARGV[2] or plus == '++' then", "if maker ~= ARGV[2] then"),
 	}}
-	// The rules of docs/safety.md, "Fences of permits", each undone.
-	// permit-residue (R1): a permit's fence is not raised to its slot's
+	// permit-residue: R1 of docs/safety.md, "Fences of permits", undone: a permit's fence is not raised to its slot's
 	// residue, so permits held at once can share one. Rarer than the short
 	// budget: found at seed 27 after 16 881 requests (-sim.ops 150000).
 	rlControls["permit-residue"] = rlControl{want: "fence-unique", scripts: map[string]string{
 		"sem_acquire.lua": deadlineLua + mustReplace(semCommonLua, "  return f + r\n", "  return f\n") + semAcquireLua,
 	}}
-	// permit-counter: sem_confirm.lua confirms under a counter above F,
-	// so a round that voted before a permit of another slot was answered
-	// can confirm a fence below it.
-	rlControls["permit-counter"] = rlControl{want: "fence-order|fence-unique", scripts: map[string]string{
-		"sem_confirm.lua": deadlineLua + semCommonLua + mustReplace(semConfirmLua, "if tonumber(p.fence) > f or c > f then", "if tonumber(p.fence) > f then"),
-	}}
-	// permit-found (R3): a new grant counts values found confirmed as they
-	// are, so a stale copy of the token's earlier permit vouches for its
-	// old fence. Rarer than the short budget: found at seed 122 after
-	// 75 830 requests (-sim.ops 150000).
-	rlControls["permit-found"] = rlControl{want: "fence-order|fence-unique",
-		opts: func(o *RedlockOptions) { o.countFoundConfirmed = true }}
 }
 
 // rlScripts are the scripts a Redlock sends, by the SHA-1 it names, plain
@@ -698,7 +685,7 @@ func TestSimRedlock(t *testing.T) {
 // process started after a node's restart to grant on it while an older
 // lease lives; run it with -sim.control rule-q and -sim.ops).
 func TestSimRedlockControls(t *testing.T) {
-	for _, name := range []string{"restart-guard", "nodeset", "grant-held", "permit-counter"} {
+	for _, name := range []string{"restart-guard", "nodeset", "grant-held"} {
 		ctl := rlControls[name]
 		t.Run(name, func(t *testing.T) {
 			began := time.Now()

@@ -26,9 +26,8 @@
 --   {3}                 the same, on a value another round had confirmed
 --                       already: its fence is now F; not this round's to
 --                       delete
---   {2}                 the value's fence, or the counter, is above F (a
---                       twin raised it since the votes): nothing changed,
---                       not confirmed
+--   {2}                 the value's fence is above F (a twin raised it
+--                       since the votes): nothing changed, not confirmed
 --   {0}                 the value is gone, another token's, or another
 --                       round's: nothing changed
 local cur = redis.call('GET', KEYS[1])
@@ -43,16 +42,12 @@ end
 
 -- Fences stay below 2^53, so the comparison as Lua numbers is exact; the
 -- counter is written from ARGV[3] as given, never through tostring.
--- The counter rule of permits (sem_confirm.lua) holds here by itself (a
--- counter above F would be a later value's, and the key holds this one),
--- and is checked all the same: one rule C for both.
 local f = tonumber(ARGV[3])
-local c = tonumber(redis.call('GET', KEYS[2])) or 0
-if tonumber(fence) > f or c > f then
+if tonumber(fence) > f then
   return {2}
 end
 local t = redis.call('TIME')
-if c < f then
+if (tonumber(redis.call('GET', KEYS[2])) or 0) < f then
   local ahead = math.ceil((f - (tonumber(t[1]) * 1000000 + tonumber(t[2]))) / 1000)
   redis.call('SET', KEYS[2], ARGV[3], 'PX', math.max(tonumber(ARGV[5]), ahead) + tonumber(ARGV[4]))
 end

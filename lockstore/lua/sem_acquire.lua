@@ -28,7 +28,7 @@
 --                        Redlock only a confirmed one: an unconfirmed
 --                        value is answered as it is (the round that made
 --                        it confirms it, or not), as acquire.lua. Redlock
---                        adds the floor, {2, value, slot, floor} (R4
+--                        adds the floor, {2, value, slot, floor} (R3
 --                        below; "0" when none)
 --   {0, ms, head, free, slots…}
 --                        not granted: no permit is free for the caller (ms
@@ -86,7 +86,7 @@ if slot then
   if attempt and tonumber(slot) ~= want then
     return {6, tonumber(slot)}
   end
-  -- R4 (docs/safety.md, "Fences of permits"): the floor, the vote this
+  -- R3 (docs/safety.md, "Fences of permits"): the floor, the vote this
   -- node would cast now, for a round that finds a value voted before what
   -- the node knows now: its fence below the counter, or below the clock
   -- less the margin (a counter that was above it, another slot's permit

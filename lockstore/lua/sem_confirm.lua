@@ -1,8 +1,8 @@
 -- sem_confirm.lua: Redlock only. Make one node's value of a round's permit
 -- a lease: its fence F, confirmed, and its full TTL; confirm.lua for the
--- value in one slot, with the counter rule (docs/safety.md, "Fences of
--- permits"). deadline.lua comes first (rule D): a confirmation that lands
--- after the gateway may have answered 503 writes nothing.
+-- value in one slot (docs/safety.md, "Semaphores", C(m, F, s)).
+-- deadline.lua comes first (rule D): a confirmation that lands after the
+-- gateway may have answered 503 writes nothing.
 --
 -- KEYS[1]  the permits hash   KEYS[2]  the expiry set   KEYS[3]  the fence counter
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
@@ -15,24 +15,21 @@
 --
 -- Returns
 --   {1, value}  the slot's value was the digest's, made by ARGV[2], not
---               confirmed yet, with a fence of at most F, and the counter
---               was at most F: it now carries F confirmed, the counter is
---               F, and its expiry moved to max(expiry + 1 ms, now +
+--               confirmed yet, with a fence of at most F: it now carries F
+--               confirmed, the counter is at least F, and its expiry moved
+--               to max(expiry + 1 ms, now +
 --               ARGV[6]); value as left (it carries the expiry), which a
 --               failed round may delete as read (sem_release.lua) and
 --               nothing else: this round alone made it a lease
 --   {3}         the same, on a value another round had confirmed already
---   {2}         the value's fence, or the counter, is above F: nothing
---               changed, not confirmed
+--   {2}         the value's fence is above F (a twin raised it since the
+--               votes): nothing changed, not confirmed
 --   {0}         the value is gone, another token's, in another slot, or
 --               another round's: nothing changed
 --
--- The counter rule: only confirmations raise a permit counter on Redlock
--- (sem_acquire.lua's votes leave it alone), so a counter above F is a
--- permit confirmed with a higher fence. Refusing there is what keeps a
--- new permit's fence above every permit answered before its round began,
--- whatever slot: the two majorities share a node, where the earlier
--- confirmation raised the counter.
+-- Only confirmations raise a permit counter on Redlock (sem_acquire.lua's
+-- votes read it and leave it alone): it is the highest fence confirmed on
+-- the node, which a vote's floor is above (R2, R3).
 local now, now_us = clock()
 open(KEYS[1], KEYS[2], now)
 local slot, p = mine(KEYS[1], ARGV[1], now)
@@ -42,10 +39,10 @@ end
 -- Fences stay below 2^53, so the comparisons as Lua numbers are exact; the
 -- counter and the value take ARGV[3] as given, never through tostring.
 local f = tonumber(ARGV[3])
-local c = counter(KEYS[3])
-if tonumber(p.fence) > f or c > f then
+if tonumber(p.fence) > f then
   return {2}
 end
+local c = counter(KEYS[3])
 local ttl = tonumber(ARGV[6])
 if c < f then
   local life = math.max(ttl, math.ceil((f - now_us) / 1000)) + tonumber(ARGV[4])
