@@ -51,12 +51,12 @@
 -- ARGV[13] how to tell waiters: PUBLISH, or on a Cluster SPUBLISH (sharded
 --          pub/sub, Redis 7), so that the notification stays on this key's
 --          shard; ARGV[7] shares the lock's hash tag, so a script may
--- KEYS[5]  with a quota, not on a Cluster: the caller's quota set,
---          "lockgw:{quota:<user>}:locks" (absent otherwise: on a Cluster a
---          user's quota set lives in another slot)
--- KEYS[6]  with KEYS[5]: the quota set of the user the caller believes the
---          lock counts against, if the caller already holds it (usually
---          KEYS[5])
+-- KEYS[5]  (absent without a quota, and on a Cluster, where a user's
+--          quota set lives in another slot) the caller's quota set,
+--          "lockgw:{quota:<user>}:locks"
+-- KEYS[6]  (absent without a quota, as KEYS[5]) the quota set of the user
+--          the caller believes the lock counts against, if the caller
+--          already holds it (usually KEYS[5])
 --
 -- Returns
 --   {1, value}        acquired: a new grant with a new fence

@@ -182,8 +182,10 @@ func loadScript(path string, nValues int) (script, error) {
 // a key or a channel come from its header instead.
 func acquireValues(digest string, ttl time.Duration) []any {
 	// digest, TTL, owner, fence margin, waiter id, waiter heartbeat,
-	// (channel: from the header), fence seed (0: Redis TIME)
-	return []any{digest, ttl.Milliseconds(), "", fenceMargin.Milliseconds(), "", 0, "", 0}
+	// (channel: from the header), fence seed (0: Redis TIME), Redlock's
+	// round id and provisional TTL (none), a quota's cap and user (none),
+	// how to tell waiters (a single Redis: PUBLISH)
+	return []any{digest, ttl.Milliseconds(), "", fenceMargin.Milliseconds(), "", 0, "", 0, "", 0, 0, "", "PUBLISH"}
 }
 
 func releaseValues(digest, value string, expiry int64) []any {
