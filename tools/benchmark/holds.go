@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,10 +32,15 @@ import (
 // raised to the holds' number (LOCKGW_MAX_CONNS), and so is the per-user
 // cap on Redis (every hold comes from one address).
 //
-// A read event is one read of a client's socket by Redis (INFO stats
-// total_reads_processed): a round trip costs at least one, and a pipeline
-// larger than Redis's read buffer (16 KiB) a few, so the count bounds the
-// round trips from above.
+// On Redis, round trips are counted by a relay between the gateway and the
+// server (relay.go): a request, one command or a whole pipeline, and its
+// answer are one. Redis's own count of reads of its clients' sockets (INFO
+// stats total_reads_processed) is shown beside them: a round trip costs at
+// least one, and a large pipeline several, as the socket hands it over in
+// parts. On Redlock that count is the only one: its node timeout (50 ms)
+// leaves no room for another hop on a loaded machine (2 000 holds through
+// relays met 503s and lost leases that direct connections did not), so
+// the reads stand for the round trips there, from above.
 type holdsResult struct {
 	Backend string `json:"backend"`
 	Nodes   int    `json:"redis_servers"` // Redis servers counted: 1, or Redlock's masters
@@ -46,24 +52,30 @@ type holdsResult struct {
 	WindowSeconds float64 `json:"window_seconds"`
 	// Renewed counts the renewed events the clients read in the window.
 	Renewed int64 `json:"renewed_events"`
-	// Scripts, Commands and ReadEvents are summed over the Redis servers;
-	// Commands counts those the scripts ran too, and none of lockbench's
-	// own INFO.
-	Scripts    int64 `json:"scripts"`
-	Commands   int64 `json:"commands"`
-	ReadEvents int64 `json:"read_events"`
+	// RoundTrips (nil where not counted: Redlock), Scripts, Commands and
+	// ReadEvents are summed over the Redis servers; Commands counts those
+	// the scripts ran too, and none of lockbench's own INFO.
+	RoundTrips *int64 `json:"round_trips,omitempty"`
+	Scripts    int64  `json:"scripts"`
+	Commands   int64  `json:"commands"`
+	ReadEvents int64  `json:"read_events"`
 	// Per hold per second, over all the Redis servers.
 	RenewedPerHold    float64          `json:"renewed_per_hold_per_second"`
+	RoundTripsPerHold *float64         `json:"round_trips_per_hold_per_second,omitempty"`
 	ScriptsPerHold    float64          `json:"scripts_per_hold_per_second"`
 	CommandsPerHold   float64          `json:"commands_per_hold_per_second"`
-	RoundTripsPerHold float64          `json:"read_events_per_hold_per_second"`
+	ReadEventsPerHold float64          `json:"read_events_per_hold_per_second"`
 	ByCommand         map[string]int64 `json:"calls_by_command"`
 	RSSBeforeKiB      int64            `json:"gateway_rss_before_kib"`
 	RSSHoldingKiB     int64            `json:"gateway_rss_holding_kib"`
 	RSSPerHoldKiB     float64          `json:"gateway_rss_per_hold_kib"`
 	// GoroutinesPerHold is the growth of the gateway's go_goroutines over
-	// the holds' number.
+	// the holds' number; StackKiBPerHold and HeapKiBPerHold that of its
+	// goroutine stacks and heap in use (go_memstats_stack_inuse_bytes,
+	// go_memstats_heap_inuse_bytes): where the RSS per hold goes.
 	GoroutinesPerHold float64        `json:"gateway_goroutines_per_hold"`
+	StackKiBPerHold   float64        `json:"gateway_stack_per_hold_kib"`
+	HeapKiBPerHold    float64        `json:"gateway_heap_inuse_per_hold_kib"`
 	RampSeconds       float64        `json:"ramp_seconds"`
 	Errors            int            `json:"errors"`
 	ErrorKinds        map[string]int `json:"error_kinds,omitempty"`
@@ -90,31 +102,53 @@ func (b *bench) manyHolds(ctx context.Context, backend string) (*holdsResult, er
 	// metrics scrapes; at its cap a new connection would wait for a hold
 	// to end.
 	env := []string{"LOCKGW_MAX_CONNS=" + strconv.Itoa(n+64)}
-	var addrs []string
+	names := []string{"redis-holds"}
 	if backend == "redlock" {
-		var urls []string
+		names = nil
 		for i := range b.cfg.redlock {
-			addr, err := b.startRedis(fmt.Sprintf("redlock-holds-%d", i+1))
-			if err != nil {
-				return nil, err
-			}
-			addrs = append(addrs, addr)
-			urls = append(urls, "redis://"+addr+"/0")
+			names = append(names, fmt.Sprintf("redlock-holds-%d", i+1))
 		}
-		env = append(env, "LOCKGW_BACKEND=redlock", "LOCKGW_REDLOCK_URLS="+strings.Join(urls, ","))
-	} else {
-		addr, err := b.startRedis("redis-holds")
+	}
+	// The gateway reaches Redis through a relay that counts its round
+	// trips (not Redlock's nodes: see above); lockbench reads INFO
+	// directly.
+	var addrs, urls []string
+	var relays []*relay
+	defer func() {
+		for _, r := range relays {
+			_ = r.close()
+		}
+	}()
+	for _, name := range names {
+		addr, err := b.startRedis(name)
 		if err != nil {
 			return nil, err
 		}
-		addrs = append(addrs, addr)
+		addrs, urls = append(addrs, addr), append(urls, "redis://"+addr+"/0")
+		if backend == "redis" {
+			r, err := newRelay(addr)
+			if err != nil {
+				return nil, err
+			}
+			relays, urls[len(urls)-1] = append(relays, r), "redis://"+r.addr()+"/0"
+		}
+	}
+	if backend == "redlock" {
+		env = append(env, "LOCKGW_BACKEND=redlock", "LOCKGW_REDLOCK_URLS="+strings.Join(urls, ","))
+	} else {
 		// Every hold comes from lockbench's one address: the per-user
 		// cap stays on, as by default (a renewal moves its quota count),
 		// but above the holds' number.
-		env = append(env, "LOCKGW_BACKEND=redis", "LOCKGW_REDIS_URL=redis://"+addr+"/0",
+		env = append(env, "LOCKGW_BACKEND=redis", "LOCKGW_REDIS_URL="+urls[0],
 			"LOCKGW_MAX_LOCKS_PER_USER="+strconv.Itoa(n+1))
 	}
 	res.Nodes = len(addrs)
+	roundTrips := func() (sum int64) {
+		for _, r := range relays {
+			sum += r.roundTrips.Load()
+		}
+		return sum
+	}
 	t, err := b.startGateway(ctx, "gateway (holds, "+backend+")", env...)
 	if err != nil {
 		return nil, err
@@ -142,10 +176,7 @@ func (b *bench) manyHolds(ctx context.Context, backend string) (*holdsResult, er
 			return nil, err
 		}
 	}
-	goroutinesBefore := -1.0
-	if rt, err := scrapeMetrics(ctx, t.addr, "go_goroutines"); err == nil {
-		goroutinesBefore = rt["go_goroutines"]
-	}
+	runtimeBefore, runtimeErr := scrapeMetrics(ctx, t.addr, holdsRuntimeMetrics...)
 
 	fmt.Fprintf(b.stderr, "lockbench: %-3s many holds: %s streams holding a key each through one gateway (%s)",
 		rowNo(holdsRow(backend)), thousands(float64(n)), backend)
@@ -217,9 +248,13 @@ func (b *bench) manyHolds(ctx context.Context, backend string) (*holdsResult, er
 	if err != nil {
 		return nil, err
 	}
-	renewedBefore := renewed.Load()
+	renewedBefore, tripsBefore := renewed.Load(), roundTrips()
 	windowStart := time.Now()
 	sleep.For(ctx, b.cfg.holdsWindow)
+	if len(relays) > 0 {
+		trips := roundTrips() - tripsBefore
+		res.RoundTrips = &trips
+	}
 	after, err := redisCounts(ctx, rdbs)
 	if err != nil {
 		return nil, err
@@ -232,13 +267,19 @@ func (b *bench) manyHolds(ctx context.Context, backend string) (*holdsResult, er
 		}
 		res.RSSPerHoldKiB = float64(res.RSSHoldingKiB-res.RSSBeforeKiB) / float64(n)
 	}
-	if rt, err := scrapeMetrics(ctx, t.addr, "lockgw_holds_open", "go_goroutines"); err == nil {
+	if rt, err := scrapeMetrics(ctx, t.addr, append([]string{"lockgw_holds_open"}, holdsRuntimeMetrics...)...); err == nil {
 		// Fewer open at the end than asked for is an error too, even if
 		// no client saw one yet.
 		res.Open = min(res.Open, int(rt["lockgw_holds_open"]))
-		if goroutinesBefore >= 0 {
-			res.GoroutinesPerHold = (rt["go_goroutines"] - goroutinesBefore) / float64(n)
+		if runtimeErr == nil {
+			per := func(name string) float64 { return (rt[name] - runtimeBefore[name]) / float64(n) }
+			res.GoroutinesPerHold = per("go_goroutines")
+			res.StackKiBPerHold = per("go_memstats_stack_inuse_bytes") / 1024
+			res.HeapKiBPerHold = per("go_memstats_heap_inuse_bytes") / 1024
 		}
+	}
+	if b.cfg.profileDir != "" {
+		b.saveHoldProfiles(ctx, t.addr, backend)
 	}
 	res.ByCommand = map[string]int64{}
 	for name, calls := range after.calls {
@@ -255,9 +296,13 @@ func (b *bench) manyHolds(ctx context.Context, backend string) (*holdsResult, er
 	res.ReadEvents = after.reads - before.reads - int64(len(rdbs))
 	perHoldSecond := float64(n) * res.WindowSeconds
 	res.RenewedPerHold = float64(res.Renewed) / perHoldSecond
+	if res.RoundTrips != nil {
+		perHold := float64(*res.RoundTrips) / perHoldSecond
+		res.RoundTripsPerHold = &perHold
+	}
 	res.ScriptsPerHold = float64(res.Scripts) / perHoldSecond
 	res.CommandsPerHold = float64(res.Commands) / perHoldSecond
-	res.RoundTripsPerHold = float64(res.ReadEvents) / perHoldSecond
+	res.ReadEventsPerHold = float64(res.ReadEvents) / perHoldSecond
 
 	stop()
 	wg.Wait()
@@ -271,9 +316,24 @@ func (b *bench) manyHolds(ctx context.Context, backend string) (*holdsResult, er
 	if len(res.ErrorKinds) == 0 {
 		res.ErrorKinds = nil
 	}
-	fmt.Fprintf(b.stderr, ": %.3f scripts and %.4f read events per hold per second, gateway %.1f KiB per hold, %d errors\n",
-		res.ScriptsPerHold, res.RoundTripsPerHold, res.RSSPerHoldKiB, res.Errors)
+	fmt.Fprintf(b.stderr, ": %s round trips, %.4f socket reads and %.3f scripts per hold per second, gateway %.1f KiB per hold, %d errors\n",
+		fmtOrNA(res.RoundTripsPerHold, 4), res.ReadEventsPerHold, res.ScriptsPerHold, res.RSSPerHoldKiB, res.Errors)
 	return res, nil
+}
+
+// holdsRuntimeMetrics are the gateway's Go runtime figures read before
+// and with the holds in place.
+var holdsRuntimeMetrics = []string{"go_goroutines", "go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes"}
+
+// saveHoldProfiles saves the gateway's heap and goroutine profiles, with
+// the holds in place, in -profile-dir.
+func (b *bench) saveHoldProfiles(ctx context.Context, addr, backend string) {
+	for _, name := range []string{"heap", "goroutine"} {
+		path := filepath.Join(b.cfg.profileDir, fmt.Sprintf("holds-%s-%s-%d.pprof", backend, name, time.Now().UnixNano()))
+		if err := fetchTo(ctx, "http://"+addr+"/debug/pprof/"+name, path); err != nil {
+			fmt.Fprintf(b.stderr, " (no %s profile: %v)", name, err)
+		}
+	}
 }
 
 // checkFDLimit fails when this process may not open need files: each hold

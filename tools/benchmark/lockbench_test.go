@@ -171,6 +171,13 @@ func TestSmoke(t *testing.T) {
 	}
 	assert.Equal(t, 1, res.Holds[0].Nodes)
 	assert.Equal(t, 5, res.Holds[1].Nodes)
+	// Redis's round trips, through the relay: each at least one read of
+	// the socket by Redis. Redlock's are not relayed.
+	if assert.NotNil(t, res.Holds[0].RoundTrips) {
+		assert.Positive(t, *res.Holds[0].RoundTrips)
+		assert.LessOrEqual(t, *res.Holds[0].RoundTrips, res.Holds[0].ReadEvents)
+	}
+	assert.Nil(t, res.Holds[1].RoundTrips)
 
 	svg, err := os.ReadFile(filepath.Join(dir, "results.svg"))
 	require.NoError(t, err)

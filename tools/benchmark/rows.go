@@ -280,7 +280,11 @@ func (b *bench) profileWindow(ctx context.Context, addr, path string, window tim
 	secs := max(int(window.Round(time.Second)/time.Second), 1)
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+10*time.Second)
 	defer cancel()
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs)
+	return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), path)
+}
+
+// fetchTo saves what a GET of url answers (200) in path.
+func fetchTo(ctx context.Context, url, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
