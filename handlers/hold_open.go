@@ -3,9 +3,10 @@ package handlers
 import "sync"
 
 // openHolds are the holds whose streams are open on this gateway, by
-// key: a DELETE through this gateway that frees one ends its stream at
-// once. A hold on another gateway is not here: the backend does not record
-// which leases a stream keeps, so that gateway alone knows.
+// key: the listings mark their leases (held_by_stream), and a DELETE
+// through this gateway that frees one ends its stream at once. A hold on
+// another gateway is not here: the backend does not record which leases
+// a stream keeps, so that gateway alone knows.
 type openHolds struct {
 	mu    sync.Mutex
 	byKey map[holdKey][]*openHold
@@ -68,4 +69,20 @@ func (o *openHolds) released(permit bool, key, token string) {
 			close(h.released)
 		}
 	}
+}
+
+// has reports whether a hold on this gateway keeps the lease of fence on
+// key (a permit's when permit); never on a nil openHolds.
+func (o *openHolds) has(permit bool, key string, fence int64) bool {
+	if o == nil {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, h := range o.byKey[holdKey{permit, key}] {
+		if h.fence == fence {
+			return true
+		}
+	}
+	return false
 }

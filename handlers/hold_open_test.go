@@ -15,19 +15,43 @@ import (
 	"github.com/lockgateway/lockgateway/lockstore"
 )
 
-// holdGateway serves PUT and DELETE of locks over store, as one gateway
-// does.
+// holdGateway serves PUT, DELETE and the listing of locks over store, as
+// one gateway does.
 func holdGateway(t *testing.T, store *lockstore.Memory) *httptest.Server {
 	t.Helper()
 	locks := handlers.NewLocks(store, handlers.Limits{
 		DefaultTTL: time.Minute, MaxTTL: time.Hour, MaxWait: time.Minute, MaxBodyBytes: 1 << 16, BackendTimeout: time.Second,
 	}, zerolog.Nop(), nil, nil)
+	listings := handlers.NewListings(store, time.Second, zerolog.Nop()).MarkingHolds(locks)
 	mux := http.NewServeMux()
 	mux.Handle("PUT /locks/", locks.Acquire())
 	mux.Handle("DELETE /locks/", locks.Release())
+	mux.Handle("GET /locks", listings.Locks())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// heldByStream is the listing's held_by_stream of each key srv lists.
+func heldByStream(t *testing.T, srv *httptest.Server) map[string]bool {
+	t.Helper()
+	resp, err := http.Get(srv.URL + "/locks")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var page struct {
+		Items []struct {
+			Key          string `json:"key"`
+			HeldByStream *bool  `json:"held_by_stream"`
+		} `json:"items"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+	out := map[string]bool{}
+	for _, it := range page.Items {
+		require.NotNil(t, it.HeldByStream, "%s: every item says held_by_stream", it.Key)
+		out[it.Key] = *it.HeldByStream
+	}
+	return out
 }
 
 func deleteLock(t *testing.T, srv *httptest.Server, key, token string) {
@@ -66,12 +90,18 @@ func finalEvent(t *testing.T, ch <-chan sse, limit time.Duration) (sse, time.Dur
 	}
 }
 
-// TestHoldReleasedThroughThisGateway: the holder's DELETE through the
-// hold's gateway ends its stream, released, at once: long before its next
-// renewal (a third of its 30 s TTL) could tell.
+// TestHoldReleasedThroughThisGateway: the listing marks a held lock as
+// held by a stream, and a plainly taken one not; the holder's DELETE
+// through the hold's gateway ends its stream, released, at once: long
+// before its next renewal (a third of its 30 s TTL) could tell.
 func TestHoldReleasedThroughThisGateway(t *testing.T) {
 	srv := holdGateway(t, lockstore.NewMemory())
 	ch, token := holdToken(t, srv, "jobs/held", `{"ttl_ms":30000}`)
+	resp, err := http.DefaultClient.Do(mustRequest(t, http.MethodPut, srv.URL+"/locks/jobs/plain"))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	assert.Equal(t, map[string]bool{"jobs/held": true, "jobs/plain": false}, heldByStream(t, srv))
 
 	deleteLock(t, srv, "jobs/held", token)
 	ev, took := finalEvent(t, ch, 2*time.Second)
@@ -80,19 +110,30 @@ func TestHoldReleasedThroughThisGateway(t *testing.T) {
 	assert.Less(t, took, 2*time.Second, "at once, not at the next renewal")
 }
 
-// TestHoldReleasedThroughAnotherGateway: two gateways on one store; the
+// TestHoldReleasedThroughAnotherGateway: two gateways on one store; only
+// the hold's own gateway marks its lock as held by a stream, and the
 // holder's DELETE through the other ends the stream released (not lost)
 // at the hold's next renewal, within a third of its TTL.
 func TestHoldReleasedThroughAnotherGateway(t *testing.T) {
 	store := lockstore.NewMemory()
 	here, there := holdGateway(t, store), holdGateway(t, store)
 	ch, token := holdToken(t, here, "jobs/held", `{"ttl_ms":900}`)
+	assert.Equal(t, map[string]bool{"jobs/held": true}, heldByStream(t, here))
+	assert.Equal(t, map[string]bool{"jobs/held": false}, heldByStream(t, there), "another gateway does not know the hold")
 
 	deleteLock(t, there, "jobs/held", token)
 	ev, took := finalEvent(t, ch, 3*time.Second)
 	assert.Equal(t, "released", ev.name, ev.data)
 	assert.JSONEq(t, `"released"`, jsonField(t, ev.data, "reason"))
 	t.Logf("released %v after the DELETE through the other gateway", took.Round(time.Millisecond))
+	assert.Empty(t, heldByStream(t, here), "free")
+}
+
+func mustRequest(t *testing.T, method, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	require.NoError(t, err)
+	return req
 }
 
 // jsonField is the raw JSON of data's field name.
