@@ -59,7 +59,8 @@ type holdsResult struct {
 	Scripts    int64  `json:"scripts"`
 	Commands   int64  `json:"commands"`
 	ReadEvents int64  `json:"read_events"`
-	// Per hold per second, over all the Redis servers.
+	// Per hold open (Open) per second, over all the Redis servers; so are
+	// the memory and goroutine figures per hold.
 	RenewedPerHold    float64          `json:"renewed_per_hold_per_second"`
 	RoundTripsPerHold *float64         `json:"round_trips_per_hold_per_second,omitempty"`
 	ScriptsPerHold    float64          `json:"scripts_per_hold_per_second"`
@@ -265,18 +266,23 @@ func (b *bench) manyHolds(ctx context.Context, backend string) (*holdsResult, er
 		if res.RSSHoldingKiB, _, err = t.proc.rssKiB(); err != nil {
 			return nil, err
 		}
-		res.RSSPerHoldKiB = float64(res.RSSHoldingKiB-res.RSSBeforeKiB) / float64(n)
 	}
-	if rt, err := scrapeMetrics(ctx, t.addr, append([]string{"lockgw_holds_open"}, holdsRuntimeMetrics...)...); err == nil {
+	rt, err := scrapeMetrics(ctx, t.addr, append([]string{"lockgw_holds_open"}, holdsRuntimeMetrics...)...)
+	if err == nil {
 		// Fewer open at the end than asked for is an error too, even if
 		// no client saw one yet.
 		res.Open = min(res.Open, int(rt["lockgw_holds_open"]))
-		if runtimeErr == nil {
-			per := func(name string) float64 { return (rt[name] - runtimeBefore[name]) / float64(n) }
-			res.GoroutinesPerHold = per("go_goroutines")
-			res.StackKiBPerHold = per("go_memstats_stack_inuse_bytes") / 1024
-			res.HeapKiBPerHold = per("go_memstats_heap_inuse_bytes") / 1024
-		}
+	}
+	// Per hold is per hold open: where some failed, the others' cost.
+	held := float64(max(res.Open, 1))
+	if t.proc != nil {
+		res.RSSPerHoldKiB = float64(res.RSSHoldingKiB-res.RSSBeforeKiB) / held
+	}
+	if err == nil && runtimeErr == nil {
+		per := func(name string) float64 { return (rt[name] - runtimeBefore[name]) / held }
+		res.GoroutinesPerHold = per("go_goroutines")
+		res.StackKiBPerHold = per("go_memstats_stack_inuse_bytes") / 1024
+		res.HeapKiBPerHold = per("go_memstats_heap_inuse_bytes") / 1024
 	}
 	if b.cfg.profileDir != "" {
 		b.saveHoldProfiles(ctx, t.addr, backend)
@@ -294,7 +300,7 @@ func (b *bench) manyHolds(ctx context.Context, backend string) (*holdsResult, er
 	// Less the read of lockbench's own INFO after the window, on each
 	// server (the one before it was counted before the figures were read).
 	res.ReadEvents = after.reads - before.reads - int64(len(rdbs))
-	perHoldSecond := float64(n) * res.WindowSeconds
+	perHoldSecond := held * res.WindowSeconds
 	res.RenewedPerHold = float64(res.Renewed) / perHoldSecond
 	if res.RoundTrips != nil {
 		perHold := float64(*res.RoundTrips) / perHoldSecond

@@ -479,6 +479,9 @@ func printReport(w io.Writer, res results) {
 		verdict, value := "", "n/a"
 		if r.Value != nil {
 			value = strconv.FormatFloat(*r.Value, 'f', 2, 64)
+			if v := math.Abs(*r.Value); v > 0 && v < 0.1 {
+				value = strconv.FormatFloat(*r.Value, 'f', 4, 64) // a rate per hold or per waiter
+			}
 		}
 		if r.Met != nil {
 			verdict = "missed"
@@ -574,12 +577,13 @@ func printHolds(w io.Writer, h holdsResult) {
 	}
 	fmt.Fprintf(w, "\n%-3s many holds (%s): %s streams holding a key each through one gateway, %.1f s hold TTL (%d open by its gauge after %.1f s of ramp-up)\n",
 		rowNo(holdsRow(h.Backend)), h.Backend, thousands(float64(h.Holds)), float64(h.TTLms)/1000, h.Open, h.RampSeconds)
-	trips, allTrips := "n/a (not relayed)", "n/a"
+	trips, allTrips := fmt.Sprintf("round trips not counted (not relayed); %.4f socket reads, ≥ round trips (%s)", h.ReadEventsPerHold, goal), "n/a"
 	if h.RoundTrips != nil {
-		trips, allTrips = fmtOrNA(h.RoundTripsPerHold, 4), thousands(float64(*h.RoundTrips))
+		trips = fmt.Sprintf("%s round trips (%s); %.4f socket reads", fmtOrNA(h.RoundTripsPerHold, 4), goal, h.ReadEventsPerHold)
+		allTrips = thousands(float64(*h.RoundTrips))
 	}
-	fmt.Fprintf(w, "    over %.1f s, per hold per second, on %s: %s round trips, %.4f socket reads (≥ round trips) (%s), %.3f scripts, %.3f commands; %.3f renewed events\n",
-		h.WindowSeconds, servers, trips, h.ReadEventsPerHold, goal, h.ScriptsPerHold, h.CommandsPerHold, h.RenewedPerHold)
+	fmt.Fprintf(w, "    over %.1f s, per open hold per second, on %s: %s; %.3f scripts, %.3f commands; %.3f renewed events\n",
+		h.WindowSeconds, servers, trips, h.ScriptsPerHold, h.CommandsPerHold, h.RenewedPerHold)
 	fmt.Fprintf(w, "    in all: %s round trips, %s socket reads (INFO total_reads_processed), %s scripts, %s commands, %s renewed events\n",
 		allTrips, thousands(float64(h.ReadEvents)), thousands(float64(h.Scripts)), thousands(float64(h.Commands)), thousands(float64(h.Renewed)))
 	var parts []string
@@ -587,7 +591,7 @@ func printHolds(w io.Writer, h holdsResult) {
 		parts = append(parts, fmt.Sprintf("%s %s", c, thousands(float64(h.ByCommand[c]))))
 	}
 	fmt.Fprintf(w, "    calls: %s\n", strings.Join(parts, " · "))
-	fmt.Fprintf(w, "    gateway RSS %.1f → %.1f MiB: %.1f KiB per hold (goal ≤ %d; stacks %.1f, heap in use %.1f) · %.2f goroutines per hold · errors %d\n",
+	fmt.Fprintf(w, "    gateway RSS %.1f → %.1f MiB: %.1f KiB per open hold (goal ≤ %d; stacks %.1f, heap in use %.1f) · %.2f goroutines per hold · errors %d\n",
 		mib(h.RSSBeforeKiB), mib(h.RSSHoldingKiB), h.RSSPerHoldKiB, holdsRSSPerHoldGoalKiB, h.StackKiBPerHold, h.HeapKiBPerHold,
 		h.GoroutinesPerHold, h.Errors)
 	for _, k := range slices.Sorted(maps.Keys(h.ErrorKinds)) {
