@@ -122,10 +122,12 @@ lint:
 
 # tools/benchmark (lockbench) starts its own redis-servers, gateways,
 # baseline and (when Debian's etcd-server package is installed) etcd on free
-# loopback ports, and prints one table: ~4.5 min with the defaults (11 rows ×
+# loopback ports, and prints one table: ~6.5 min with the defaults (11 rows ×
 # 10 s, in two interleaved rounds of 5 s after 1 s of warm-up; three flood
 # rows; issue 17's concurrency curve, Redis memory per lock and 500 waiters,
-# about a minute together). Results land in bench-results/<time>.json and .svg.
+# about a minute together; issue 28's 10 000 holds on Redis and on Redlock,
+# about two minutes, which need a hard open-files limit above 10 256).
+# Results land in bench-results/<time>.json and .svg.
 # BENCH_ARGS passes flags, e.g. BENCH_ARGS='-rows gateway,baseline -duration 5s'.
 BENCH_ARGS ?=
 bench:

@@ -185,6 +185,13 @@ type Health struct {
 // HealthStatus defines model for Health.Status.
 type HealthStatus string
 
+// HeldByStream `true` when a hold's stream (a `PUT` with `Accept: text/event-stream`) open on
+// the gateway that answered the listing keeps this lease, renewing it until the
+// stream ends. `false` otherwise, holds through other gateways included: the
+// backend does not record which leases a stream keeps, so each gateway knows its
+// own holds only.
+type HeldByStream = bool
+
 // APILease A lease you hold (acquire and extend). Includes the token.
 //
 // Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"jobs/nightly","owner":"worker-7","token":"q3kVf1xZ8uQm2Rb7Lw0TnA","ttl_ms":30000}
@@ -227,10 +234,18 @@ type APILease struct {
 	TtlMs int64 `json:"ttl_ms"`
 }
 
-// ListedLock A held lock in a listing, as `GET /locks/{key}` shows it, with its waiters.
+// ListedLock A held lock in a listing, as `GET /locks/{key}` shows it, with its waiters and
+// whether a hold's stream on this gateway keeps it.
 type ListedLock struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	Fence     int64     `json:"fence"`
+
+	// HeldByStream `true` when a hold's stream (a `PUT` with `Accept: text/event-stream`) open on
+	// the gateway that answered the listing keeps this lease, renewing it until the
+	// stream ends. `false` otherwise, holds through other gateways included: the
+	// backend does not record which leases a stream keeps, so each gateway knows its
+	// own holds only.
+	HeldByStream HeldByStream `json:"held_by_stream"`
 
 	// Key Segments of `A–Z a–z 0–9 . _ - : @` joined by `/`; no segment is empty, `.` or `..`.
 	//
@@ -250,7 +265,8 @@ type ListedLock struct {
 	Waiters int `json:"waiters"`
 }
 
-// ListedSemaphore A semaphore in a listing, as `GET /semaphores/{key}` shows it, with its waiters.
+// ListedSemaphore A semaphore in a listing, as `GET /semaphores/{key}` shows it, with its waiters;
+// each holder says `held_by_stream`.
 type ListedSemaphore struct {
 	Held    int64             `json:"held"`
 	Holders []SemaphoreHolder `json:"holders"`
@@ -299,7 +315,7 @@ type LockKey = string
 
 // LockPage One page of a listing. Never a token.
 //
-// Example: {"items":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"jobs/nightly","owner":"worker-7","ttl_ms":21377,"waiters":2}],"next":"am9icy9uaWdodGx5"}
+// Example: {"items":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"held_by_stream":false,"key":"jobs/nightly","owner":"worker-7","ttl_ms":21377,"waiters":2}],"next":"am9icy9uaWdodGx5"}
 type LockPage struct {
 	Items []ListedLock `json:"items"`
 
@@ -481,10 +497,18 @@ type ReadyNode struct {
 	Up bool `json:"up"`
 }
 
-// SemaphoreHolder One held permit, as `GET /semaphores/{key}` shows it. Never its token.
+// SemaphoreHolder One held permit, as `GET /semaphores/{key}` shows it (a listing adds
+// `held_by_stream`). Never its token.
 type SemaphoreHolder struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	Fence     int64     `json:"fence"`
+
+	// HeldByStream `true` when a hold's stream (a `PUT` with `Accept: text/event-stream`) open on
+	// the gateway that answered the listing keeps this lease, renewing it until the
+	// stream ends. `false` otherwise, holds through other gateways included: the
+	// backend does not record which leases a stream keeps, so each gateway knows its
+	// own holds only.
+	HeldByStream *HeldByStream `json:"held_by_stream,omitempty"`
 
 	// Owner Free-form label of the holder, shown by `GET`; at most 128 printable characters.
 	//
@@ -627,7 +651,7 @@ type InternalError = Problem
 
 // Listed One page of a listing. Never a token.
 //
-// Example: {"items":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"jobs/nightly","owner":"worker-7","ttl_ms":21377,"waiters":2}],"next":"am9icy9uaWdodGx5"}
+// Example: {"items":[{"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"held_by_stream":false,"key":"jobs/nightly","owner":"worker-7","ttl_ms":21377,"waiters":2}],"next":"am9icy9uaWdodGx5"}
 type Listed = LockPage
 
 // LockHeld An RFC 9457 problem. Branch on `type` (see the catalogue in the API description);
@@ -1033,8 +1057,8 @@ type ClientInterface interface {
 	// ListLocks List held locks by prefix
 	//
 	// The locks held now whose keys start with `prefix`, in key order (bytewise), at
-	// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters`.
-	// Never a token. Pass `next` back as `cursor` for the following page; `next` is
+	// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters` and
+	// `held_by_stream` (a hold's stream on this gateway keeps it). Never a token. Pass `next` back as `cursor` for the following page; `next` is
 	// absent on the last page. A page may hold fewer than `limit` items and still
 	// have a `next` (locks that ended while it was read; with `redlock`, keys held
 	// by a minority of the nodes): only a missing `next` ends a listing.
@@ -1283,8 +1307,8 @@ type ClientInterface interface {
 	// ListSemaphores List semaphores by prefix
 	//
 	// The semaphores with permits held now whose keys start with `prefix`, in key
-	// order, each as `GET /semaphores/{key}` shows it plus its `waiters`; never a
-	// token. The parameters, paging, costs and API-key rules are those of
+	// order, each as `GET /semaphores/{key}` shows it plus its `waiters`, each
+	// holder with `held_by_stream` as in `GET /locks`; never a token. The parameters, paging, costs and API-key rules are those of
 	// `GET /locks` (listing locks).
 	//
 	// Corresponds with GET /semaphores (the `ListSemaphores` operationId).
@@ -1424,8 +1448,8 @@ func (c *APIClient) GetHealth(ctx context.Context, params *GetHealthParams, reqE
 // ListLocks List held locks by prefix
 //
 // The locks held now whose keys start with `prefix`, in key order (bytewise), at
-// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters`.
-// Never a token. Pass `next` back as `cursor` for the following page; `next` is
+// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters` and
+// `held_by_stream` (a hold's stream on this gateway keeps it). Never a token. Pass `next` back as `cursor` for the following page; `next` is
 // absent on the last page. A page may hold fewer than `limit` items and still
 // have a `next` (locks that ended while it was read; with `redlock`, keys held
 // by a minority of the nodes): only a missing `next` ends a listing.
@@ -1784,8 +1808,8 @@ func (c *APIClient) GetReadiness(ctx context.Context, params *GetReadinessParams
 // ListSemaphores List semaphores by prefix
 //
 // The semaphores with permits held now whose keys start with `prefix`, in key
-// order, each as `GET /semaphores/{key}` shows it plus its `waiters`; never a
-// token. The parameters, paging, costs and API-key rules are those of
+// order, each as `GET /semaphores/{key}` shows it plus its `waiters`, each
+// holder with `held_by_stream` as in `GET /locks`; never a token. The parameters, paging, costs and API-key rules are those of
 // `GET /locks` (listing locks).
 //
 // Corresponds with GET /semaphores (the `ListSemaphores` operationId).
@@ -3102,8 +3126,8 @@ type ClientWithResponsesInterface interface {
 	// ListLocksWithResponse List held locks by prefix
 	//
 	// The locks held now whose keys start with `prefix`, in key order (bytewise), at
-	// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters`.
-	// Never a token. Pass `next` back as `cursor` for the following page; `next` is
+	// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters` and
+	// `held_by_stream` (a hold's stream on this gateway keeps it). Never a token. Pass `next` back as `cursor` for the following page; `next` is
 	// absent on the last page. A page may hold fewer than `limit` items and still
 	// have a `next` (locks that ended while it was read; with `redlock`, keys held
 	// by a minority of the nodes): only a missing `next` ends a listing.
@@ -3366,8 +3390,8 @@ type ClientWithResponsesInterface interface {
 	// ListSemaphoresWithResponse List semaphores by prefix
 	//
 	// The semaphores with permits held now whose keys start with `prefix`, in key
-	// order, each as `GET /semaphores/{key}` shows it plus its `waiters`; never a
-	// token. The parameters, paging, costs and API-key rules are those of
+	// order, each as `GET /semaphores/{key}` shows it plus its `waiters`, each
+	// holder with `held_by_stream` as in `GET /locks`; never a token. The parameters, paging, costs and API-key rules are those of
 	// `GET /locks` (listing locks).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -6076,8 +6100,8 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, params 
 // ListLocksWithResponse List held locks by prefix
 //
 // The locks held now whose keys start with `prefix`, in key order (bytewise), at
-// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters`.
-// Never a token. Pass `next` back as `cursor` for the following page; `next` is
+// most `limit` a page, each as `GET /locks/{key}` shows it plus its `waiters` and
+// `held_by_stream` (a hold's stream on this gateway keeps it). Never a token. Pass `next` back as `cursor` for the following page; `next` is
 // absent on the last page. A page may hold fewer than `limit` items and still
 // have a `next` (locks that ended while it was read; with `redlock`, keys held
 // by a minority of the nodes): only a missing `next` ends a listing.
@@ -6406,8 +6430,8 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, para
 // ListSemaphoresWithResponse List semaphores by prefix
 //
 // The semaphores with permits held now whose keys start with `prefix`, in key
-// order, each as `GET /semaphores/{key}` shows it plus its `waiters`; never a
-// token. The parameters, paging, costs and API-key rules are those of
+// order, each as `GET /semaphores/{key}` shows it plus its `waiters`, each
+// holder with `held_by_stream` as in `GET /locks`; never a token. The parameters, paging, costs and API-key rules are those of
 // `GET /locks` (listing locks).
 //
 // Returns a wrapper object for the known response body format(s).

@@ -20,10 +20,18 @@ import (
 //
 //	acquired  the grant (the body a 201 carries, the token included)
 //	renewed   each renewal, with the new expires_at (no token)
-//	released  the end: the holder's DELETE (through any gateway)
+//	released  the end: the holder's DELETE (through any gateway: through
+//	          this one at once, through another at the next renewal)
 //	ended     the end: reason max-hold or shutdown; the gateway released it
 //	lost      the end: reason backend-unavailable, expired or taken; sent
 //	          before the last expires_at the holder was told, never after
+//
+// A hold costs the backend its renewals alone, sent in batches
+// (hold_renewer.go): it does not watch its key (a watch reads the key
+// again after every renewal, and every poll, one call each). What a watch
+// would tell a hold, its renewals tell it too, within a third of the TTL:
+// a lease freed or taken while valid. A DELETE through this gateway tells
+// it at once (openHolds).
 //
 // The client closing the stream releases the lease at once (or, with
 // lock_delay_ms, keeps it that much longer, as Consul's lock-delay does:
@@ -88,84 +96,19 @@ type held struct {
 	permit bool
 	// renew asks for a renewal at at (hold_renewer.go).
 	renew func(at time.Time) <-chan renewal
-	// watch follows the key through any gateway.
-	watch func() holdWatch
 	// release lets the lease go; extend sets it to ttl from now.
 	release func(ctx context.Context) error
 	extend  func(ctx context.Context, ttl time.Duration) error
 }
 
-// holdWatch is a watch of a hold's key (a lock's or a semaphore's).
-type holdWatch interface {
-	Ready() <-chan struct{}
-	// gone reads the latest change: the final event and its reason when
-	// the lease was released or taken while valid (expires is its last
-	// known end), or "" when it is still the holder's.
-	gone(expires time.Time) (event, reason string)
-	Close()
-}
-
-// A watch of a hold's key starts after the grant, and at once hands over
-// the state the key's hub read last, which may have been read before the
-// grant: free, or the previous holder's, where a waiter got the key or a
-// permit of a busy semaphore. Read before the grant, a state says nothing
-// about the holder's lease, so gone judges only states read after the
-// hold began (since, just after the grant); the grant's own signal makes
-// the hub read again.
-
-type lockHoldWatch struct {
-	*lockstore.Watch[lockstore.LockState]
-	fence int64
-	since time.Time // when the hold began, just after the grant
-}
-
-func (w lockHoldWatch) gone(expires time.Time) (string, string) {
-	u, ok := w.Latest()
-	if !ok || u.Err != nil || u.At.Before(w.since) || time.Now().After(expires) {
-		return "", ""
-	}
-	switch {
-	case !u.State.Held:
-		// Free while the holder's lease was valid: only its token could
-		// release it.
-		return "released", holdReleased
-	case u.State.Lease.Fence != w.fence:
-		return "lost", holdTaken
-	}
-	return "", ""
-}
-
-type semHoldWatch struct {
-	*lockstore.Watch[lockstore.SemState]
-	fence int64
-	since time.Time // as lockHoldWatch's
-}
-
-func (w semHoldWatch) gone(expires time.Time) (string, string) {
-	u, ok := w.Latest()
-	if !ok || u.Err != nil || u.At.Before(w.since) || time.Now().After(expires) {
-		return "", ""
-	}
-	for _, p := range u.State.Sem.Holders {
-		if p.Fence == w.fence {
-			return "", ""
-		}
-	}
-	// No permit of the holder's fence while it was valid: only its token
-	// could give it back (a permit is never taken by another).
-	return "released", holdReleased
-}
-
 // holdLock streams a lock's hold (see hold). user is whom the lease
 // counts against ("" for nobody).
 func (h *Locks) holdLock(w http.ResponseWriter, r *http.Request, status int, lease lockstore.Lease, user string, opts holdOptions) {
-	granted := time.Now()
 	ext := lockstore.Extension{Key: lease.Key, Token: lease.Token, User: user, TTL: lease.Granted}
 	h.hold(w, r, status, held{
 		key: lease.Key, token: lease.Token, fence: lease.Fence, owner: lease.Owner,
 		ttl: lease.Granted, expiresAt: lease.ExpiresAt, grant: newLeaseBody(lease),
 		renew: func(at time.Time) <-chan renewal { return h.renewer.renew(at, ext) },
-		watch: func() holdWatch { return lockHoldWatch{h.hub.Watch(lease.Key), lease.Fence, granted} },
 		release: func(c context.Context) error {
 			return h.store.Release(userContext(c, user), lease.Key, lease.Token)
 		},
@@ -178,13 +121,11 @@ func (h *Locks) holdLock(w http.ResponseWriter, r *http.Request, status int, lea
 
 // holdPermit streams a permit's hold (see hold).
 func (h *Semaphores) holdPermit(w http.ResponseWriter, r *http.Request, status int, p lockstore.Permit, opts holdOptions) {
-	granted := time.Now()
 	ext := lockstore.Extension{Key: p.Key, Token: p.Token, TTL: p.Granted}
 	h.hold(w, r, status, held{
 		key: p.Key, token: p.Token, fence: p.Fence, owner: p.Owner,
 		ttl: p.Granted, expiresAt: p.ExpiresAt, grant: newPermitBody(p), permit: true,
 		renew:   func(at time.Time) <-chan renewal { return h.permits.renew(at, ext) },
-		watch:   func() holdWatch { return semHoldWatch{h.semHub.Watch(p.Key), p.Fence, granted} },
 		release: func(c context.Context) error { return h.sems.SemRelease(c, p.Key, p.Token) },
 		extend: func(c context.Context, ttl time.Duration) error {
 			_, err := h.sems.SemExtend(c, p.Key, p.Token, ttl)
@@ -229,13 +170,15 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease h
 		}
 		write(event, holdEnd{Key: key, Reason: reason, Fence: lease.fence, ExpiresAt: timestamp(lease.expiresAt)})
 	}
+	// Listed as held by a stream from before the holder can know its
+	// token, so that its DELETE through this gateway always finds it.
+	open := h.open.add(lease.permit, key, lease.token, lease.fence)
+	defer h.open.remove(open)
 	if !write("acquired", lease.grant) {
 		h.letGo(lease, opts.lockDelay)
 		return
 	}
 
-	watch := lease.watch() // a release through any gateway
-	defer watch.Close()
 	heartbeat := time.NewTicker(sseHeartbeat)
 	defer heartbeat.Stop()
 	maxHold := h.limits.MaxHold
@@ -294,17 +237,8 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease h
 					h.letGo(lease, opts.lockDelay)
 					return
 				}
-			case errors.Is(got.err, lockstore.ErrNotHeld):
-				end("lost", holdExpired)
-				return
-			case errors.Is(got.err, lockstore.ErrTokenMismatch):
-				// A lock held by another token; for a permit, the holder's
-				// permit is gone while others are held: expired.
-				if lease.permit {
-					end("lost", holdExpired)
-				} else {
-					end("lost", holdTaken)
-				}
+			case errors.Is(got.err, lockstore.ErrNotHeld), errors.Is(got.err, lockstore.ErrTokenMismatch):
+				end(leaseGone(lease, got.err, open))
 				return
 			default: // try again soon, while the lease lasts
 				renewed = renew(time.Now().Add(max(interval/4, 10*time.Millisecond)))
@@ -315,11 +249,9 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease h
 			// renewal still on its way may yet land).
 			end("lost", holdUnavailable)
 			return
-		case <-watch.Ready():
-			if event, reason := watch.gone(lease.expiresAt); event != "" {
-				end(event, reason)
-				return
-			}
+		case <-open.released:
+			end("released", holdReleased)
+			return
 		case <-heartbeat.C:
 			if !write("", nil) {
 				h.letGo(lease, opts.lockDelay)
@@ -338,6 +270,29 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease h
 			return
 		}
 	}
+}
+
+// leaseGone is the final event and its reason of a hold whose renewal
+// found its lease gone: err is ErrNotHeld (the key is free) or
+// ErrTokenMismatch (another token holds the lock; for a semaphore,
+// permits are held but none of the token's). A lock held by another token
+// was taken. A lease gone before its end (the answer came before the last
+// expires_at the holder was told) was freed by its token, the one thing
+// that frees a lease early, through this gateway or another: released.
+// (A permit is never taken by another token.) Past its end, it expired.
+func leaseGone(lease held, err error, open *openHold) (event, reason string) {
+	select {
+	case <-open.released: // a DELETE through this gateway, whatever came since
+		return "released", holdReleased
+	default:
+	}
+	switch {
+	case !lease.permit && errors.Is(err, lockstore.ErrTokenMismatch):
+		return "lost", holdTaken
+	case time.Now().Before(lease.expiresAt):
+		return "released", holdReleased
+	}
+	return "lost", holdExpired
 }
 
 // renewalOutcome names a renewal's outcome for its span.

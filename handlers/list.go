@@ -40,12 +40,21 @@ type Listings struct {
 	timeout time.Duration
 	log     zerolog.Logger
 	turns   chan struct{}
+	open    *openHolds // nil: no lease is marked held by a stream
 }
 
 // NewListings returns the listings over locks, each within listTimeouts
 // backend timeouts.
 func NewListings(locks lockstore.Lister, backendTimeout time.Duration, log zerolog.Logger) *Listings {
 	return &Listings{locks: locks, timeout: listTimeouts * backendTimeout, log: log, turns: make(chan struct{}, listsAtOnce)}
+}
+
+// MarkingHolds makes the listings mark each lease that a hold's stream
+// on locks' gateway keeps (held_by_stream): the gateway that answers a
+// listing knows its own holds only.
+func (l *Listings) MarkingHolds(locks *Locks) *Listings {
+	l.open = locks.open
+	return l
 }
 
 // run parses the query, waits for a turn and calls list within the
@@ -76,7 +85,8 @@ func (l *Listings) Locks() http.Handler {
 	type item struct {
 		// as GET /locks/{key} shows the lock
 		inspectBody
-		Waiters int `json:"waiters"`
+		Waiters      int  `json:"waiters"`
+		HeldByStream bool `json:"held_by_stream"`
 	}
 	type response struct {
 		Items []item `json:"items"`
@@ -93,7 +103,7 @@ func (l *Listings) Locks() http.Handler {
 				body.Items[i] = item{inspectBody{
 					Key: it.Key, Owner: it.Owner, Fence: it.Fence, TTLms: it.Left.Milliseconds(),
 					ExpiresAt: timestamp(it.ExpiresAt),
-				}, it.Waiters}
+				}, it.Waiters, l.open.has(false, it.Key, it.Fence)}
 			}
 			encode(w, http.StatusOK, "application/json", body)
 			return nil
@@ -105,10 +115,17 @@ func (l *Listings) Locks() http.Handler {
 // with permits held whose keys start with prefix, in key order, each as
 // GET /semaphores/{key} shows it plus its waiters; never a token.
 func (l *Listings) Semaphores(sems lockstore.SemLister) http.Handler {
+	type holder struct {
+		semHolder
+		HeldByStream bool `json:"held_by_stream"`
+	}
 	type item struct {
-		// as GET /semaphores/{key} shows the semaphore
-		semBody
-		Waiters int `json:"waiters"`
+		// as GET /semaphores/{key} shows the semaphore, each holder marked
+		Key     string   `json:"key"`
+		Limit   int      `json:"limit"`
+		Held    int      `json:"held"`
+		Holders []holder `json:"holders"`
+		Waiters int      `json:"waiters"`
 	}
 	type response struct {
 		Items []item `json:"items"`
@@ -122,11 +139,12 @@ func (l *Listings) Semaphores(sems lockstore.SemLister) http.Handler {
 			}
 			body := response{Items: make([]item, len(p.Items)), Next: nextCursor(p.Next)}
 			for i, it := range p.Items {
-				hs := make([]semHolder, len(it.Holders))
+				hs := make([]holder, len(it.Holders))
 				for j, h := range it.Holders {
-					hs[j] = semHolder{Owner: h.Owner, Fence: h.Fence, TTLms: h.Left.Milliseconds(), ExpiresAt: timestamp(h.ExpiresAt)}
+					hs[j] = holder{semHolder{Owner: h.Owner, Fence: h.Fence, TTLms: h.Left.Milliseconds(), ExpiresAt: timestamp(h.ExpiresAt)},
+						l.open.has(true, it.Key, h.Fence)}
 				}
-				body.Items[i] = item{semBody{Key: it.Key, Limit: it.Limit, Held: len(hs), Holders: hs}, it.Waiters}
+				body.Items[i] = item{Key: it.Key, Limit: it.Limit, Held: len(hs), Holders: hs, Waiters: it.Waiters}
 			}
 			encode(w, http.StatusOK, "application/json", body)
 			return nil

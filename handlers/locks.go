@@ -58,6 +58,9 @@ type Locks struct {
 	obs      Observer
 	hub      *LockHub // watchers' (watch.go)
 	renewer  *renewer // holds' renewals (hold_renewer.go)
+	// open are the holds of locks and permits whose streams are open here
+	// (hold_open.go).
+	open *openHolds
 }
 
 // Observer hears what the lock endpoints do, for metrics. Its methods must
@@ -114,7 +117,7 @@ func NewLocks(store lockstore.Store, limits Limits, log zerolog.Logger, stopping
 		shutdown = ctx
 	}
 	return &Locks{store: store, limits: limits, log: log, validate: newValidator(limits), stopping: stopping, shutdown: shutdown, obs: obs,
-		hub: lockstore.NewLockHub(store, limits.BackendTimeout), renewer: newRenewer(store, cmp.Or(limits.BackendTimeout, 5*time.Second))}
+		hub: lockstore.NewLockHub(store, limits.BackendTimeout), renewer: newRenewer(store, cmp.Or(limits.BackendTimeout, 5*time.Second)), open: newOpenHolds()}
 }
 
 // leaseBody is the body of a grant or an extension.
@@ -544,6 +547,7 @@ func (h *Locks) Release() http.Handler {
 			return
 		}
 		h.obs.Released(token)
+		h.open.released(false, key, token)
 		w.WriteHeader(http.StatusNoContent)
 	})
 }

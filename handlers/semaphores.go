@@ -180,6 +180,7 @@ func (h *Semaphores) Release() http.Handler {
 			WriteError(w, r, h.log, semError(err))
 			return
 		}
+		h.open.released(true, key, token)
 		w.WriteHeader(http.StatusNoContent)
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -215,4 +216,69 @@ func TestListSemaphores(t *testing.T) {
 
 	assert.Equal(t, http.StatusForbidden, c.Do(t, "GET", "/semaphores?prefix=teamB/", nil, auth...).Status)
 	assert.Equal(t, http.StatusBadRequest, c.Do(t, "GET", "/semaphores?prefix=teamA/&cursor=x", nil, auth...).Status)
+}
+
+// TestListMarksHolds: on every backend, the listings mark the leases a
+// hold's stream on this gateway keeps (held_by_stream): a held lock and a
+// held permit, not a lock or a permit taken by a plain PUT; and the mark
+// goes with the stream. Every response matches openapi.yaml.
+func TestListMarksHolds(t *testing.T) {
+	backends(t, func(t *testing.T, g *apitest.Gateway) {
+		c := apitest.NewClient(g.URL)
+		base := apitest.Key(t)
+		held, resp := c.Hold(t, "/locks/"+base+"/held", []byte(`{"ttl_ms":3000}`))
+		require.Nil(t, resp)
+		defer held.Close()
+		e, _ := nextEvent(t, held, 2*time.Second)
+		require.Equal(t, "acquired", e.Name)
+		require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/locks/"+base+"/plain", []byte(`{"ttl_ms":60000}`), apitest.JSON...).Status)
+		permit, resp := c.Hold(t, "/semaphores/"+base+"/pool", []byte(`{"limit":2,"ttl_ms":3000,"owner":"held"}`))
+		require.Nil(t, resp)
+		defer permit.Close()
+		e, _ = nextEvent(t, permit, 2*time.Second)
+		require.Equal(t, "acquired", e.Name)
+		r := c.Do(t, "PUT", "/semaphores/"+base+"/pool", []byte(`{"limit":2,"ttl_ms":60000,"owner":"plain"}`), apitest.JSON...)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+
+		locks := func() map[string]bool {
+			r := c.Do(t, "GET", "/locks?prefix="+base+"/", nil)
+			require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+			var p struct {
+				Items []struct {
+					Key          string `json:"key"`
+					HeldByStream bool   `json:"held_by_stream"`
+				} `json:"items"`
+			}
+			require.NoError(t, json.Unmarshal(r.Body, &p))
+			out := map[string]bool{}
+			for _, it := range p.Items {
+				out[strings.TrimPrefix(it.Key, base+"/")] = it.HeldByStream
+			}
+			return out
+		}
+		assert.Equal(t, map[string]bool{"held": true, "plain": false}, locks())
+
+		r = c.Do(t, "GET", "/semaphores?prefix="+base+"/", nil)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		var sems struct {
+			Items []struct {
+				Holders []struct {
+					Owner        string `json:"owner"`
+					HeldByStream bool   `json:"held_by_stream"`
+				} `json:"holders"`
+			} `json:"items"`
+		}
+		require.NoError(t, json.Unmarshal(r.Body, &sems))
+		require.Len(t, sems.Items, 1)
+		byOwner := map[string]bool{}
+		for _, h := range sems.Items[0].Holders {
+			byOwner[h.Owner] = h.HeldByStream
+		}
+		assert.Equal(t, map[string]bool{"held": true, "plain": false}, byOwner)
+
+		held.Close()
+		require.Eventually(t, func() bool { _, ok := locks()["held"]; return !ok }, 2*time.Second, 10*time.Millisecond,
+			"the held lock is released once its stream closes")
+		assert.Equal(t, map[string]bool{"plain": false}, locks())
+	})
 }

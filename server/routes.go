@@ -78,7 +78,7 @@ func addRoutes(r chi.Router, d deps) {
 		if d.listAuth != nil {
 			list = list.With(d.listAuth)
 		}
-		listings := handlers.NewListings(d.lister, d.limits.BackendTimeout, d.log)
+		listings := handlers.NewListings(d.lister, d.limits.BackendTimeout, d.log).MarkingHolds(locks)
 		list.Get("/locks", listings.Locks().ServeHTTP)
 		if sl, ok := d.lister.(lockstore.SemLister); ok && d.sems != nil {
 			list.Get("/semaphores", listings.Semaphores(sl).ServeHTTP)

@@ -264,6 +264,64 @@ func TestDashboard(t *testing.T) {
 	assert.Empty(t, b.errors(), "console errors")
 }
 
+// TestDashboardMarksHolds: a lock a hold's stream keeps (held_by_stream in
+// the listing) is marked on the dashboard, and its short TTL is not shown
+// as running low, while a lock taken by a plain PUT has no mark and shows
+// low; likewise a semaphore's permit held by a stream beside a plain one,
+// which alone counts for when the first permit frees itself. The held
+// lock goes once its stream closes.
+func TestDashboardMarksHolds(t *testing.T) {
+	g := apitest.Start(t, map[string]string{"LOCKGW_UI": "true"})
+	c := apitest.NewClient(g.URL)
+	first := func(events *apitest.Events) apitest.Event {
+		t.Helper()
+		select {
+		case e := <-events.C:
+			return e
+		case <-time.After(5 * time.Second):
+			t.Fatal("no event within 5 s")
+			return apitest.Event{}
+		}
+	}
+	// At the gateway's hold TTL (5 s), under the page's 5 s "low" mark.
+	held, resp := c.Hold(t, "/locks/dash/held", []byte(`{"owner":"cron"}`))
+	require.Nil(t, resp)
+	defer held.Close()
+	require.Equal(t, "acquired", first(held).Name)
+	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/locks/dash/plain", []byte(`{"ttl_ms":4000,"owner":"cron"}`), apitest.JSON...).Status)
+	permit, resp := c.Hold(t, "/semaphores/dash/pool", []byte(`{"limit":2,"owner":"held-permit"}`))
+	require.Nil(t, resp)
+	defer permit.Close()
+	require.Equal(t, "acquired", first(permit).Name)
+	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/semaphores/dash/pool", []byte(`{"limit":2,"ttl_ms":60000,"owner":"plain-permit"}`), apitest.JSON...).Status)
+
+	b := newBrowser(t)
+	b.do(t, chromedp.Navigate(g.URL+"/ui/"))
+	sem := fmt.Sprintf(`document.querySelector('#semaphores tr[data-key=%q]')`, "dash/pool")
+	within(t, b, 3*time.Second, row("dash/held")+` !== null && `+row("dash/plain")+` !== null && `+sem+` !== null`, "the two locks and the semaphore")
+
+	marked := func(sel string) bool { return eval[bool](t, b, sel+`.querySelector('.stream-mark') !== null`) }
+	assert.True(t, marked(row("dash/held")+`.cells[0]`), "the held lock is marked")
+	assert.False(t, marked(row("dash/plain")), "the plainly taken lock is not")
+	assert.Equal(t, "dash/held", eval[string](t, b, row("dash/held")+`.cells[0].firstChild.textContent`), "the key, then the mark")
+	lowTTL := func(key string) bool { return eval[bool](t, b, row(key)+`.cells[3].classList.contains('low')`) }
+	assert.False(t, lowTTL("dash/held"), "a stream renews the held lock: its short TTL is not running low")
+	assert.True(t, lowTTL("dash/plain"), "the plain lock's TTL under 5 s is")
+	holder := func(owner string) string {
+		return fmt.Sprintf(`Array.from(%s.cells[2].querySelectorAll('.holder')).find((h) => h.textContent.includes(%q))`, sem, owner)
+	}
+	assert.True(t, marked(holder("held-permit")), "the permit a stream holds is marked")
+	assert.False(t, marked(holder("plain-permit")), "the other permit is not")
+	var firstFrees float64
+	_, err := fmt.Sscanf(eval[string](t, b, sem+`.cells[3].textContent`), "%f s", &firstFrees)
+	require.NoError(t, err)
+	assert.Greater(t, firstFrees, 30.0, "the first permit to free itself is the plain one (60 s), not the one a stream renews (5 s)")
+
+	held.Close()
+	within(t, b, 2*time.Second, row("dash/held")+` === null`, "the held lock gone once its stream closed")
+	assert.Empty(t, b.errors(), "console errors")
+}
+
 // screenshot populates the dashboard and saves it as a PNG at path
 // (DASHBOARD_SCREENSHOT=../docs/dashboard.png go test -run TestDashboard ./ui/).
 func screenshot(t *testing.T, b *browser, c *apitest.Client, path string) {

@@ -33,6 +33,9 @@ func TestSmoke(t *testing.T) {
 		// Issue 17's rows, as small: two points of the curve, 1 000 locks,
 		// 10 waiters.
 		"-curve", "1,2", "-curve-duration", "100ms", "-memory-locks", "1000", "-waiters", "10", "-waiters-duration", "300ms",
+		// Issue 28's: 20 holds, over a window longer than a renewal
+		// interval (a third of the 5 s hold TTL), so each renews in it.
+		"-holds", "20", "-holds-duration", "2500ms",
 		"-redis-server", redistest.Binary(t),
 		// Only plumbing is under test: on a machine busy with the other
 		// packages' tests, Redlock's 50 ms per node could run out.
@@ -150,6 +153,32 @@ func TestSmoke(t *testing.T) {
 	}
 	assert.Contains(t, stdout.String(), "12  many waiters")
 
+	// Many holds, on Redis and on Redlock: every hold open and renewed
+	// in the window, without an error, and the Redis servers' work
+	// counted.
+	require.Len(t, res.Holds, 2)
+	for i, backend := range []string{"redis", "redlock"} {
+		h := res.Holds[i]
+		assert.Equal(t, backend, h.Backend)
+		assert.Equal(t, 20, h.Open, backend)
+		assert.Zero(t, h.Errors, "%s: %v", backend, h.ErrorKinds)
+		assert.GreaterOrEqual(t, h.Renewed, int64(h.Holds), "%s: each hold renewed in the window", backend)
+		assert.Positive(t, h.Scripts, backend)
+		assert.Positive(t, h.ReadEvents, backend)
+		assert.Positive(t, h.RSSHoldingKiB, backend)
+		assert.EqualValues(t, 5000, h.TTLms, "%s: the gateway's default hold TTL", backend)
+		assert.Contains(t, stdout.String(), "many holds ("+backend+")")
+	}
+	assert.Equal(t, 1, res.Holds[0].Nodes)
+	assert.Equal(t, 5, res.Holds[1].Nodes)
+	// Redis's round trips, through the relay: each at least one read of
+	// the socket by Redis. Redlock's are not relayed.
+	if assert.NotNil(t, res.Holds[0].RoundTrips) {
+		assert.Positive(t, *res.Holds[0].RoundTrips)
+		assert.LessOrEqual(t, *res.Holds[0].RoundTrips, res.Holds[0].ReadEvents)
+	}
+	assert.Nil(t, res.Holds[1].RoundTrips)
+
 	svg, err := os.ReadFile(filepath.Join(dir, "results.svg"))
 	require.NoError(t, err)
 	assert.True(t, bytes.HasPrefix(svg, []byte("<svg ")), "an SVG document")
@@ -170,6 +199,8 @@ func TestParseConfig(t *testing.T) {
 		{"no rounds", []string{"-rounds", "0"}},
 		{"no clients", []string{"-c", "0"}},
 		{"too few Redlock nodes", []string{"-redlock-nodes", "2"}},
+		{"no holds", []string{"-holds", "0"}},
+		{"no holds window", []string{"-holds-duration", "0s"}},
 		{"stray argument", []string{"extra"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,6 +23,9 @@
 //  11. Redis memory per held lock, over 100 000 locks (memory.go)
 //  12. many waiters: 500 acquires waiting on one key, what they cost
 //     Redis and the gateway (waiters.go)
+//  13. many holds: 10 000 streams each holding a key through one gateway,
+//     what they cost Redis and the gateway, on Redis and on Redlock
+//     (holds.go)
 //
 // It prints one table, the ratios the project targets (information, never a
 // failure), the gateway's memory before and after, and writes the results
@@ -96,6 +99,9 @@ type config struct {
 	// Many waiters on one key (waiters.go).
 	waiters       int
 	waitersWindow time.Duration
+	// Many holds, each on a key of its own (holds.go).
+	holds       int
+	holdsWindow time.Duration
 }
 
 func parseConfig(args []string, stderr io.Writer) (config, error) {
@@ -123,6 +129,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.memoryLocks, "memory-locks", 100_000, "locks held through the gateway to measure Redis memory per lock (row memory)")
 	fs.IntVar(&c.waiters, "waiters", 500, "acquires waiting on one held key through one gateway (row waiters); the goal is 10000, which needs ulimit -n above it")
 	fs.DurationVar(&c.waitersWindow, "waiters-duration", 5*time.Second, "window over which the waiters' Redis commands are counted")
+	fs.IntVar(&c.holds, "holds", holdsGoal, "holds (streams holding a key each) through one gateway (rows holds, holds-redlock); needs a hard open-files limit above it")
+	fs.DurationVar(&c.holdsWindow, "holds-duration", 10*time.Second, "window over which the holds' Redis commands are counted")
 	fs.StringVar(&rows, "rows", "all", "comma-separated rows to run: all, or "+strings.Join(rowIDs(), ", "))
 	fs.StringVar(&c.out, "out", "", "JSON results file; the SVG chart goes beside it (default bench-results/<UTC time>.json)")
 	fs.StringVar(&c.gatewayBin, "gateway-bin", "", "lockgateway binary to measure (default: go build ./cmd/lockgateway)")
@@ -169,11 +177,11 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		}
 		c.curveLevels = append(c.curveLevels, n)
 	}
-	if c.curveWindow <= 0 || c.waitersWindow <= 0 {
-		errs = append(errs, errors.New("-curve-duration and -waiters-duration must be positive"))
+	if c.curveWindow <= 0 || c.waitersWindow <= 0 || c.holdsWindow <= 0 {
+		errs = append(errs, errors.New("-curve-duration, -waiters-duration and -holds-duration must be positive"))
 	}
-	if c.memoryLocks < 1 || c.waiters < 1 {
-		errs = append(errs, errors.New("-memory-locks and -waiters must be at least 1"))
+	if c.memoryLocks < 1 || c.waiters < 1 || c.holds < 1 {
+		errs = append(errs, errors.New("-memory-locks, -waiters and -holds must be at least 1"))
 	}
 	if c.waitMs < 1 {
 		errs = append(errs, errors.New("-wait-ms must be at least 1"))
@@ -259,6 +267,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		if res.Waiters, err = b.manyWaiters(ctx); err != nil {
 			return fmt.Errorf("many waiters: %w", err)
 		}
+	}
+	for _, backend := range []string{"redis", "redlock"} {
+		if !slices.Contains(cfg.rows, holdsRow(backend)) {
+			continue
+		}
+		h, err := b.manyHolds(ctx, backend)
+		if err != nil {
+			return fmt.Errorf("many holds (%s): %w", backend, err)
+		}
+		res.Holds = append(res.Holds, *h)
 	}
 	res.Processes = b.finish(ctx)
 	res.Machine = b.machine()

@@ -25,6 +25,7 @@ type results struct {
 	Curve   []row          `json:"concurrency_curve,omitempty"`
 	Memory  *lockMemory    `json:"redis_memory_per_lock,omitempty"`
 	Waiters *waitersResult `json:"many_waiters,omitempty"`
+	Holds   []holdsResult  `json:"many_holds,omitempty"`
 }
 
 type machine struct {
@@ -56,6 +57,8 @@ type settings struct {
 	Waiters          int    `json:"waiters"`
 	WaitersDuration  string `json:"waiters_duration"`
 	MemoryLocks      int    `json:"memory_locks"`
+	Holds            int    `json:"holds"`
+	HoldsDuration    string `json:"holds_duration"`
 	// GatewayEnv is what -gateway-env changed from production defaults.
 	GatewayEnv []string `json:"gateway_env,omitempty"`
 }
@@ -70,6 +73,7 @@ func newSettings(c config) settings {
 		Clients: c.concurrency, ContendedClients: c.contended, WaitMs: c.waitMs, TTLms: ttlMs,
 		RedlockNodes: c.redlock, CurveClients: c.curveLevels, CurveDuration: c.curveWindow.String(),
 		Waiters: c.waiters, WaitersDuration: c.waitersWindow.String(), MemoryLocks: c.memoryLocks,
+		Holds: c.holds, HoldsDuration: c.holdsWindow.String(),
 		GatewayEnv: env,
 	}
 }
@@ -252,6 +256,9 @@ func ratios(res results) []ratio {
 	add(fmt.Sprintf("contended (%d clients, one key) gateway / etcd blocking lock, grants/s", res.Settings.ContendedClients),
 		cgw, cetcd, perSec, true, 10)
 	out = append(out, waiterRatios(res.Waiters)...)
+	for _, h := range res.Holds {
+		out = append(out, holdRatios(h)...)
+	}
 	if m := res.Memory; m != nil {
 		v := m.BytesPerLock
 		out = append(out, ratio{Name: "Redis memory per held lock, bytes", Value: &v,
@@ -316,6 +323,44 @@ func waiterRatios(w *waitersResult) []ratio {
 		r.Note = at
 	} else {
 		r.Note = fmt.Sprintf("only %s (the goal needs -waiters %d)", at, waitersGoal)
+	}
+	return append(out, r)
+}
+
+// holdRatios are issue 28's goals for many holds: Redis round trips and
+// gateway memory per hold, and 10 000 holds without an error. Where round
+// trips were not counted (Redlock), Redis's socket reads stand for them,
+// from above. On Redlock the figure is each master's: a renewal goes to
+// every one, and each is a Redis of its own.
+func holdRatios(h holdsResult) []ratio {
+	name := "many holds (" + h.Backend + "): "
+	what, trips := "Redis round trips", h.ReadEventsPerHold
+	if h.RoundTripsPerHold != nil {
+		trips = *h.RoundTripsPerHold
+	} else {
+		what = "Redis socket reads (≥ round trips)"
+	}
+	perServer := ""
+	if h.Nodes > 1 {
+		perServer = ", each master's"
+		trips /= float64(h.Nodes)
+	}
+	scripts, rss, errs := h.ScriptsPerHold, h.RSSPerHoldKiB, float64(h.Errors)
+	tripsMet, rssMet := trips <= holdsRoundTripsGoal, rss <= holdsRSSPerHoldGoalKiB
+	at := fmt.Sprintf("%s holds, %.1f s TTL", thousands(float64(h.Holds)), float64(h.TTLms)/1000)
+	out := []ratio{
+		{Name: name + what + " per hold per second" + perServer, Value: &trips,
+			Target: "≤ " + strconv.FormatFloat(holdsRoundTripsGoal, 'g', -1, 64), Met: &tripsMet, Note: at},
+		{Name: name + "Redis scripts per hold per second", Value: &scripts, Note: at + fmt.Sprintf(", over %d Redis servers", h.Nodes)},
+		{Name: name + "gateway RSS per hold, KiB", Value: &rss, Target: "≤ " + strconv.Itoa(holdsRSSPerHoldGoalKiB), Met: &rssMet, Note: at},
+	}
+	r := ratio{Name: name + "errors", Value: &errs, Target: "0 at " + thousands(holdsGoal)}
+	if h.Holds >= holdsGoal {
+		met := h.Errors == 0
+		r.Met = &met
+		r.Note = at
+	} else {
+		r.Note = fmt.Sprintf("only %s holds (the goal needs -holds %d)", thousands(float64(h.Holds)), holdsGoal)
 	}
 	return append(out, r)
 }
@@ -434,6 +479,9 @@ func printReport(w io.Writer, res results) {
 		verdict, value := "", "n/a"
 		if r.Value != nil {
 			value = strconv.FormatFloat(*r.Value, 'f', 2, 64)
+			if v := math.Abs(*r.Value); v > 0 && v < 0.1 {
+				value = strconv.FormatFloat(*r.Value, 'f', 4, 64) // a rate per hold or per waiter
+			}
 		}
 		if r.Met != nil {
 			verdict = "missed"
@@ -514,6 +562,49 @@ func printExtras(w io.Writer, res results) {
 			fmt.Fprintf(w, "    waiter error: %s × %d\n", k, v.ErrorKinds[k])
 		}
 	}
+	for _, h := range res.Holds {
+		printHolds(w, h)
+	}
+}
+
+// printHolds prints a many-holds row with issue 28's goals beside its
+// figures.
+func printHolds(w io.Writer, h holdsResult) {
+	servers, goal := "its Redis", fmt.Sprintf("goal ≤ %g", holdsRoundTripsGoal)
+	if h.Nodes > 1 {
+		servers = fmt.Sprintf("its %d Redlock masters together", h.Nodes)
+		goal += " per master"
+	}
+	fmt.Fprintf(w, "\n%-3s many holds (%s): %s streams holding a key each through one gateway, %.1f s hold TTL (%d open by its gauge after %.1f s of ramp-up)\n",
+		rowNo(holdsRow(h.Backend)), h.Backend, thousands(float64(h.Holds)), float64(h.TTLms)/1000, h.Open, h.RampSeconds)
+	trips, allTrips := fmt.Sprintf("round trips not counted (not relayed); %.4f socket reads, ≥ round trips (%s)", h.ReadEventsPerHold, goal), "n/a"
+	if h.RoundTrips != nil {
+		trips = fmt.Sprintf("%s round trips (%s); %.4f socket reads", fmtOrNA(h.RoundTripsPerHold, 4), goal, h.ReadEventsPerHold)
+		allTrips = thousands(float64(*h.RoundTrips))
+	}
+	fmt.Fprintf(w, "    over %.1f s, per open hold per second, on %s: %s; %.3f scripts, %.3f commands; %.3f renewed events\n",
+		h.WindowSeconds, servers, trips, h.ScriptsPerHold, h.CommandsPerHold, h.RenewedPerHold)
+	fmt.Fprintf(w, "    in all: %s round trips, %s socket reads (INFO total_reads_processed), %s scripts, %s commands, %s renewed events\n",
+		allTrips, thousands(float64(h.ReadEvents)), thousands(float64(h.Scripts)), thousands(float64(h.Commands)), thousands(float64(h.Renewed)))
+	var parts []string
+	for _, c := range busiest(h.ByCommand) {
+		parts = append(parts, fmt.Sprintf("%s %s", c, thousands(float64(h.ByCommand[c]))))
+	}
+	fmt.Fprintf(w, "    calls: %s\n", strings.Join(parts, " · "))
+	fmt.Fprintf(w, "    gateway RSS %.1f → %.1f MiB: %.1f KiB per open hold (goal ≤ %d; stacks %.1f, heap in use %.1f) · %.2f goroutines per hold · errors %d\n",
+		mib(h.RSSBeforeKiB), mib(h.RSSHoldingKiB), h.RSSPerHoldKiB, holdsRSSPerHoldGoalKiB, h.StackKiBPerHold, h.HeapKiBPerHold,
+		h.GoroutinesPerHold, h.Errors)
+	for _, k := range slices.Sorted(maps.Keys(h.ErrorKinds)) {
+		fmt.Fprintf(w, "    hold error: %s × %d\n", k, h.ErrorKinds[k])
+	}
+}
+
+// fmtOrNA prints *p with prec decimals, or n/a for nil.
+func fmtOrNA(p *float64, prec int) string {
+	if p == nil {
+		return "n/a"
+	}
+	return strconv.FormatFloat(*p, 'f', prec, 64)
 }
 
 func mibOrNA(p *float64) string {

@@ -28,8 +28,8 @@ type rowSpec struct {
 	// of their own, and give two lines: the small client alone and beside
 	// the flood.
 	flood bool
-	// extra rows (curve.go, memory.go, waiters.go) run once each, after
-	// everything else, and report in sections of their own.
+	// extra rows (curve.go, memory.go, waiters.go, holds.go) run once
+	// each, after everything else, and report in sections of their own.
 	extra bool
 	// clients makes n clients, client i on spec.key(prefix, i), and names
 	// the gateway they load, if any.
@@ -55,6 +55,8 @@ var rowSpecs = []rowSpec{
 	{id: "curve", no: "10", label: "concurrency curve: gateway and baseline", extra: true},
 	{id: "memory", no: "11", label: "Redis memory per held lock", extra: true},
 	{id: "waiters", no: "12", label: "many waiters on one key", extra: true},
+	{id: "holds", no: "13", label: "many holds, a key each (Redis)", extra: true},
+	{id: "holds-redlock", no: "13r", label: "many holds, a key each (Redlock)", extra: true},
 }
 
 func rowIDs() []string {
@@ -63,6 +65,16 @@ func rowIDs() []string {
 		ids[i] = s.id
 	}
 	return ids
+}
+
+// rowNo is the number of the row id in the table.
+func rowNo(id string) string {
+	for _, s := range rowSpecs {
+		if s.id == id {
+			return s.no
+		}
+	}
+	return id
 }
 
 // label names the row as the table shows it; the Redlock row says how many
@@ -268,7 +280,11 @@ func (b *bench) profileWindow(ctx context.Context, addr, path string, window tim
 	secs := max(int(window.Round(time.Second)/time.Second), 1)
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+10*time.Second)
 	defer cancel()
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs)
+	return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), path)
+}
+
+// fetchTo saves what a GET of url answers (200) in path.
+func fetchTo(ctx context.Context, url, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

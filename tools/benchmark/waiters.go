@@ -222,6 +222,12 @@ func commandStats(ctx context.Context, rdb *redis.Client) (map[string]int64, err
 	if err != nil {
 		return nil, fmt.Errorf("INFO commandstats: %w", err)
 	}
+	return parseCommandStats(info)
+}
+
+// parseCommandStats reads the calls by command name of an INFO reply's
+// commandstats section.
+func parseCommandStats(info string) (map[string]int64, error) {
 	out := map[string]int64{}
 	for k, v := range infoFields(info) {
 		name, ok := strings.CutPrefix(k, "cmdstat_")

@@ -172,18 +172,31 @@
     more.textContent = body.next ? `More locks are held under this prefix than the ${LIST_LIMIT} shown: narrow the prefix.` : '';
   }
 
+  // streamMark marks a lease a hold's stream on this gateway keeps
+  // (held_by_stream): the gateway renews it for as long as the stream is
+  // open, so its short TTL is no sign that it is about to go. Holds through
+  // other gateways are not marked: the listing's gateway knows its own only.
+  function streamMark() {
+    const mark = el('span', 'stream', 'stream-mark');
+    mark.title = 'held by a stream on this gateway: renewed until its connection closes';
+    return mark;
+  }
+
   function render() {
     const tbody = $('locks').tBodies[0];
     const rows = [];
     for (const { item, readAt, fresh } of locks.values()) {
       const tr = el('tr', undefined, fresh ? 'new' : '');
       tr.dataset.key = item.key;
-      tr.append(el('td', item.key, 'key'));
+      const key = el('td', item.key, 'key');
+      if (item.held_by_stream) key.append(streamMark());
+      tr.append(key);
       tr.append(el('td', item.owner || ''));
       tr.append(el('td', String(item.fence), 'num'));
       const ttl = el('td', '', 'num ttl');
       ttl.dataset.ttl = String(item.ttl_ms);
       ttl.dataset.readAt = String(readAt);
+      if (item.held_by_stream) ttl.dataset.renewed = 'true';
       tr.append(ttl);
       tr.append(el('td', String(item.waiters), 'num'));
       rows.push(tr);
@@ -232,10 +245,20 @@
       tr.dataset.key = item.key;
       tr.append(el('td', item.key, 'key'));
       tr.append(el('td', `${item.held} of ${item.limit}`, 'num'));
-      tr.append(el('td', item.holders.map((h) => `${h.owner || '—'} (${h.fence})`).join(', ')));
+      const holders = el('td');
+      item.holders.forEach((h, i) => {
+        const holder = el('span', `${i > 0 ? ', ' : ''}${h.owner || '—'} (${h.fence})`, 'holder');
+        if (h.held_by_stream) holder.append(streamMark());
+        holders.append(holder);
+      });
+      tr.append(holders);
+      // A permit a stream holds does not free itself: the first to go is
+      // among the others, if any.
+      const ending = item.holders.filter((h) => !h.held_by_stream);
       const ttl = el('td', '', 'num ttl');
-      ttl.dataset.ttl = String(Math.min(...item.holders.map((h) => h.ttl_ms)));
+      ttl.dataset.ttl = String(Math.min(...(ending.length ? ending : item.holders).map((h) => h.ttl_ms)));
       ttl.dataset.readAt = String(readAt);
+      if (ending.length === 0) ttl.dataset.renewed = 'true';
       tr.append(ttl);
       tr.append(el('td', String(item.waiters), 'num'));
       rows.push(tr);
@@ -251,7 +274,7 @@
     for (const td of document.querySelectorAll('td.ttl')) {
       const left = Number(td.dataset.ttl) - (now - Number(td.dataset.readAt));
       td.textContent = fmtLeft(left);
-      td.classList.toggle('low', left > 0 && left < LOW_TTL_MS);
+      td.classList.toggle('low', left > 0 && left < LOW_TTL_MS && !td.dataset.renewed);
       td.classList.toggle('gone', left <= 0);
     }
     $('updated').textContent = lastRead ? `read ${((now - lastRead) / 1000).toFixed(1)} s ago` : '';
