@@ -75,6 +75,13 @@ func (c *Client) Hold(t testing.TB, path string, body []byte, headers ...string)
 func (c *Client) openEvents(t testing.TB, method, path string, body []byte, headers []string,
 	schemaOf func(name string) (string, bool)) (*Events, *Response) {
 	t.Helper()
+	// The spec is loaded (once per process) before the request goes out:
+	// loaded at the first check of the answer, its parsing kept the
+	// stream's first events unread, and their arrival times late, by
+	// seconds on a loaded machine under -race (an nginx hold test saw its
+	// acquired event 3 s after the grant in a loaded CI series; 26 ms on a
+	// quiet one).
+	Spec(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var rd io.Reader
 	if body != nil {
