@@ -708,7 +708,8 @@ func TestSimRedlockControls(t *testing.T) {
 // the fence to a retry that reaches a majority of the nodes that granted
 // the lease; one that reaches fewer may be answered 201 with a higher
 // fence, and a call whose earlier round confirmed the lease answers 201
-// with its fence (docs/safety.md, "Fences and retries"). The simulator
+// with its fence, and twins may be answered two fences (docs/safety.md,
+// "Fences and retries"). The simulator
 // finds those within a few seeds: the test names the finding and skips; it
 // fails only if the strict promise held for the whole short budget (then
 // turn the check on in TestSimRedlock).
@@ -722,7 +723,7 @@ func TestSimRedlockStrictFences(t *testing.T) {
 		}
 	}
 	if found != nil {
-		t.Skipf("outside docs/api.md's promise on Redlock, as expected (a retry that reached fewer than a majority of its lease's nodes, or a call whose earlier round confirmed the lease): %s",
+		t.Skipf("outside docs/api.md's promise on Redlock, as expected (twins, a retry that reached fewer than a majority of its lease's nodes, or a call whose earlier round confirmed the lease): %s",
 			found.rlReport())
 	}
 }
