@@ -62,3 +62,46 @@ func TestSemaphoresCounted(t *testing.T) {
 	assert.NotContains(t, text, "secret")
 	assert.NotContains(t, text, a)
 }
+
+// batchSems is a Memory whose semaphores say when a batch reached them.
+type batchSems struct {
+	*lockstore.Memory
+	batches int
+}
+
+func (b *batchSems) SemExtendBatch(ctx context.Context, exts []lockstore.Extension) []lockstore.SemExtended {
+	b.batches++
+	out := make([]lockstore.SemExtended, len(exts))
+	for i, e := range exts {
+		out[i].Permit, out[i].Err = b.SemExtend(ctx, e.Key, e.Token, e.TTL)
+	}
+	return out
+}
+
+// TestSemaphoresPassBatches: holds' batched renewals of permits reach the
+// store as one batch through the metrics wrapper, each counted as an
+// extend (without the method here, the renewer sent each alone).
+func TestSemaphoresPassBatches(t *testing.T) {
+	m := metrics.New()
+	store := &batchSems{Memory: lockstore.NewMemory()}
+	s := m.Semaphores(store)
+	ctx := context.Background()
+	var exts []lockstore.Extension
+	for _, key := range []string{"a", "b"} {
+		p, err := s.SemAcquire(ctx, key, lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 1})
+		require.NoError(t, err)
+		exts = append(exts, lockstore.Extension{Key: key, Token: p.Token, TTL: time.Minute})
+	}
+	exts = append(exts, lockstore.Extension{Key: "c", Token: lockstore.NewToken(), TTL: time.Minute})
+	out := lockstore.SemExtendAll(ctx, s, exts)
+	assert.Equal(t, 1, store.batches, "one batch reached the store")
+	require.Len(t, out, 3)
+	assert.NoError(t, out[0].Err)
+	assert.NoError(t, out[1].Err)
+	assert.ErrorIs(t, out[2].Err, lockstore.ErrNotHeld)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	assert.Contains(t, string(body), `lockgw_permit_ops_total{op="extend",outcome="done"} 2`)
+	assert.Contains(t, string(body), `lockgw_permit_ops_total{op="extend",outcome="gone"} 1`)
+}

@@ -115,3 +115,10 @@ var _ lockstore.BatchExtender = waitLimit{}
 func (s waitLimit) ExtendBatch(ctx context.Context, exts []lockstore.Extension) []lockstore.Extended {
 	return lockstore.ExtendAll(ctx, s.Store, exts)
 }
+
+var _ lockstore.BatchSemExtender = waitLimit{}
+
+// SemExtendBatch is ExtendBatch for holds of permits.
+func (s waitLimit) SemExtendBatch(ctx context.Context, exts []lockstore.Extension) []lockstore.SemExtended {
+	return lockstore.SemExtendAll(ctx, s.sems, exts)
+}
