@@ -1,15 +1,9 @@
 package server_test
 
 import (
-	"flag"
-	"os"
 	"testing"
 
 	"github.com/lockgateway/lockgateway/internal/testlayer"
 )
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	testlayer.ParallelWaits(8)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testlayer.Main(m, 8) }

@@ -3,9 +3,19 @@ package testlayer
 
 import (
 	"flag"
+	"os"
 	"strconv"
 	"testing"
 )
+
+// Main is a TestMain for a package whose -short tests wait on timers: it
+// parses the flags, raises -test.parallel to n under -short
+// (ParallelWaits) and runs the tests.
+func Main(m *testing.M, n int) {
+	flag.Parse()
+	ParallelWaits(n)
+	os.Exit(m.Run())
+}
 
 // ParallelWaits lets `go test -short` run up to n of a package's parallel
 // tests at once, unless -test.parallel was given. Under -short the gateway's
