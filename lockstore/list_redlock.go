@@ -2,7 +2,6 @@ package lockstore
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 )
@@ -28,34 +27,43 @@ func (r *Redlock) List(ctx context.Context, q ListQuery) (ListPage, error) {
 	// Read before the reads start, so start+ttl is never later than a
 	// node lets the lease go.
 	start := time.Now()
-	reads := make([][]nodeListed, len(answered))
-	errs := make([]error, len(answered))
+	reads := make([][]nodeListed, len(r.nodes))
+	errs := make([]error, len(r.nodes))
+	read := make([]bool, len(r.nodes))
 	var wg sync.WaitGroup
-	for i, n := range answered {
-		wg.Go(func() { reads[i], errs[i] = readListed(ctx, n.client, keys) })
-	}
-	wg.Wait()
-	read := 0
-	for _, err := range errs {
-		if err == nil {
-			read++
+	for i, ok := range answered {
+		if ok {
+			wg.Go(func() { reads[i], errs[i] = readListed(ctx, r.nodes[i].client, keys) })
 		}
 	}
-	if read < r.quorum {
-		return ListPage{}, r.quorumError(failed+len(answered)-read, quarantined, 0)
+	wg.Wait()
+	unread := 0
+	for i, ok := range answered {
+		read[i] = ok && errs[i] == nil
+		if ok && !read[i] {
+			unread++
+		}
+	}
+	if !r.quorums.all(read) {
+		return ListPage{}, r.quorumError(failed+unread, quarantined, 0)
 	}
 	items := make([]Listed, 0, len(keys))
 	for j, key := range keys {
 		holders := map[string][]nodeListed{} // by token digest
-		for i := range answered {
+		holdersAt := map[string][]bool{}
+		for i := range r.nodes {
 			// A provisional value is no lease until a round confirms it.
-			if errs[i] == nil && reads[i][j].held && !reads[i][j].value.provisional() {
+			if read[i] && reads[i][j].held && !reads[i][j].value.provisional() {
 				d := reads[i][j].value.digest
 				holders[d] = append(holders[d], reads[i][j])
+				if holdersAt[d] == nil {
+					holdersAt[d] = make([]bool, len(r.nodes))
+				}
+				holdersAt[d][i] = true
 			}
 		}
-		for _, hs := range holders {
-			if len(hs) < r.quorum {
+		for d, hs := range holders {
+			if !r.quorums.any(holdersAt[d]) {
 				continue
 			}
 			values := make([]lockValue, len(hs))
@@ -77,34 +85,40 @@ func (r *Redlock) List(ctx context.Context, q ListQuery) (ListPage, error) {
 }
 
 // majorityKeys finds a page's candidate keys of keyspace ks: the keys a
-// quorum of the counting nodes has, up to q.Limit of them, with the page's
-// Next, and the nodes that answered (failed and quarantined count those
-// that did not, for a quorum error later).
-func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (keys []string, next string, answered []*redlockNode, failed, quarantined int, err error) {
+// majority of some list of the counting nodes has, up to q.Limit of them,
+// with the page's Next, and the nodes that answered, by index (failed and
+// quarantined count those that did not, for a quorum error later).
+func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (keys []string, next string, answered []bool, failed, quarantined int, err error) {
 	nodes, failed, quarantined := r.counting()
-	if len(nodes) < r.quorum {
+	if !r.quorums.all(nodes) {
 		return nil, "", nil, failed, quarantined, r.quorumError(failed, quarantined, 0)
 	}
-	windows := make([]*smallest, len(nodes))
-	errs := make([]error, len(nodes))
+	windows := make([]*smallest, len(r.nodes))
+	errs := make([]error, len(r.nodes))
 	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() {
-			windows[i] = newSmallest(q.Limit + 1)
-			errs[i] = scanKeyspace(ctx, n.client, ks, q, windows[i])
-		})
+	for i, counts := range nodes {
+		if counts {
+			wg.Go(func() {
+				windows[i] = newSmallest(q.Limit + 1)
+				errs[i] = scanKeyspace(ctx, r.nodes[i].client, ks, q, windows[i])
+			})
+		}
 	}
 	wg.Wait()
+	answered = make([]bool, len(r.nodes))
 	var kept []*smallest
-	for i, err := range errs {
-		if err != nil {
+	for i, counts := range nodes {
+		if !counts {
+			continue
+		}
+		if errs[i] != nil {
 			failed++
 			continue
 		}
-		answered = append(answered, nodes[i])
+		answered[i] = true
 		kept = append(kept, windows[i])
 	}
-	if len(answered) < r.quorum {
+	if !r.quorums.all(answered) {
 		return nil, "", nil, failed, quarantined, r.quorumError(failed, quarantined, 0)
 	}
 
@@ -115,17 +129,23 @@ func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (k
 			bound, bounded = w.keys[len(w.keys)-1], true
 		}
 	}
-	count := map[string]int{}
-	for _, w := range kept {
-		for _, k := range w.keys {
+	has := map[string][]bool{} // key → the nodes that have it
+	for i, counts := range answered {
+		if !counts {
+			continue
+		}
+		for _, k := range windows[i].keys {
 			if !bounded || k <= bound {
-				count[k]++
+				if has[k] == nil {
+					has[k] = make([]bool, len(r.nodes))
+				}
+				has[k][i] = true
 			}
 		}
 	}
 	var candidates []string
-	for _, k := range sortedKeys(count) {
-		if count[k] >= r.quorum {
+	for _, k := range sortedKeys(has) {
+		if r.quorums.any(has[k]) {
 			candidates = append(candidates, k)
 		}
 	}
@@ -136,19 +156,20 @@ func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (k
 	return keys, next, answered, failed, quarantined, nil
 }
 
-// counting returns the nodes whose answers count now, and how many do
-// not: down, or quarantined after a restart.
-func (r *Redlock) counting() (nodes []*redlockNode, down, quarantined int) {
+// counting returns the nodes whose answers count now, by index, and how
+// many do not: down, or quarantined after a restart.
+func (r *Redlock) counting() (nodes []bool, down, quarantined int) {
 	now := time.Now()
-	for _, n := range r.nodes {
+	nodes = make([]bool, len(r.nodes))
+	for i, n := range r.nodes {
 		switch {
 		case n.isDown():
 			down++
 		case n.quarantined(now):
 			quarantined++
 		default:
-			nodes = append(nodes, n)
+			nodes[i] = true
 		}
 	}
-	return slices.Clip(nodes), down, quarantined
+	return nodes, down, quarantined
 }

@@ -62,6 +62,15 @@ type RedlockOptions struct {
 	// when gateways reach a node under different addresses (a proxy of
 	// their own): every gateway must name each node the same way.
 	NodeNames []string
+	// Previous, when set, makes this a transition gateway (docs/safety.md,
+	// "Changing the node list", rule T): the node list the nodes served
+	// before this one, whose majority every grant needs as well, until
+	// the transition finished. PreviousURLs is the same as URLs, for
+	// OpenRedlock; PreviousNodeNames names them as NodeNames does (a node
+	// named as one of NodeNames is that node).
+	Previous          []*redis.Options
+	PreviousURLs      []string
+	PreviousNodeNames []string
 	// DisableRestartGuard turns restart detection and quarantine off. It
 	// exists so tests can show what the guard prevents; never set it in
 	// production.
@@ -195,7 +204,7 @@ type RedlockOptions struct {
 // restart, is not detected.
 type Redlock struct {
 	nodes       []*redlockNode
-	quorum      int
+	quorums     quorums // the node list, and during a transition the previous one
 	nodeTimeout time.Duration
 	maxTTL      time.Duration
 	quarantine  time.Duration // maxTTL + drift
@@ -219,11 +228,24 @@ var _ Store = (*Redlock)(nil)
 // attempt per call, and no optional handshake round trips.
 func OpenRedlock(urls []string, opts RedlockOptions) (*Redlock, error) {
 	nodeTimeout := cmp.Or(opts.NodeTimeout, DefaultNodeTimeout)
+	nodes, err := parseRedlockURLs(urls, nodeTimeout, "")
+	if err != nil {
+		return nil, err
+	}
+	if opts.PreviousURLs != nil {
+		if opts.Previous, err = parseRedlockURLs(opts.PreviousURLs, nodeTimeout, "previous "); err != nil {
+			return nil, err
+		}
+	}
+	return NewRedlock(nodes, opts)
+}
+
+func parseRedlockURLs(urls []string, nodeTimeout time.Duration, which string) ([]*redis.Options, error) {
 	nodes := make([]*redis.Options, 0, len(urls))
 	for i, u := range urls {
 		o, err := redis.ParseURL(strings.TrimSpace(u))
 		if err != nil {
-			return nil, fmt.Errorf("lockstore: redlock URL %d: %w", i+1, err)
+			return nil, fmt.Errorf("lockstore: redlock %sURL %d: %w", which, i+1, err)
 		}
 		o.DialTimeout = nodeTimeout
 		o.ReadTimeout = nodeTimeout
@@ -232,7 +254,7 @@ func OpenRedlock(urls []string, opts RedlockOptions) (*Redlock, error) {
 		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		nodes = append(nodes, o)
 	}
-	return NewRedlock(nodes, opts)
+	return nodes, nil
 }
 
 // NewRedlock returns a Redlock over one client per element of nodes, which it
@@ -254,12 +276,14 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 	if len(nodes) < 3 {
 		return nil, fmt.Errorf("lockstore: redlock needs at least 3 nodes, got %d", len(nodes))
 	}
+	if opts.Previous != nil && len(opts.Previous) < 3 {
+		return nil, fmt.Errorf("lockstore: redlock needs at least 3 previous nodes, got %d", len(opts.Previous))
+	}
 	if opts.NodeTimeout < 0 || opts.MaxTTL < 0 {
 		return nil, errors.New("lockstore: redlock NodeTimeout and MaxTTL must not be negative")
 	}
 	maxTTL := cmp.Or(opts.MaxTTL, DefaultMaxTTL)
 	r := &Redlock{
-		quorum:      len(nodes)/2 + 1,
 		nodeTimeout: cmp.Or(opts.NodeTimeout, DefaultNodeTimeout),
 		maxTTL:      maxTTL,
 		quarantine:  maxTTL + drift(maxTTL),
@@ -267,20 +291,25 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		onVote:      opts.OnVote,
 		stop:        make(chan struct{}),
 	}
+	var err error
+	nodeQuarantine := r.quarantine // rule Q: a node found without a marker
+	if opts.DisableRestartGuard {
+		nodeQuarantine = 0
+	}
+	if r.set, nodes, err = newNodeSet(nodes, opts.NodeNames, opts.Previous, opts.PreviousNodeNames, nodeQuarantine); err != nil {
+		return nil, err
+	}
+	r.set.settle = r.quarantine
+	r.quorums = quorums{newQuorumList(r.set.inList)}
+	if r.set.transition() {
+		r.quorums = append(r.quorums, newQuorumList(r.set.inPrev))
+	}
 	seen := make(map[string]bool, len(nodes))
 	for _, o := range nodes {
 		if seen[o.Addr] {
 			return nil, fmt.Errorf("lockstore: redlock node %s is listed twice", o.Addr)
 		}
 		seen[o.Addr] = true
-	}
-	var err error
-	nodeQuarantine := r.quarantine // rule Q: a node found without a marker
-	if opts.DisableRestartGuard {
-		nodeQuarantine = 0
-	}
-	if r.set, err = newNodeSet(nodes, opts.NodeNames, nodeQuarantine); err != nil {
-		return nil, err
 	}
 	for i, o := range nodes {
 		o := *o

@@ -12,35 +12,36 @@ import (
 // highest fence, not the copy's: the copy is confirmed on one node, never
 // on a majority (docs/safety.md, "Fences and retries", stale copies).
 func TestRoundFenceIgnoresStaleCopy(t *testing.T) {
+	three := quorums{newQuorumList([]bool{true, true, true})}
 	values := []roundValue{
 		{has: true, counted: true, fence: 188, confirmed: true, maker: makerOf("~V")}, // the stale copy
 		{has: true, counted: true, fence: 190, maker: makerOf("~W")},
 		{has: true, counted: true, fence: 190, maker: makerOf("~W")},
 	}
-	fence, renewal := roundFence(values, 2)
+	fence, renewal := roundFence(values, three)
 	assert.Equal(t, int64(190), fence)
 	assert.False(t, renewal)
 
 	// Two confirmed copies of one fence are a majority of three: a renewal.
 	values[1].fence, values[1].confirmed = 188, true
-	fence, renewal = roundFence(values, 2)
+	fence, renewal = roundFence(values, three)
 	assert.Equal(t, int64(188), fence)
 	assert.True(t, renewal)
 
 	// A node that does not count is no vote.
 	values[1].counted = false
-	_, renewal = roundFence(values, 2)
+	_, renewal = roundFence(values, three)
 	assert.False(t, renewal)
 
 	// A floor (a permit's value older than its node knows, R3) lifts a new
 	// grant's fence, not a renewal's.
 	values[1].counted = true
 	values[2].floor = 195
-	fence, renewal = roundFence(values, 2)
+	fence, renewal = roundFence(values, three)
 	assert.Equal(t, int64(188), fence)
 	assert.True(t, renewal)
 	values[1].confirmed = false
-	fence, renewal = roundFence(values, 2)
+	fence, renewal = roundFence(values, three)
 	assert.Equal(t, int64(195), fence)
 	assert.False(t, renewal)
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -122,10 +123,12 @@ func (r *Redlock) acquireOnce(ctx context.Context, c *acquireCall) (_ Lease, ret
 		return nodeAcquire(ctx, n.grant, key, a)
 	})
 
-	var granted []int
-	var held []time.Duration
+	granted := make([]bool, len(votes)) // by node
+	held := make([]time.Duration, len(votes))
+	heldAt := make([]bool, len(votes))
 	failed, quarantined, refused := 0, 0, 0
 	for i, v := range votes {
+		held[i] = -1
 		vote := "granted"
 		switch {
 		case v.err != nil:
@@ -137,10 +140,10 @@ func (r *Redlock) acquireOnce(ctx context.Context, c *acquireCall) (_ Lease, ret
 			quarantined++
 			vote = "quarantined"
 		case v.val.code == acquireHeld:
-			held = append(held, v.val.remaining)
+			held[i], heldAt[i] = v.val.remaining, true
 			vote = "held"
 		default:
-			granted = append(granted, i)
+			granted[i] = true
 		}
 		if r.onVote != nil {
 			r.onVote(r.nodes[i].addr, vote)
@@ -148,7 +151,7 @@ func (r *Redlock) acquireOnce(ctx context.Context, c *acquireCall) (_ Lease, ret
 	}
 
 	var made []lockValue // by node: a lease this round alone confirmed there
-	if ctx.Err() == nil && len(granted) >= r.quorum {
+	if ctx.Err() == nil && r.quorums.all(granted) {
 		lease, ok, confirmed := r.confirmGrant(ctx, c, a, votes, start)
 		if ok {
 			return lease, false, nil
@@ -160,11 +163,11 @@ func (r *Redlock) acquireOnce(ctx context.Context, c *acquireCall) (_ Lease, ret
 	switch {
 	case ctx.Err() != nil:
 		return Lease{}, false, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	case len(granted)+len(held) < r.quorum:
+	case !r.quorums.all(or(granted, heldAt)):
 		return Lease{}, false, r.quorumError(failed, quarantined, refused)
-	case len(granted) == 0: // then len(held) ≥ quorum
+	case !slices.Contains(granted, true): // then held nodes are a quorum
 		return Lease{}, false, &HeldError{Remaining: r.heldRemaining(held)}
-	case len(held) > 0:
+	case slices.Contains(heldAt, true):
 		return Lease{}, true, &HeldError{Remaining: r.heldRemaining(held)}
 	default: // a majority granted, but too slowly, or the confirmation did not stick
 		return Lease{}, true, fmt.Errorf("%w: redlock could not confirm a majority within the lease's validity", ErrUnavailable)
@@ -210,7 +213,7 @@ func (r *Redlock) confirmGrant(ctx context.Context, c *acquireCall, a acquireArg
 		return code, err
 	})
 	validity := req.TTL - time.Since(start) - drift(req.TTL)
-	if g.confirmed < r.quorum || validity <= 0 || ctx.Err() != nil {
+	if !r.quorums.all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
 		return Lease{}, false, made
 	}
 	owner := req.Owner
@@ -324,23 +327,19 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	}
 	validity := ttl - time.Since(start) - drift(ttl)
 	switch {
-	case len(t.ok) >= r.quorum && validity > 0:
+	case r.quorums.all(t.okAt) && validity > 0:
 		v := majorityValue(t.ok)
 		return Lease{
 			Key: key, Token: token, Owner: v.owner, Fence: v.fence, Granted: ttl,
 			ExpiresAt: start.Add(ttl - drift(ttl)),
 		}, nil
-	case len(t.ok) >= r.quorum:
+	case r.quorums.all(t.okAt):
 		return Lease{}, fmt.Errorf("%w: redlock extended the lease on a majority too slowly to vouch for it", ErrUnavailable)
-	case t.mismatch >= r.quorum:
-		return Lease{}, ErrTokenMismatch
-	case len(t.ok)+t.unknown < r.quorum:
-		// What it found of the token's on a minority is left to expire: an
-		// acquire round of the same token may have just written it, and
-		// deleting it could cut that grant's majority.
-		return Lease{}, ErrNotHeld
 	}
-	return Lease{}, t.unavailable(r)
+	// What it found of the token's on a minority is left to expire: an
+	// acquire round of the same token may have just written it, and
+	// deleting it could cut that grant's majority.
+	return Lease{}, t.decide(r)
 }
 
 // Release implements Store, in two steps. It reads every node first and
@@ -368,12 +367,8 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	case t.mismatch >= r.quorum:
-		return ErrTokenMismatch
-	case len(t.ok)+t.unknown < r.quorum:
-		return ErrNotHeld
-	case len(t.ok) < r.quorum:
-		return t.unavailable(r)
+	case !r.quorums.any(t.okAt):
+		return t.decide(r)
 	}
 	held := make([]bool, len(reads))
 	for i, v := range reads {
@@ -382,19 +377,7 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
 		return struct{}{}, releaseRead(ctx, n.batch, key, digest, reads[i].val)
 	})
-	deleted := 0
-	for _, v := range dels {
-		if v.err == nil && v.counted {
-			deleted++
-		}
-	}
-	if deleted >= r.quorum {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return fmt.Errorf("%w: redlock released the lease on %d of %d nodes; a majority of %d is needed", ErrUnavailable, deleted, len(r.nodes), r.quorum)
+	return released(ctx, r, t, dels, "lease")
 }
 
 // releaseRead deletes digest's lease on one node if it is still as read
@@ -450,25 +433,32 @@ func (r *Redlock) InspectSpread(ctx context.Context, key string) (Lease, time.Du
 		return Lease{}, 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	holders := make(map[string][]held) // by token digest
-	unknown, failed, quarantined := 0, 0, 0
-	for _, v := range votes {
+	holdersAt := make(map[string][]bool)
+	unknownAt := make([]bool, len(votes))
+	failed, quarantined := 0, 0
+	for i, v := range votes {
 		switch {
 		case v.err != nil && !answered(v.err):
-			unknown++
+			unknownAt[i] = true
 			failed++
 		case !v.counted:
-			unknown++
+			unknownAt[i] = true
 			quarantined++
 		case v.err == nil && !v.val.value.provisional():
 			// A provisional value is no lease until a round confirms it
 			// (confirm.lua, which tells watchers when it does).
-			holders[v.val.value.digest] = append(holders[v.val.value.digest], v.val)
+			d := v.val.value.digest
+			holders[d] = append(holders[d], v.val)
+			if holdersAt[d] == nil {
+				holdersAt[d] = make([]bool, len(votes))
+			}
+			holdersAt[d][i] = true
 		}
 	}
-	best := 0
-	for _, hs := range holders {
-		best = max(best, len(hs))
-		if len(hs) < r.quorum {
+	could := false // a token could hold a majority, counting the silent nodes
+	for d, hs := range holders {
+		could = could || r.quorums.any(or(holdersAt[d], unknownAt))
+		if !r.quorums.any(holdersAt[d]) {
 			continue
 		}
 		values := make([]lockValue, len(hs))
@@ -483,7 +473,7 @@ func (r *Redlock) InspectSpread(ctx context.Context, key string) (Lease, time.Du
 		l := Lease{Key: key, Owner: v.owner, Fence: v.fence, Granted: v.length, Left: ttl, ExpiresAt: start.Add(ttl)}
 		return l, watchLate(start, longest, l.ExpiresAt), nil
 	}
-	if best+unknown < r.quorum {
+	if !could && !r.quorums.any(unknownAt) { // no token could hold a majority
 		return Lease{}, 0, ErrNotHeld
 	}
 	return Lease{}, 0, r.quorumError(failed, quarantined, 0)
@@ -511,8 +501,9 @@ func (r *Redlock) Ping(ctx context.Context) error {
 		}
 		return struct{}{}, r.checkSet(nctx, i, n)
 	})
-	ok, failed, quarantined, refused := 0, 0, 0, 0
-	for _, v := range votes {
+	ok := make([]bool, len(votes))
+	failed, quarantined, refused := 0, 0, 0
+	for i, v := range votes {
 		switch {
 		case v.err != nil:
 			failed++
@@ -522,14 +513,35 @@ func (r *Redlock) Ping(ctx context.Context) error {
 		case !v.counted:
 			quarantined++
 		default:
-			ok++
+			ok[i] = true
 		}
 	}
-	if ok >= r.quorum {
+	if r.quorums.all(ok) {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return r.quorumError(failed, quarantined, refused)
+}
+
+// released is G2's answer after the deletes of a lease or permit (what):
+// done when they hold a majority of every list where the read found that
+// the token could hold one (quorums.covers).
+func released[T any](ctx context.Context, r *Redlock, t ownedTally[T], dels []nodeResult[struct{}], what string) error {
+	deleted := make([]bool, len(dels))
+	n := 0
+	for i, v := range dels {
+		if v.err == nil && v.counted {
+			deleted[i] = true
+			n++
+		}
+	}
+	if r.quorums.covers(or(t.okAt, t.unknownAt), deleted) {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return fmt.Errorf("%w: redlock released the %s on %d of %d nodes; a majority of %d is needed", ErrUnavailable, what, n, len(r.nodes), r.quorums.need())
 }

@@ -8,10 +8,91 @@ import (
 	"time"
 )
 
+// quorums are the node lists a Redlock counts by: one, or during a
+// transition (docs/safety.md, rule T) the new list and the previous one.
+// A quorum is a set of nodes holding a majority of every list, so any two
+// quorums of gateways that count one list in common share a node.
+type quorums []quorumList
+
+// quorumList is one node list: which of the Redlock's nodes are in it,
+// and how many of them are a majority.
+type quorumList struct {
+	in   []bool // by node index
+	need int
+}
+
+func newQuorumList(in []bool) quorumList {
+	n := 0
+	for _, b := range in {
+		if b {
+			n++
+		}
+	}
+	return quorumList{in: in, need: n/2 + 1}
+}
+
+// count is how many of the list's nodes m holds.
+func (l quorumList) count(m []bool) int {
+	n := 0
+	for i, b := range m {
+		if b && l.in[i] {
+			n++
+		}
+	}
+	return n
+}
+
+// all: m holds a majority of every list: a quorum, what a grant, a
+// confirmation, an extend and a release's deletes need.
+func (q quorums) all(m []bool) bool {
+	for _, l := range q {
+		if l.count(m) < l.need {
+			return false
+		}
+	}
+	return true
+}
+
+// any: m holds a majority of some list. A lease granted before a
+// transition holds a majority of the previous list only; reads see it
+// held, and "not held" means a majority of no list.
+func (q quorums) any(m []bool) bool {
+	for _, l := range q {
+		if l.count(m) >= l.need {
+			return true
+		}
+	}
+	return false
+}
+
+// covers: wherever could holds a majority of a list, done holds one too.
+// A release is done when its deletes hold a majority of every list the
+// lease could hold one of (docs/safety.md, G2).
+func (q quorums) covers(could, done []bool) bool {
+	for _, l := range q {
+		if l.count(could) >= l.need && l.count(done) < l.need {
+			return false
+		}
+	}
+	return true
+}
+
+// need is the votes a quorum needs, for messages: the new list's majority.
+func (q quorums) need() int { return q[0].need }
+
+// or is the union of two masks, by node.
+func or(a, b []bool) []bool {
+	m := make([]bool, len(a))
+	for i := range a {
+		m[i] = a[i] || b[i]
+	}
+	return m
+}
+
 // quorumError counts failed as not answering, except the refusals among
 // them.
 func (r *Redlock) quorumError(failed, quarantined, refused int) error {
-	e := &QuorumError{Nodes: len(r.nodes), Quorum: r.quorum, Failed: failed - refused, Quarantined: quarantined, Refused: refused}
+	e := &QuorumError{Nodes: len(r.nodes), Quorum: r.quorums.need(), Failed: failed - refused, Quarantined: quarantined, Refused: refused}
 	if refused > 0 {
 		e.NodeList = r.set.reason()
 	}
@@ -91,31 +172,45 @@ func answeredMask[T any](votes []nodeResult[T]) []bool {
 // make (Extend, Release).
 type ownedTally[T any] struct {
 	ok                           []T
-	mismatch                     int
-	unknown                      int // failed + quarantined
-	failed, quarantined, refused int // refused: among failed
+	okAt, mismatchAt, unknownAt  []bool // by node; unknown: failed or quarantined
+	failed, quarantined, refused int    // refused: among failed
 }
 
 func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
-	var t ownedTally[T]
-	for _, v := range votes {
+	t := ownedTally[T]{okAt: make([]bool, len(votes)), mismatchAt: make([]bool, len(votes)), unknownAt: make([]bool, len(votes))}
+	for i, v := range votes {
 		switch {
 		case !answered(v.err):
-			t.unknown++
+			t.unknownAt[i] = true
 			t.failed++
 			if errors.Is(v.err, ErrRefused) {
 				t.refused++
 			}
 		case !v.counted:
-			t.unknown++
+			t.unknownAt[i] = true
 			t.quarantined++
 		case v.err == nil:
 			t.ok = append(t.ok, v.val)
+			t.okAt[i] = true
 		case errors.Is(v.err, ErrTokenMismatch):
-			t.mismatch++
+			t.mismatchAt[i] = true
 		}
 	}
 	return t
+}
+
+// decide is the answer the tally of an extend or a release's read gives
+// when its oks are no quorum: another token holds a majority of some list
+// (ErrTokenMismatch); the token could hold a majority of no list, counting
+// the nodes that did not answer (ErrNotHeld); or ErrUnavailable.
+func (t ownedTally[T]) decide(r *Redlock) error {
+	switch {
+	case r.quorums.any(t.mismatchAt):
+		return ErrTokenMismatch
+	case !r.quorums.any(or(t.okAt, t.unknownAt)):
+		return ErrNotHeld
+	}
+	return t.unavailable(r)
 }
 
 func (t ownedTally[T]) unavailable(r *Redlock) error {
@@ -137,11 +232,26 @@ func majorityValue(vs []lockValue) lockValue {
 	return best
 }
 
-// heldRemaining is how long until fewer than a majority of the nodes that
-// answered "held" still hold the key: the quorum-th longest remaining TTL,
-// or the shortest when fewer than a quorum said held.
+// heldRemaining is how long until, in every list, fewer than a majority
+// of the nodes that answered "held" still hold the key: per list the
+// majority-th longest remaining TTL among them (the shortest when fewer
+// said held), the longest of those. held is by node; a negative duration
+// is a node that did not say held.
 func (r *Redlock) heldRemaining(held []time.Duration) time.Duration {
-	slices.Sort(held)
-	slices.Reverse(held)
-	return held[min(r.quorum, len(held))-1]
+	var longest time.Duration
+	for _, l := range r.quorums {
+		var in []time.Duration
+		for i, d := range held {
+			if d >= 0 && l.in[i] {
+				in = append(in, d)
+			}
+		}
+		if len(in) == 0 {
+			continue
+		}
+		slices.Sort(in)
+		slices.Reverse(in)
+		longest = max(longest, in[min(l.need, len(in))-1])
+	}
+	return longest
 }

@@ -35,7 +35,7 @@ type roundGrant struct {
 	renewal   bool   // a renewal (200): the fence q granting nodes carry confirmed
 	owner     string // the stored owner of a value with the fence,
 	hasOwner  bool   // if any
-	confirmed int    // granting nodes that carry the fence confirmed, still counted
+	confirmed []bool // by node: granting nodes that carry the fence confirmed, still counted
 }
 
 // confirmRound is G1 after the votes: it picks the fence (roundFence),
@@ -47,7 +47,8 @@ type roundGrant struct {
 // not a renewal.
 func (r *Redlock) confirmRound(ctx context.Context, values []roundValue, rounds []string, confirm confirmFunc) roundGrant {
 	var g roundGrant
-	g.fence, g.renewal = roundFence(values, r.quorum)
+	g.fence, g.renewal = roundFence(values, r.quorums)
+	g.confirmed = make([]bool, len(values))
 	for _, v := range values {
 		if v.granting() && v.fence == g.fence {
 			if !g.hasOwner {
@@ -63,14 +64,12 @@ func (r *Redlock) confirmRound(ctx context.Context, values []roundValue, rounds 
 		switch {
 		case !v.has:
 		case v.fence == g.fence && v.confirmed:
-			if v.counted {
-				g.confirmed++
-			}
+			g.confirmed[i] = v.counted
 		default:
 			rewrite[i] = true
 		}
 	}
-	if g.confirmed >= r.quorum {
+	if r.quorums.all(g.confirmed) {
 		return g
 	}
 	done := fanOut(ctx, r, rewrite, func(ctx context.Context, i int, n *redlockNode) (int64, error) {
@@ -80,30 +79,33 @@ func (r *Redlock) confirmRound(ctx context.Context, values []roundValue, rounds 
 		// Only a node that counted for the votes, and counts still: the
 		// fence was picked from the former (docs/safety.md, G1).
 		if rewrite[i] && v.err == nil && (v.val == confirmMade || v.val == confirmJoined) && v.counted && values[i].granting() {
-			g.confirmed++
+			g.confirmed[i] = true
 		}
 	}
 	return g
 }
 
 // roundFence is a round's fence from its granting nodes' values (G1): the
-// confirmed fence a majority of them carry, if any (a renewal: the lease
+// confirmed fence a quorum of them carry, if any (a renewal: the lease
 // as it was answered), else the highest fence among them and their nodes'
 // floors (permits, R3), which is above every earlier holder's
 // (docs/safety.md, "Fences and retries", "Fences of permits").
-func roundFence(values []roundValue, quorum int) (fence int64, renewal bool) {
-	confirmed := make(map[int64]int, 1)
-	for _, v := range values {
+func roundFence(values []roundValue, q quorums) (fence int64, renewal bool) {
+	confirmed := make(map[int64][]bool, 1) // fence → the nodes carrying it confirmed
+	for i, v := range values {
 		if !v.granting() {
 			continue
 		}
 		fence = max(fence, v.fence)
 		if v.confirmed {
-			confirmed[v.fence]++
+			if confirmed[v.fence] == nil {
+				confirmed[v.fence] = make([]bool, len(values))
+			}
+			confirmed[v.fence][i] = true
 		}
 	}
-	for f, n := range confirmed {
-		if n >= quorum {
+	for f, at := range confirmed {
+		if q.all(at) {
 			return f, true
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -105,13 +106,18 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 		return nodeSemAcquire(ctx, n.semGrant, key, a)
 	})
 
-	var granted []int
-	var full []time.Duration // nodes with no free slot: time until one frees
-	refusedSlot, failed, quarantined, refused := 0, 0, 0, 0
+	granted := make([]bool, len(votes))       // by node
+	full := make([]time.Duration, len(votes)) // nodes with no free slot: time until one frees; -1 others
+	fullAt := make([]bool, len(votes))
+	answeredAt := make([]bool, len(votes)) // counted nodes that answered
+	mismatchAt := make([]bool, len(votes))
+	failed, quarantined, refused := 0, 0, 0
 	var mismatch []semResult
 	freeVotes := make(map[int]int) // slot → nodes that have it free
 	elsewhere := make(map[int]int) // slot → nodes where the token holds it
 	for i, v := range votes {
+		full[i] = -1
+		answeredAt[i] = v.err == nil && v.counted
 		vote := "granted"
 		switch {
 		case v.err != nil:
@@ -123,18 +129,18 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 			quarantined++
 			vote = "quarantined"
 		case v.val.code == semNew || v.val.code == semRenewed:
-			granted = append(granted, i)
+			granted[i] = true
 		case v.val.code == semMismatch:
 			mismatch = append(mismatch, v.val)
+			mismatchAt[i] = true
 			vote = "held"
 		case v.val.code == semElsewise:
 			elsewhere[v.val.slot]++
 			vote = "held"
 		default:
 			vote = "held"
-			refusedSlot++
 			if v.val.freeCount == 0 {
-				full = append(full, v.val.remaining)
+				full[i], fullAt[i] = v.val.remaining, true
 			}
 			for _, s := range v.val.free {
 				freeVotes[s]++
@@ -146,7 +152,7 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 	}
 
 	var made []semValue // by node: a permit this round alone confirmed there
-	if ctx.Err() == nil && len(granted) >= r.quorum {
+	if ctx.Err() == nil && r.quorums.all(granted) {
 		p, ok, confirmed := r.semConfirm(ctx, key, a, req, votes, *rounds, start)
 		if ok {
 			return p, 0, nil
@@ -155,12 +161,8 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 	}
 	r.semDiscard(ctx, key, a, votes, made)
 
-	answered := len(granted) + refusedSlot + len(mismatch)
-	for _, c := range elsewhere {
-		answered += c
-	}
 	fullErr := &FullError{Limit: req.Limit}
-	if len(full) > 0 {
+	if slices.Contains(fullAt, true) {
 		fullErr.Remaining = r.heldRemaining(full)
 	}
 	switch {
@@ -171,18 +173,18 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 		// nodes know it by. If no round settles it, the outcome is
 		// unknown, as after a timeout: the client retries with its token.
 		return Permit{}, mostVoted(elsewhere), fmt.Errorf("%w: the token's permit is on different slots of different nodes; retry with the same token", ErrUnavailable)
-	case answered < r.quorum:
+	case !r.quorums.all(answeredAt):
 		return Permit{}, 0, r.quorumError(failed, quarantined, refused)
-	case len(mismatch) >= r.quorum || (len(mismatch) > 0 && len(mismatch)+len(full) >= r.quorum):
+	case r.quorums.any(mismatchAt) || (len(mismatch) > 0 && r.quorums.any(or(mismatchAt, fullAt))):
 		m := mismatch[0]
 		return Permit{}, 0, &LimitMismatchError{Limit: m.limit, Remaining: m.remaining}
-	case len(full) >= r.quorum:
+	case r.quorums.any(fullAt):
 		return Permit{}, 0, fullErr
 	}
 	if len(freeVotes) > 0 {
 		return Permit{}, mostVoted(freeVotes), fullErr
 	}
-	if len(granted) > 0 { // granted by a majority too slowly, or a split vote
+	if slices.Contains(granted, true) { // granted by a majority too slowly, or a split vote
 		return Permit{}, slot, fmt.Errorf("%w: redlock could not confirm a majority within the permit's validity", ErrUnavailable)
 	}
 	return Permit{}, 0, fullErr
@@ -239,7 +241,7 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 		return code, err
 	})
 	validity := req.TTL - time.Since(start) - drift(req.TTL)
-	if g.confirmed < r.quorum || validity <= 0 || ctx.Err() != nil {
+	if !r.quorums.all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
 		return Permit{}, false, made
 	}
 	owner := req.Owner
@@ -306,11 +308,14 @@ func (r *Redlock) SemExtend(ctx context.Context, key, token string, ttl time.Dur
 	}
 	slot := mostVoted(bySlot)
 	var ok []semValue
-	for _, v := range t.ok {
-		if v.slot == slot {
-			ok = append(ok, v)
+	okAt := make([]bool, len(votes))
+	for i, v := range votes {
+		if t.okAt[i] && v.val.slot == slot {
+			ok = append(ok, v.val)
+			okAt[i] = true
 		}
 	}
+	t.okAt = okAt
 	if ttl == 0 {
 		for _, v := range ok {
 			if ttl == 0 || v.length < ttl {
@@ -320,18 +325,14 @@ func (r *Redlock) SemExtend(ctx context.Context, key, token string, ttl time.Dur
 	}
 	validity := ttl - time.Since(start) - drift(ttl)
 	switch {
-	case len(ok) >= r.quorum && validity > 0:
+	case r.quorums.all(okAt) && validity > 0:
 		v := majoritySemValue(ok)
 		return Permit{Key: key, Token: token, Owner: v.owner, Limit: v.limit, Fence: v.fence,
 			Granted: ttl, ExpiresAt: start.Add(ttl - drift(ttl))}, nil
-	case len(ok) >= r.quorum:
+	case r.quorums.all(okAt):
 		return Permit{}, fmt.Errorf("%w: redlock extended the permit on a majority too slowly to vouch for it", ErrUnavailable)
-	case t.mismatch >= r.quorum:
-		return Permit{}, ErrTokenMismatch
-	case len(ok)+t.unknown < r.quorum:
-		return Permit{}, ErrNotHeld
 	}
-	return Permit{}, t.unavailable(r)
+	return Permit{}, t.decide(r)
 }
 
 // majoritySemValue is the value most of vs carry, by fence (the highest on
@@ -366,12 +367,8 @@ func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	case t.mismatch >= r.quorum:
-		return ErrTokenMismatch
-	case len(t.ok)+t.unknown < r.quorum:
-		return ErrNotHeld
-	case len(t.ok) < r.quorum:
-		return t.unavailable(r)
+	case !r.quorums.any(t.okAt):
+		return t.decide(r)
 	}
 	held := make([]bool, len(reads))
 	for i, v := range reads {
@@ -390,19 +387,7 @@ func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
 		}
 		return struct{}{}, errMoved
 	})
-	deleted := 0
-	for _, v := range dels {
-		if v.err == nil && v.counted {
-			deleted++
-		}
-	}
-	if deleted >= r.quorum {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return fmt.Errorf("%w: redlock released the permit on %d of %d nodes; a majority of %d is needed", ErrUnavailable, deleted, len(r.nodes), r.quorum)
+	return released(ctx, r, t, dels, "permit")
 }
 
 // SemInspect implements Semaphores: the permits held on a majority of the
@@ -438,15 +423,17 @@ func (r *Redlock) SemInspectSpread(ctx context.Context, key string) (SemaphoreSt
 		digest string
 	}
 	found := make(map[permitID][]semValue)
+	foundAt := make(map[permitID][]bool)
 	limits := make(map[int]int)
-	unknown, failed, quarantined := 0, 0, 0
-	for _, v := range votes {
+	unknownAt := make([]bool, len(votes))
+	failed, quarantined := 0, 0
+	for i, v := range votes {
 		switch {
 		case v.err != nil && !answered(v.err):
-			unknown++
+			unknownAt[i] = true
 			failed++
 		case !v.counted:
-			unknown++
+			unknownAt[i] = true
 			quarantined++
 		case v.err == nil:
 			limits[v.val.limit]++
@@ -456,15 +443,19 @@ func (r *Redlock) SemInspectSpread(ctx context.Context, key string) (SemaphoreSt
 				}
 				id := permitID{sv.slot, sv.digest}
 				found[id] = append(found[id], sv)
+				if foundAt[id] == nil {
+					foundAt[id] = make([]bool, len(votes))
+				}
+				foundAt[id][i] = true
 			}
 		}
 	}
 	st := SemaphoreState{Key: key, Limit: mostVoted(limits)}
 	var late time.Duration
-	best := 0
-	for _, vs := range found {
-		best = max(best, len(vs))
-		if len(vs) < r.quorum {
+	could := r.quorums.any(unknownAt) // a permit could hold a majority, counting the silent nodes
+	for id, vs := range found {
+		could = could || r.quorums.any(or(foundAt[id], unknownAt))
+		if !r.quorums.any(foundAt[id]) {
 			continue
 		}
 		left, longest := vs[0].left, vs[0].left
@@ -483,7 +474,7 @@ func (r *Redlock) SemInspectSpread(ctx context.Context, key string) (SemaphoreSt
 		sortHolders(st.Holders)
 		return st, late, nil
 	}
-	if best+unknown < r.quorum {
+	if !could {
 		return SemaphoreState{}, 0, ErrNotHeld
 	}
 	return SemaphoreState{}, 0, r.quorumError(failed, quarantined, 0)

@@ -48,6 +48,12 @@ const setKey = "lockgw:redlock:set"
 // while it exists.
 const quarantineKey = "lockgw:redlock:quarantine"
 
+// settleKey, on a Redlock node of the previous list during a transition,
+// lives the longest lease plus drift after the node stopped serving that
+// list (docs/safety.md, rule T): once a majority of the previous list's
+// nodes have none left, no lease of that list can be alive.
+const settleKey = "lockgw:redlock:settle"
+
 // quarantineReply starts nodeset.lua's answer on a quarantined node,
 // followed by the ms it has left.
 const quarantineReply = "LOCKGW_QUARANTINE "
@@ -95,8 +101,13 @@ func nodeName(o *redis.Options) string {
 // nodeSet is a Redlock's node list and what its nodes said of it.
 type nodeSet struct {
 	list  string   // the names, sorted, joined by ","
-	names []string // each node's name, in the order the nodes were given
-	kick  chan struct{}
+	names []string // each node's name, by node index
+	// prev is the previous list during a transition (docs/safety.md, rule
+	// T), canonical as list; "" otherwise. inPrev says which nodes are in
+	// it, inList which are in list (a node of both is one node).
+	prev          string
+	inPrev, inList []bool
+	kick          chan struct{}
 
 	mu sync.Mutex
 	// why the gateway refuses: a node of the list serves another list (or
@@ -114,29 +125,135 @@ type nodeSet struct {
 	// quarantined so, for /readyz.
 	quarantine time.Duration
 	held       map[int]time.Time
+	// settle is how long a transition's settle key lives (rule T): the
+	// longest lease plus drift. finished: a node carries the new list, so
+	// the transition is done (only a finish writes it first).
+	settle   time.Duration
+	finished bool
 }
 
-func newNodeSet(nodes []*redis.Options, names []string, quarantine time.Duration) (*nodeSet, error) {
+// newNodeSet names the nodes of the list (names, or each node's
+// host:port/db) and, during a transition, of the previous list, and
+// returns with it every node the Redlock talks to: the list's, then the
+// previous list's that are not in it by name.
+func newNodeSet(nodes []*redis.Options, names []string, prev []*redis.Options, prevNames []string, quarantine time.Duration) (*nodeSet, []*redis.Options, error) {
 	s := &nodeSet{kick: make(chan struct{}, 1), quarantine: quarantine}
-	if names != nil && len(names) != len(nodes) {
-		return nil, fmt.Errorf("lockstore: redlock has %d nodes but %d node names", len(nodes), len(names))
+	listNames, err := nameNodes(nodes, names, "")
+	if err != nil {
+		return nil, nil, err
 	}
+	all := slices.Clone(nodes)
+	s.names = listNames
+	s.list = canonical(listNames)
+	s.inList = make([]bool, len(nodes))
+	for i := range s.inList {
+		s.inList[i] = true
+	}
+	if prev == nil {
+		return s, all, nil
+	}
+	prevNames, err = nameNodes(prev, prevNames, "previous ")
+	if err != nil {
+		return nil, nil, err
+	}
+	s.prev = canonical(prevNames)
+	if s.prev == s.list {
+		return nil, nil, errors.New("lockstore: the previous Redlock node list is the node list itself: a transition changes the list")
+	}
+	s.inPrev = make([]bool, len(nodes))
+	for i, n := range prevNames {
+		if j := slices.Index(listNames, n); j >= 0 {
+			s.inPrev[j] = true
+			continue
+		}
+		all = append(all, prev[i])
+		s.names = append(s.names, n)
+		s.inPrev = append(s.inPrev, true)
+		s.inList = append(s.inList, false)
+	}
+	return s, all, nil
+}
+
+// nameNodes is each node's name in a list: names[i], or its host:port/db.
+func nameNodes(nodes []*redis.Options, names []string, which string) ([]string, error) {
+	if names != nil && len(names) != len(nodes) {
+		return nil, fmt.Errorf("lockstore: redlock has %d %snodes but %d node names", len(nodes), which, len(names))
+	}
+	var out []string
 	for i, o := range nodes {
 		n := nodeName(o)
 		if names != nil {
 			n = strings.TrimSpace(names[i])
 		}
-		if n == "" || strings.ContainsAny(n, ", ") || slices.Contains(s.names, n) {
-			return nil, fmt.Errorf("lockstore: redlock node name %q: names must be distinct, not empty, without commas or spaces", n)
+		if n == "" || strings.ContainsAny(n, ", >?") || slices.Contains(out, n) {
+			return nil, fmt.Errorf("lockstore: redlock %snode name %q: names must be distinct, not empty, without commas, spaces, '>' or '?'", which, n)
 		}
-		s.names = append(s.names, n)
+		out = append(out, n)
 	}
-	s.list = strings.Join(slices.Sorted(slices.Values(s.names)), ",")
-	return s, nil
+	return out, nil
+}
+
+func canonical(names []string) string {
+	return strings.Join(slices.Sorted(slices.Values(names)), ",")
+}
+
+// transition reports whether this gateway is a transition gateway (rule T).
+func (s *nodeSet) transition() bool { return s.prev != "" }
+
+// marker is the marker this gateway's scripts run under (rule C): its
+// list, or during a transition "O>N".
+func (s *nodeSet) marker() string {
+	if s.transition() {
+		return s.prev + ">" + s.list
+	}
+	return s.list
+}
+
+// also is the second marker a transition gateway's scripts run under: the
+// new list, once a transition gateway finished (rule T); "" for others.
+func (s *nodeSet) also() string {
+	if s.transition() {
+		return s.list
+	}
+	return ""
+}
+
+// accepts reports whether a node carrying have counts for this gateway.
+func (s *nodeSet) accepts(have string) bool {
+	return have == s.marker() || (s.transition() && have == s.list)
+}
+
+// pending reports whether a node carrying have will count for this
+// gateway without any other gateway's list changing: it carries no list
+// yet, or a tentative one, or a transition toward this gateway's list not
+// finished yet, or (for a transition gateway) the previous list, which
+// its next pass turns into the transition.
+func (s *nodeSet) pending(have string) bool {
+	switch {
+	case have == "", strings.HasPrefix(have, "?"):
+		return true
+	case s.transition():
+		return have == s.prev
+	}
+	_, to, ok := strings.Cut(have, ">")
+	return ok && to == s.list
 }
 
 // differ names the difference between the list node i serves and ours.
 func (s *nodeSet) differ(i int, have string) string {
+	if from, to, ok := strings.Cut(have, ">"); ok && !s.transition() {
+		if to == s.list {
+			return fmt.Sprintf("Redlock node %s is in a transition from the node list [%s] to this gateway's [%s], and serves this gateway's list once it finished: LOCKGW_MAX_TTL plus 1%% after it began, done by a gateway with LOCKGW_REDLOCK_PREVIOUS_URLS (keep one running until then; docs/operations.md, Changing the Redlock node list)",
+				s.names[i], strings.ReplaceAll(from, ",", " "), strings.ReplaceAll(to, ",", " "))
+		}
+		if from == s.list {
+			return fmt.Sprintf("Redlock node %s is in a transition from this gateway's node list [%s] to [%s], begun by a gateway with LOCKGW_REDLOCK_PREVIOUS_URLS: this gateway has the old list, which counts no more; stop it (docs/operations.md, Changing the Redlock node list)",
+				s.names[i], strings.ReplaceAll(from, ",", " "), strings.ReplaceAll(to, ",", " "))
+		}
+	}
+	if s.transition() && have == s.prev {
+		return fmt.Sprintf("Redlock node %s still serves the previous node list [%s]; this gateway begins the transition to [%s] on it at its next marking pass", s.names[i], strings.ReplaceAll(s.prev, ",", " "), strings.ReplaceAll(s.list, ",", " "))
+	}
 	if strings.HasPrefix(have, "?") {
 		return fmt.Sprintf("Redlock node %s is being marked for the node list [%s] and serves none yet (docs/safety.md, Changing the node list)", s.names[i], strings.ReplaceAll(have[1:], ",", " "))
 	}
@@ -155,6 +272,10 @@ func (s *nodeSet) differ(i int, have string) string {
 		if !slices.Contains(theirs, n) {
 			added = append(added, n)
 		}
+	}
+	if s.transition() {
+		return fmt.Sprintf("Redlock node %s was last used with the node list [%s]; this gateway changes the list from [%s] to [%s] (not in this gateway's new list: [%s]; only in this gateway's new list: [%s]): the previous list must be the one the nodes serve; see docs/operations.md, Changing the Redlock node list",
+			s.names[i], strings.ReplaceAll(have, ",", " "), strings.ReplaceAll(s.prev, ",", " "), strings.Join(ours, " "), strings.Join(gone, " "), strings.Join(added, " "))
 	}
 	return fmt.Sprintf("Redlock node %s was last used with the node list [%s]; this gateway has [%s] (not in this gateway's list: [%s]; only in this gateway's list: [%s]): every gateway must list the same nodes, spelled the same way; to change the list, see docs/operations.md, Changing the Redlock node list",
 		s.names[i], strings.Join(theirs, " "), strings.Join(ours, " "), strings.Join(gone, " "), strings.Join(added, " "))
@@ -178,7 +299,7 @@ func (s *nodeSet) refused(i int, have string) error {
 	why := s.differ(i, have)
 	s.mu.Lock()
 	s.why = why
-	unmarked := have == "" || strings.HasPrefix(have, "?") // no list committed: the next pass decides
+	unmarked := s.pending(have) // the next pass decides
 	if !unmarked {
 		s.closed = why
 	}
@@ -270,8 +391,8 @@ func (g setGuard) run(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
 	cmd := call()
 	have, refused := nodesetRefusal(cmd.Err())
 	if refused && (have == "" || have == g.set.tentative()) && g.set.isJoined() {
-		was, err := g.set.mark(ctx, g.Scripter, "join")
-		if err == nil && (was == "" || was == g.set.list || was == g.set.tentative()) {
+		was, _, err := g.set.mark(ctx, g.Scripter, g.i, g.set.joinOp())
+		if err == nil && (was == "" || g.set.accepts(was) || was == g.set.tentative()) {
 			cmd = call()
 			have, refused = nodesetRefusal(cmd.Err())
 		}
@@ -285,11 +406,40 @@ func (g setGuard) run(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
 	return cmd
 }
 
-// mark runs nodeset_mark.lua's op on one node.
-func (s *nodeSet) mark(ctx context.Context, c redis.Scripter, op string) (string, error) {
-	v, err := nodesetMarkScript.Run(ctx, c, []string{setKey, quarantineKey}, s.list, op,
-		tentativeLife.Milliseconds(), s.quarantine.Milliseconds()).Text()
-	return v, redisErr(err)
+// mark runs nodeset_mark.lua's op on node i, and returns the marker and
+// the settle key's PTTL (-2: none) it found.
+func (s *nodeSet) mark(ctx context.Context, c redis.Scripter, i int, op string) (string, int64, error) {
+	inPrev := "0"
+	if s.transition() && s.inPrev[i] {
+		inPrev = "1"
+	}
+	// The settle key lives as long as a quarantine: the longest lease plus
+	// drift. (With the restart guard off, for tests' controls, the
+	// quarantine is 0 and the settle is not.)
+	reply, err := nodesetMarkScript.Run(ctx, c, []string{setKey, quarantineKey, settleKey}, s.list, op,
+		tentativeLife.Milliseconds(), s.quarantine.Milliseconds(), s.prev, inPrev, s.settle.Milliseconds()).Slice()
+	if err != nil {
+		return "", 0, redisErr(err)
+	}
+	if len(reply) != 2 {
+		return "", 0, fmt.Errorf("lockstore: nodeset_mark script replied %v", reply)
+	}
+	have, _ := reply[0].(string)
+	settle, _ := reply[1].(int64)
+	return have, settle, nil
+}
+
+// joinOp is how a node found without a marker is marked once the gateway
+// has joined the nodes' list: "join" (our list), or for a transition
+// gateway "begin" (the transition), or "join" once it finished (the new
+// list).
+func (s *nodeSet) joinOp() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.transition() && !s.finished {
+		return "begin"
+	}
+	return "join"
 }
 
 // quarantineRefusal is the time nodeset.lua's quarantine refusal says the
@@ -345,7 +495,7 @@ func nodesetRefusal(err error) (have string, refused bool) {
 }
 
 func (g setGuard) append(keys []string, args []any) ([]string, []any) {
-	return append(slices.Clip(keys), setKey, quarantineKey), append(slices.Clip(args), g.set.list)
+	return append(slices.Clip(keys), setKey, quarantineKey), append(slices.Clip(args), g.set.marker(), g.set.also())
 }
 
 // keepSet marks the nodes (markPass; NewRedlock made the first pass)
@@ -378,9 +528,13 @@ func (r *Redlock) keepSet() {
 // when a node of the list serves another list, and opens it when none
 // does. Each call to a node is bounded by timeout.
 func (r *Redlock) markPass(timeout time.Duration) {
+	if r.set.transition() {
+		r.transitionPass(timeout)
+		return
+	}
 	s := r.set
-	have, errs := r.runMark(timeout, nil, "read")
-	ours, answered, foreign := false, 0, -1
+	have, _, errs := r.runMark(timeout, nil, "read")
+	ours, answered, foreign, toward := false, 0, -1, -1
 	for i, err := range errs {
 		if err != nil {
 			continue
@@ -391,12 +545,20 @@ func (r *Redlock) markPass(timeout time.Duration) {
 			ours = true
 		case "", s.tentative():
 		default:
-			if !strings.HasPrefix(have[i], "?") {
+			switch {
+			case s.pending(have[i]):
+				toward = i // a transition toward our list, not finished
+			case !strings.HasPrefix(have[i], "?"):
 				r.closeSet(s.differ(i, have[i]))
 				return
+			default:
+				foreign = i // another list's fresh pass, under way or abandoned
 			}
-			foreign = i // another list's fresh pass, under way or abandoned
 		}
+	}
+	if toward >= 0 && !ours {
+		r.noteSet(s.differ(toward, have[toward]))
+		return
 	}
 	if foreign >= 0 {
 		r.noteSet(fmt.Sprintf("Redlock node %s is being marked for another node list (%s); this gateway has [%s]; it waits for that mark to be committed or to expire (30 s)",
@@ -416,14 +578,14 @@ func (r *Redlock) markPass(timeout time.Duration) {
 	}
 	empty := make([]bool, len(r.nodes))
 	for i, err := range errs {
-		empty[i] = err == nil && have[i] != s.list
+		empty[i] = err == nil && (have[i] == "" || have[i] == s.tentative())
 	}
 	if !slices.Contains(empty, true) {
 		r.openSet()
 		return
 	}
 	if ours { // join: commit ours on the nodes that have none
-		prev, errs := r.runMark(timeout, empty, "join")
+		prev, _, errs := r.runMark(timeout, empty, "join")
 		for i := range empty {
 			if empty[i] && errs[i] == nil && prev[i] != "" && prev[i] != s.list && prev[i] != s.tentative() {
 				r.closeSet(s.differ(i, prev[i]))
@@ -435,7 +597,7 @@ func (r *Redlock) markPass(timeout time.Duration) {
 		return
 	}
 	// fresh: every node answered, none serves a list
-	prev, errs := r.runMark(timeout, empty, "try")
+	prev, _, errs := r.runMark(timeout, empty, "try")
 	lost, complete := -1, true
 	for i := range empty {
 		switch {
@@ -458,7 +620,7 @@ func (r *Redlock) markPass(timeout time.Duration) {
 			strings.ReplaceAll(s.list, ",", " ")))
 		return
 	}
-	prev, errs = r.runMark(timeout, empty, "commit")
+	prev, _, errs = r.runMark(timeout, empty, "commit")
 	for i := range empty {
 		if errs[i] != nil || (prev[i] != s.tentative() && prev[i] != s.list) {
 			// A tentative mark expired or a node went silent: the next
@@ -472,9 +634,11 @@ func (r *Redlock) markPass(timeout time.Duration) {
 }
 
 // runMark runs nodeset_mark.lua with op on every node (or those in only),
-// over the prober's clients, and returns each marker found.
-func (r *Redlock) runMark(timeout time.Duration, only []bool, op string) ([]string, []error) {
+// over the prober's clients, and returns each marker found and each
+// settle key's PTTL (-2: none).
+func (r *Redlock) runMark(timeout time.Duration, only []bool, op string) ([]string, []int64, []error) {
 	have := make([]string, len(r.nodes))
+	settle := make([]int64, len(r.nodes))
 	errs := make([]error, len(r.nodes))
 	var wg sync.WaitGroup
 	for i, n := range r.nodes {
@@ -485,12 +649,99 @@ func (r *Redlock) runMark(timeout time.Duration, only []bool, op string) ([]stri
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			v, err := r.set.mark(ctx, n.probe, op)
-			have[i], errs[i] = v, err
+			have[i], settle[i], errs[i] = r.set.mark(ctx, n.probe, i, op)
 		})
 	}
 	wg.Wait()
-	return have, errs
+	return have, settle, errs
+}
+
+// transitionPass is markPass for a transition gateway (docs/safety.md,
+// rule T): begin on the nodes that serve the previous list (or none), and
+// once a majority of the previous list's nodes have served the transition
+// with their settle keys gone, finish: the new list on its nodes.
+func (r *Redlock) transitionPass(timeout time.Duration) {
+	s := r.set
+	have, settle, errs := r.runMark(timeout, nil, "read")
+	ours := false // a node serves the previous list, the transition or the new list
+	settled := make([]bool, len(r.nodes))
+	for i, err := range errs {
+		if err != nil {
+			continue
+		}
+		switch have[i] {
+		case "":
+		case s.prev:
+			if !s.inPrev[i] {
+				r.closeSet(s.differ(i, have[i]))
+				return
+			}
+			ours = true
+		case s.marker():
+			ours = true
+			settled[i] = s.inPrev[i] && settle[i] == -2
+		case s.list:
+			ours = true
+			settled[i] = s.inPrev[i]
+			s.mu.Lock()
+			s.finished = true
+			s.mu.Unlock()
+		default:
+			if strings.HasPrefix(have[i], "?") {
+				r.noteSet(fmt.Sprintf("Redlock node %s is being marked for another node list (%s); this gateway waits for that mark to be committed or to expire (30 s)", s.names[i], strings.TrimPrefix(have[i], "?")))
+				return
+			}
+			r.closeSet(s.differ(i, have[i]))
+			return
+		}
+	}
+	if !ours {
+		r.noteSet(fmt.Sprintf("no Redlock node that answered serves the previous node list [%s], the transition from it or the new list [%s]: a transition starts from nodes that serve the previous list",
+			strings.ReplaceAll(s.prev, ",", " "), strings.ReplaceAll(s.list, ",", " ")))
+		return
+	}
+	if newQuorumList(s.inPrev).count(settled) >= newQuorumList(s.inPrev).need {
+		s.mu.Lock()
+		s.finished = true
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	finished := s.finished
+	s.mu.Unlock()
+	begin := make([]bool, len(r.nodes))  // the previous list, or none: the transition
+	join := make([]bool, len(r.nodes))   // none, once finished: the new list
+	finish := make([]bool, len(r.nodes)) // the transition, once finished: the new list
+	for i, err := range errs {
+		switch {
+		case err != nil:
+		case have[i] == "" && finished:
+			join[i] = true
+		case have[i] == "" || have[i] == s.prev:
+			begin[i] = true
+		case have[i] == s.marker() && finished && s.inList[i]:
+			finish[i] = true
+		}
+	}
+	for _, step := range []struct {
+		op   string
+		only []bool
+	}{{"begin", begin}, {"join", join}, {"finish", finish}} {
+		if !slices.Contains(step.only, true) {
+			continue
+		}
+		prev, _, errs := r.runMark(timeout, step.only, step.op)
+		for i := range step.only {
+			if step.only[i] && errs[i] == nil && prev[i] != have[i] && !s.accepts(prev[i]) {
+				// Another gateway's mark got there in between; the next
+				// pass reads it.
+				r.noteSet(s.differ(i, prev[i]))
+				return
+			}
+		}
+		r.log.Info().Str("node_list", s.list).Str("previous_node_list", s.prev).
+			Msg("redlock: node list transition: " + step.op + " on the nodes that needed it")
+	}
+	r.openSet()
 }
 
 func (r *Redlock) closeSet(why string) {
@@ -539,7 +790,7 @@ func (r *Redlock) checkSet(ctx context.Context, i int, n *redlockNode) error {
 	if err != nil {
 		return redisErr(err)
 	}
-	if have != r.set.list {
+	if !r.set.accepts(have) {
 		return r.set.refused(i, have)
 	}
 	return nil

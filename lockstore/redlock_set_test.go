@@ -351,3 +351,114 @@ func TestRedlockSameListFreshPasses(t *testing.T) {
 		}
 	}
 }
+
+// TestRedlockNodeListTransition changes the list from {a,b,c} to {a,b,d}
+// with gateways running (docs/safety.md, rule T): an old gateway over
+// {a,b,c}, a transition gateway over {a,b,d} with {a,b,c} as its previous
+// list, and a new gateway over {a,b,d}. The old one counts until the
+// transition begins and never after; the new one counts only once the
+// transition finished, which waits LOCKGW_MAX_TTL (plus drift) after it
+// began, so every lease of the old list has ended; the transition gateway
+// counts throughout, by majorities of both lists, so it meets both.
+func TestRedlockNodeListTransition(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	srvs := startNodes(t, 4)
+	a, b, c, d := srvs[0], srvs[1], srvs[2], srvs[3]
+	const maxTTL = 1500 * time.Millisecond
+	opts := lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: maxTTL}
+	oldURLs, newURLs := []string{a.URL(), b.URL(), c.URL()}, []string{a.URL(), b.URL(), d.URL()}
+	oldList, newList := strings.Join(sortedNames(a, b, c), ","), strings.Join(sortedNames(a, b, d), ",")
+	old := openRedlock(t, oldURLs, opts)
+	require.NoError(t, old.Ping(ctx))
+	oldLease, err := old.Acquire(ctx, "before", lockstore.AcquireRequest{Token: "old-holder", TTL: maxTTL})
+	require.NoError(t, err)
+
+	began := time.Now()
+	topts := opts
+	topts.PreviousURLs = oldURLs
+	trans, err := lockstore.OpenRedlock(newURLs, topts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = trans.Close() })
+	for _, s := range srvs {
+		assert.Equal(t, oldList+">"+newList, marker(t, s), "begin marks every node of both lists with the transition")
+	}
+
+	// Begin refuses the old gateway, naming the transition.
+	_, err = old.Acquire(ctx, "other", lockstore.AcquireRequest{Token: "old-late", TTL: time.Second})
+	require.ErrorIs(t, err, lockstore.ErrRefused, "the old list counts no more once the transition began")
+	err = old.Ping(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is in a transition from this gateway's node list")
+
+	// The transition gateway sees the old lease (a majority of the old
+	// list), and grants beside it by majorities of both lists; d sits out
+	// its quarantine (it carried no marker), so {a,b} are those majorities.
+	_, err = trans.Acquire(ctx, "before", lockstore.AcquireRequest{Token: "trans-holder", TTL: time.Second})
+	var held *lockstore.HeldError
+	require.ErrorAs(t, err, &held, "a lease of the old list is held for the transition gateway")
+	l, err := trans.Inspect(ctx, "before")
+	require.NoError(t, err)
+	assert.Equal(t, oldLease.Fence, l.Fence)
+	transLease, err := trans.Acquire(ctx, "during", lockstore.AcquireRequest{Token: "trans-holder", TTL: time.Minute})
+	require.NoError(t, err)
+	assert.Greater(t, transLease.Fence, oldLease.Fence)
+	require.NoError(t, trans.Release(ctx, "before", "old-holder"), "a lease of the old list is released through the transition gateway")
+
+	// The new gateway waits for the finish.
+	newer := openRedlock(t, newURLs, opts)
+	_, err = newer.Acquire(ctx, "new", lockstore.AcquireRequest{Token: "new-holder", TTL: time.Second})
+	require.ErrorIs(t, err, lockstore.ErrUnavailable, "before the transition finished")
+	err = newer.Ping(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is in a transition from the node list")
+
+	// Finish: the new list on a, b and d once the settle keys on a
+	// majority of {a,b,c} are gone, never sooner.
+	for marker(t, a) != newList {
+		require.Less(t, time.Since(began), 10*time.Second, "the transition did not finish")
+		time.Sleep(20 * time.Millisecond)
+	}
+	finished := time.Since(began)
+	t.Logf("finished %s after it began", finished)
+	assert.GreaterOrEqual(t, finished, maxTTL, "the transition finished before every lease of the old list could have ended")
+	require.Eventually(t, func() bool { return marker(t, b) == newList && marker(t, d) == newList }, 5*time.Second, 20*time.Millisecond)
+	assert.Equal(t, oldList+">"+newList, marker(t, c), "c is in the old list only: it keeps the transition")
+
+	// Now the new gateway counts, and meets the transition gateway's
+	// lease on the new list's majority.
+	require.Eventually(t, func() bool { return newer.Ping(ctx) == nil }, 5*time.Second, 50*time.Millisecond)
+	_, err = newer.Acquire(ctx, "during", lockstore.AcquireRequest{Token: "new-holder", TTL: time.Second})
+	require.ErrorAs(t, err, &held, "the transition gateway's lease holds a majority of the new list")
+	newLease, err := newer.Acquire(ctx, "after", lockstore.AcquireRequest{Token: "new-holder", TTL: time.Minute})
+	require.NoError(t, err)
+	_, err = trans.Acquire(ctx, "after", lockstore.AcquireRequest{Token: "trans-holder", TTL: time.Second})
+	require.ErrorAs(t, err, &held, "and the other way round")
+	assert.Greater(t, newLease.Fence, transLease.Fence)
+	_, err = old.Acquire(ctx, "old-again", lockstore.AcquireRequest{Token: "old-late", TTL: time.Second})
+	require.ErrorIs(t, err, lockstore.ErrRefused, "the old list never counts again")
+	require.NoError(t, newer.Release(ctx, "during", "trans-holder"))
+	require.NoError(t, trans.Release(ctx, "after", "new-holder"))
+}
+
+// A transition gateway whose previous list is not what the nodes serve
+// grants nothing and says why.
+func TestRedlockTransitionFromAnotherList(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	srvs := startNodes(t, 4)
+	a, b, c, d := srvs[0], srvs[1], srvs[2], srvs[3]
+	opts := lockstore.RedlockOptions{NodeTimeout: roomy}
+	serving := openRedlock(t, []string{a.URL(), b.URL(), c.URL()}, opts)
+	require.NoError(t, serving.Ping(ctx))
+	topts := opts
+	topts.PreviousURLs = []string{a.URL(), b.URL(), d.URL()}
+	trans := openRedlock(t, []string{a.URL(), c.URL(), d.URL()}, topts)
+	_, err := trans.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "x", TTL: time.Second})
+	require.ErrorIs(t, err, lockstore.ErrRefused)
+	err = trans.Ping(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the previous list must be the one the nodes serve")
+	require.NoError(t, serving.Ping(ctx), "the nodes' list is untouched")
+	assert.Equal(t, strings.Join(sortedNames(a, b, c), ","), marker(t, a))
+}

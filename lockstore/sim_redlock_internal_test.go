@@ -118,8 +118,8 @@ func init() {
 	// caller's list) and in the marking passes (a node never reports a
 	// marker, so no gateway closes).
 	rlControls["nodeset"] = rlControl{want: "one-holder|limit|fence-order", scripts: map[string]string{
-		"nodeset.lua":      mustReplace(nodesetLua, "if nodeset_have ~= nodeset_list then", "if false then"),
-		"nodeset_mark.lua": mustReplace(nodesetMarkLua, "return have or ''", "return ''"),
+		"nodeset.lua":      mustReplace(nodesetLua, "if nodeset_have ~= nodeset_list and", "if false and"),
+		"nodeset_mark.lua": mustReplace(nodesetMarkLua, "return {have or '', settle}", "return {'', settle}"),
 	}}
 	// grant-held: acquire.lua grants a key another token holds (the check).
 	rlControls["grant-held"] = rlControl{want: "one-holder", scripts: map[string]string{

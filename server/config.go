@@ -32,15 +32,20 @@ type Config struct {
 	RedlockTimeout time.Duration
 	// RedlockNames name the nodes in the node list they remember, in the
 	// order of RedlockURLs; nil: each URL's host:port/db.
-	RedlockNames     []string
-	RateLimitWindow  time.Duration
-	RateLimitRoutes  string
-	RateLimitFail    string // open or closed
-	RateLimitShadow  bool
-	RateLimitTimeout time.Duration
-	UserHeader       string
-	TrustedProxies   []netip.Prefix
-	APIKeysFile      string
+	RedlockNames []string
+	// RedlockPreviousURLs, during a change of the node list, is the list
+	// the nodes served before (docs/safety.md, rule T); RedlockPreviousNames
+	// names them as RedlockNames does. nil otherwise.
+	RedlockPreviousURLs  []string
+	RedlockPreviousNames []string
+	RateLimitWindow      time.Duration
+	RateLimitRoutes      string
+	RateLimitFail        string // open or closed
+	RateLimitShadow      bool
+	RateLimitTimeout     time.Duration
+	UserHeader           string
+	TrustedProxies       []netip.Prefix
+	APIKeysFile          string
 	// AllowUnauthenticated lets a non-loopback Addr serve without API
 	// keys: something in front (a proxy, a private network) authenticates.
 	AllowUnauthenticated bool
@@ -76,6 +81,7 @@ type Config struct {
 	RedisWaitReplicas int
 
 	redlockList string // as given; RedlockURLs once checked
+	redlockPrev string // as given; RedlockPreviousURLs once checked
 	uiAuto      bool   // UI was decided by auto
 }
 
@@ -147,12 +153,15 @@ var settings = []setting{
 		return nil
 	}},
 	{"redlock-node-names", "", "comma-separated names of the Redlock nodes, in the order of the URLs, for the node list the nodes remember (default: each URL's host:port/db)", func(c *Config, v string) error {
-		c.RedlockNames = nil
-		if v = strings.TrimSpace(v); v != "" {
-			for n := range strings.SplitSeq(v, ",") {
-				c.RedlockNames = append(c.RedlockNames, strings.TrimSpace(n))
-			}
-		}
+		c.RedlockNames = nodeNames(v)
+		return nil
+	}},
+	{"redlock-previous-urls", "", "while changing the Redlock node list: the URLs of the list the nodes served before; a grant then needs a majority of both lists until the change finished", func(c *Config, v string) error {
+		c.redlockPrev = v // checked with the backend (check)
+		return nil
+	}},
+	{"redlock-previous-node-names", "", "names of the previous Redlock nodes, in the order of their URLs, as --redlock-node-names", func(c *Config, v string) error {
+		c.RedlockPreviousNames = nodeNames(v)
 		return nil
 	}},
 	{"redlock-node-timeout", "50ms", "deadline for one Redlock node in every operation", duration(time.Millisecond, func(c *Config) *time.Duration { return &c.RedlockTimeout })},
@@ -451,6 +460,9 @@ func check(c *Config, src map[string]string, set func(name string) bool) []error
 		}
 	case BackendRedlock:
 		c.RedlockURLs, errs = redlockList(c.redlockList, src["redlock-urls"], errs)
+		if strings.TrimSpace(c.redlockPrev) != "" {
+			c.RedlockPreviousURLs, errs = redlockList(c.redlockPrev, src["redlock-previous-urls"], errs)
+		}
 	}
 	if c.UserHeader != "" && len(c.TrustedProxies) == 0 {
 		errs = append(errs, fmt.Errorf("%s (%s) needs trusted proxies (LOCKGW_TRUSTED_PROXIES): anyone could set it", src["user-header"], c.UserHeader))
@@ -499,6 +511,17 @@ func checkRedisURL(raw string) error {
 		return fmt.Errorf("%q is not a redis:// or rediss:// URL; write it as redis://host:port/db (example: redis://127.0.0.1:6379/0)", redactURL(raw))
 	}
 	return nil
+}
+
+// nodeNames splits a comma-separated list of node names; nil when empty.
+func nodeNames(v string) []string {
+	var names []string
+	if v = strings.TrimSpace(v); v != "" {
+		for n := range strings.SplitSeq(v, ",") {
+			names = append(names, strings.TrimSpace(n))
+		}
+	}
+	return names
 }
 
 func redlockList(raw, src string, errs []error) ([]string, []error) {

@@ -374,12 +374,14 @@ func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics, 
 		return store, nil, nil
 	case BackendRedlock:
 		rl, err := lockstore.OpenRedlock(cfg.RedlockURLs, lockstore.RedlockOptions{
-			NodeTimeout: cfg.RedlockTimeout,
-			NodeNames:   cfg.RedlockNames,
-			MaxTTL:      cfg.MaxTTL, // a restarted node sits out the longest lease it may have forgotten
-			Logger:      logger,
-			OnVote:      m.Vote,
-			Tracer:      t,
+			NodeTimeout:       cfg.RedlockTimeout,
+			NodeNames:         cfg.RedlockNames,
+			PreviousURLs:      cfg.RedlockPreviousURLs,
+			PreviousNodeNames: cfg.RedlockPreviousNames,
+			MaxTTL:            cfg.MaxTTL, // a restarted node sits out the longest lease it may have forgotten
+			Logger:            logger,
+			OnVote:            m.Vote,
+			Tracer:            t,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--redlock-urls: %w", err)

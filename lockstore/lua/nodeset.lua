@@ -8,18 +8,23 @@
 -- KEYS[#KEYS]    the node's quarantine, "lockgw:redlock:quarantine", written
 --                when the node was found without a marker (it lost its data;
 --                docs/safety.md, "Restarted nodes", rule Q)
--- ARGV[#ARGV]    the caller's node list, canonical: sorted "host:port/db"
---                names joined by ","
+-- ARGV[#ARGV-1]  the caller's node list, canonical: sorted "host:port/db"
+--                names joined by ","; a transition gateway's is "O>N", its
+--                previous list and its new one (docs/safety.md, rule T)
+-- ARGV[#ARGV]    a second marker the caller accepts: a transition
+--                gateway's new list N; "" for others
 --
 -- These are taken off KEYS and ARGV here, so the script proper sees its own.
 -- Returns, after changing nothing: when the marker is absent or another
--- list, the error "LOCKGW_NODESET <marker>" (<marker> empty when absent);
+-- list (or neither of the two a transition gateway accepts), the error
+-- "LOCKGW_NODESET <marker>" (<marker> empty when absent);
 -- while the node is quarantined, "LOCKGW_QUARANTINE <ms left>".
 local nodeset_quarantine = table.remove(KEYS)
 local nodeset_key = table.remove(KEYS)
+local nodeset_also = table.remove(ARGV)
 local nodeset_list = table.remove(ARGV)
 local nodeset_have = redis.call('GET', nodeset_key)
-if nodeset_have ~= nodeset_list then
+if nodeset_have ~= nodeset_list and (nodeset_also == '' or nodeset_have ~= nodeset_also) then
   return redis.error_reply('LOCKGW_NODESET ' .. (nodeset_have or ''))
 end
 local nodeset_left = redis.call('PTTL', nodeset_quarantine)

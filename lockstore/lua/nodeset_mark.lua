@@ -1,12 +1,17 @@
 -- nodeset_mark.lua: read, write or remove a node's marker, the node list
--- it serves (docs/safety.md, "Changing the node list", rule W;
+-- it serves (docs/safety.md, "Changing the node list", rules W and T;
 -- redlock_set.go). A marker is committed, the list L (the only value
--- nodeset.lua lets a script run under), or tentative, "?L", which expires
--- by itself.
+-- nodeset.lua lets a gateway with list L run under), tentative, "?L",
+-- which expires by itself, or a transition, "O>N", from list O to list N,
+-- under which only transition gateways run.
 --
 -- KEYS[1]  the marker, "lockgw:redlock:set"
 -- KEYS[2]  the node's quarantine, "lockgw:redlock:quarantine" (nodeset.lua)
--- ARGV[1]  the caller's node list L, canonical
+-- KEYS[3]  the node's settle key, "lockgw:redlock:settle": lives the
+--          longest lease plus drift after the node stopped serving O
+--          (rule T)
+-- ARGV[1]  the caller's node list L (a transition gateway's new list N),
+--          canonical
 -- ARGV[2]  "read":   nothing changes;
 --          "try":    set "?L" (PX ARGV[3]) if there is no marker;
 --          "commit": set L if the marker is "?L";
@@ -14,26 +19,48 @@
 --                    marker at all the node lost its data (or is new):
 --                    quarantine it for ARGV[4] ms (docs/safety.md,
 --                    "Restarted nodes", rule Q);
---          "unmark": delete it if it is "?L" (a losing fresh pass's own)
+--          "unmark": delete it if it is "?L" (a losing fresh pass's own);
+--          "begin":  (rule T) set "O>N" where the marker is O and the node
+--                    is in O, or where there is none (then quarantined as
+--                    by "join"); a node of O gets the settle key too;
+--          "finish": (rule T) set N where the marker is "O>N"
 -- ARGV[3]  "try": how long a tentative marker lives, ms
--- ARGV[4]  "join": how long a node found without a marker is quarantined,
---          ms: the longest lease plus drift (0: no quarantine, the
---          restart guards off, for tests' controls)
+-- ARGV[4]  "join", "begin": how long a node found without a marker is
+--          quarantined, ms: the longest lease plus drift (0: no quarantine,
+--          the restart guards off, for tests' controls)
+-- ARGV[5]  "begin", "finish": the previous list O, canonical ("" otherwise)
+-- ARGV[6]  "begin": "1" when the node is in O
+-- ARGV[7]  "begin": how long the settle key lives, ms: the longest lease
+--          plus drift
 --
--- Returns the marker found before, "" when there was none.
+-- Returns {the marker found before ("" when none), the settle key's PTTL
+-- as found (-2 when absent)}.
 local have = redis.call('GET', KEYS[1])
+local settle = redis.call('PTTL', KEYS[3])
 local list, op = ARGV[1], ARGV[2]
 local tentative = '?' .. list
+-- A node without a marker lost its data (or is new): rule Q.
+local function quarantine_if_lost()
+  if not have and tonumber(ARGV[4]) > 0 then
+    redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+  end
+end
 if op == 'try' and not have then
   redis.call('SET', KEYS[1], tentative, 'PX', ARGV[3])
 elseif op == 'commit' and have == tentative then
   redis.call('SET', KEYS[1], list)
 elseif op == 'join' and (not have or have == tentative) then
-  if not have and tonumber(ARGV[4]) > 0 then
-    redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
-  end
+  quarantine_if_lost()
   redis.call('SET', KEYS[1], list)
 elseif op == 'unmark' and have == tentative then
   redis.call('DEL', KEYS[1])
+elseif op == 'begin' and (not have or (have == ARGV[5] and ARGV[6] == '1')) then
+  quarantine_if_lost()
+  if ARGV[6] == '1' then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[7])
+  end
+  redis.call('SET', KEYS[1], ARGV[5] .. '>' .. list)
+elseif op == 'finish' and have == ARGV[5] .. '>' .. list then
+  redis.call('SET', KEYS[1], list)
 end
-return have or ''
+return {have or '', settle}
