@@ -541,6 +541,10 @@ func (d *diff) script() {
 			d.eval("clock.lua", clockLua, []string{lockKey(key)})
 		}
 	case 16:
+		if d.chance(0.3) {
+			d.nodesetScript()
+			return
+		}
 		args := []any{"reserve", lockKey(key) + "#" + d.digest(), d.ttl().Milliseconds(), 1 + d.pick(2)}
 		if d.chance(0.4) {
 			args = args[:3]
@@ -551,6 +555,28 @@ func (d *diff) script() {
 		d.semScript()
 	}
 }
+
+// nodesetScript runs a node list script (rules C, W, Q, T): a marking
+// op, or a guarded script's check, over two lists and their transition.
+func (d *diff) nodesetScript() {
+	lists := []string{"a/0,b/0,c/0", "a/0,b/0,d/0"}
+	list, prev := lists[d.pick(2)], lists[d.pick(2)]
+	if d.chance(0.7) {
+		op := []string{"read", "try", "commit", "join", "unmark", "begin", "finish"}[d.pick(7)]
+		inPrev := []string{"0", "1"}[d.pick(2)]
+		d.eval("nodeset_mark.lua", nodesetMarkLua, []string{setKey, quarantineKey, settleKey},
+			list, op, 1+d.pick(50), d.pick(3)*int(d.ttl().Milliseconds()), prev, inPrev, d.ttl().Milliseconds())
+		return
+	}
+	marker, also := list, ""
+	if d.chance(0.5) {
+		marker, also = prev+">"+list, list
+	}
+	d.eval("nodeset.lua", nodesetLua+"return {'ran', #KEYS, #ARGV}", []string{lockKey(key0), setKey, quarantineKey}, d.digest(), marker, also)
+}
+
+// key0 is a lock key for scripts that need one, not what they test.
+const key0 = "a"
 
 // current is a token digest and attempt id to name in a Redlock round's
 // script: half the time one of the rounds that hold the key's lease.

@@ -55,6 +55,11 @@ type rlConfig struct {
 	sems     map[string]int
 	ops      int
 	altList  bool // deploy a gateway with another node list mid-run
+	// transition changes the node list mid-run (docs/safety.md, rule T): a
+	// transition gateway (the other list, this one as its previous) comes
+	// up, the old gateways stop once it is ready, and a gateway with the
+	// other list alone comes up a little later.
+	transition bool
 	// strictRetry checks docs/api.md's fence promises to a token that
 	// holds the key: a sequential retry and an extend answer its fence, a
 	// 201 to it a higher one (simHistory.ownFences).
@@ -68,16 +73,19 @@ func defaultRLConfig(seed uint64) rlConfig {
 		n = 5
 	}
 	return rlConfig{nodes: n, gateways: 3, clients: 5, locks: []string{"k0", "k1"},
-		sems: map[string]int{"s0": 1, "s1": 2}, ops: rlSeedOps, altList: seed%2 == 0, net: defaultRLNet}
+		sems: map[string]int{"s0": 1, "s1": 2}, ops: rlSeedOps, altList: seed%2 == 0, transition: seed%4 == 1, net: defaultRLNet}
 }
 
 type rlGateway struct {
 	id        int
 	list      []int // node indexes
+	prev      []int // a transition gateway's previous list (rule T)
 	store     *Redlock
 	gen       int // processes so far
 	slowUntil int64
 	alt       bool
+	old       bool // of the list a transition replaces
+	retired   bool // stopped for good: the transition began
 }
 
 type rlOp struct {
@@ -120,6 +128,12 @@ func init() {
 	rlControls["nodeset"] = rlControl{want: "one-holder|limit|fence-order", scripts: map[string]string{
 		"nodeset.lua":      mustReplace(nodesetLua, "if nodeset_have ~= nodeset_list and", "if false and"),
 		"nodeset_mark.lua": mustReplace(nodesetMarkLua, "return {have or '', settle}", "return {'', settle}"),
+	}}
+	// transition-early: begin writes no settle key (rule T), so a
+	// transition finishes at its next pass, while leases of the old list
+	// may be alive.
+	rlControls["transition-early"] = rlControl{want: "transition-settled|one-holder|limit|fence-order", scripts: map[string]string{
+		"nodeset_mark.lua": mustReplace(nodesetMarkLua, "    redis.call('SET', KEYS[3], '1', 'PX', ARGV[7])\n", ""),
 	}}
 	// grant-held: acquire.lua grants a key another token holds (the check).
 	rlControls["grant-held"] = rlControl{want: "one-holder", scripts: map[string]string{
@@ -190,10 +204,15 @@ func (w *rlWorld) newStore(g *rlGateway, ctl rlControl, ready func(*Redlock)) {
 	// simulator found a permit answered a fence below an earlier holder's
 	// after such a restart (seed 17): that assumption broken, not a rule.
 	ro := RedlockOptions{NodeTimeout: 20 * time.Millisecond, MaxTTL: w.maxTTL()}
+	for _, i := range g.prev {
+		ro.Previous = append(ro.Previous, &redis.Options{Addr: nodeAddr(i), Dialer: w.dial(g.id, kind), PoolSize: 18,
+			DialTimeout: 20 * time.Millisecond, ReadTimeout: 20 * time.Millisecond, WriteTimeout: 20 * time.Millisecond,
+			DisableIdentity: true, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	}
 	if ctl.opts != nil {
 		ctl.opts(&ro)
 	}
-	w.hist.note(w.now(), "", "gateway %d: process %d starts, nodes %v", g.id, g.gen, g.list)
+	w.hist.note(w.now(), "", "gateway %d: process %d starts, nodes %v, previous %v", g.id, g.gen, g.list, g.prev)
 	w.bgStart()
 	go func() {
 		defer w.bgDone()
@@ -280,7 +299,7 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) simRun {
 		scripts: rlScripts(ctl.scripts), conns: map[string]int{}, closed: map[*Redlock]bool{}, wake: make(chan struct{}, 1), pending: map[*rlOp]bool{}}
 	total := cfg.nodes
 	shift := cfg.nodes / 2
-	if cfg.altList {
+	if cfg.altList || cfg.transition {
 		total += shift
 	}
 	for i := range total {
@@ -295,7 +314,7 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) simRun {
 		main[i] = i
 	}
 	for i := range cfg.gateways {
-		g := &rlGateway{id: i, list: main}
+		g := &rlGateway{id: i, list: main, old: cfg.transition}
 		w.gws = append(w.gws, g)
 		w.newStore(g, ctl, nil)
 	}
@@ -314,17 +333,45 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) simRun {
 		clients = append(clients, c)
 		w.after(w.r.Int64N(10_000), c.step)
 	}
+	alt := make([]int, cfg.nodes)
+	for i := range alt {
+		alt[i] = shift + i
+	}
 	if cfg.altList {
 		// A rolling deploy: a gateway with another node list over shared
 		// nodes comes up mid-run; clients use it like the others.
-		alt := make([]int, cfg.nodes)
-		for i := range alt {
-			alt[i] = shift + i
-		}
 		w.after(w.r.Int64N(2_000_000), func() {
 			g := &rlGateway{id: len(w.gws), list: alt, alt: true}
 			w.gws = append(w.gws, g)
 			w.newStore(g, ctl, nil)
+		})
+	}
+	if cfg.transition {
+		// A change of the node list with gateways running (rule T): a
+		// transition gateway begins it; the old gateways stop once it is
+		// ready (the operator's part); a gateway with the new list alone
+		// comes up a little later, and counts once the transition
+		// finished. Clients use every gateway that runs.
+		w.after(w.r.Int64N(2_000_000), func() {
+			g := &rlGateway{id: len(w.gws), list: alt, prev: main}
+			w.gws = append(w.gws, g)
+			w.newStore(g, ctl, func(*Redlock) {
+				for _, o := range w.gws {
+					if o.old && !o.retired {
+						o.retired = true
+						w.hist.note(w.now(), "", "gateway %d: stopped (the transition began)", o.id)
+						if o.store != nil {
+							w.closeStore(o.store)
+							o.store = nil
+						}
+					}
+				}
+				w.after(w.r.Int64N(3_000_000), func() {
+					n := &rlGateway{id: len(w.gws), list: alt}
+					w.gws = append(w.gws, n)
+					w.newStore(n, ctl, nil)
+				})
+			})
 		})
 	}
 	faults := func() {
@@ -385,6 +432,9 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) simRun {
 		run.answers[kind+" "+r.answer]++
 	}
 	run.answers[fmt.Sprintf("node crashes (N=%d)", cfg.nodes)] += w.crashes
+	if cfg.transition {
+		run.answers["transition: nodes given the new list"] += w.finishes
+	}
 	if v := hist.first(); v != nil {
 		run.violation = v
 		run.trace = hist.traceOf(v, 0, simTraceLen)
@@ -410,7 +460,7 @@ func (w *rlWorld) takeReady() bool {
 	sort.Slice(rs, func(i, j int) bool { return rs[i].g.id < rs[j].g.id })
 	for _, r := range rs {
 		w.stores = append(w.stores, r.s)
-		if w.closing {
+		if w.closing || r.g.retired {
 			w.closeStore(r.s)
 			continue
 		}
@@ -442,7 +492,7 @@ func (w *rlWorld) checkLive(cfg rlConfig) {
 	}
 	sort.Strings(keys)
 	for _, g := range w.gws {
-		if !w.serves(g) {
+		if g.store == nil || !w.serves(g) {
 			continue
 		}
 		for _, key := range keys {
@@ -685,7 +735,7 @@ func TestSimRedlock(t *testing.T) {
 // process started after a node's restart to grant on it while an older
 // lease lives; run it with -sim.control rule-q and -sim.ops).
 func TestSimRedlockControls(t *testing.T) {
-	for _, name := range []string{"restart-guard", "nodeset", "grant-held"} {
+	for _, name := range []string{"restart-guard", "nodeset", "grant-held", "transition-early"} {
 		ctl := rlControls[name]
 		t.Run(name, func(t *testing.T) {
 			began := time.Now()

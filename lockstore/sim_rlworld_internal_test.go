@@ -107,6 +107,7 @@ type rlWorld struct {
 	pending          map[*rlOp]bool
 	opSeq            int
 	crashes          int
+	finishes         int // nodes a transition gave the new list
 }
 
 type rlNode struct {
@@ -285,6 +286,9 @@ func (w *rlWorld) deliver(m *rlMsg) {
 			w.late++
 		}
 		w.noteRan(n, c, script, m.argv, val, err, late)
+		if script == "nodeset_mark.lua" {
+			w.noteMark(n, m.argv, val)
+		}
 	}
 	if c.silent || w.chance(w.net.pLoss) {
 		c.silent = true
@@ -370,6 +374,32 @@ func (w *rlWorld) noteRan(n *rlNode, c *rlConn, script string, argv []string, va
 		when = "  LATE: its gateway gave up"
 	}
 	w.hist.note(w.now(), key, "  n%d runs %s from %s%s → %s%s", n.id, strings.TrimSuffix(script, ".lua"), c.name, tok, w.hist.short(simReply{val: val, err: err}), when)
+}
+
+// noteMark checks rule T's claim where it is decided: a finish (a node
+// given the new list in place of the transition) happens only once every
+// lease or permit an old gateway answered for has ended (docs/safety.md,
+// "A transition", the claim), so a new gateway's grant cannot overlap
+// one.
+func (w *rlWorld) noteMark(n *rlNode, argv []string, val any) {
+	nk, _ := strconv.Atoi(argv[2])
+	args := argv[3+nk:]
+	reply, _ := val.([]any)
+	if len(args) < 5 || args[1] != "finish" || len(reply) == 0 || reply[0] != args[4]+">"+args[0] {
+		return
+	}
+	now := w.now()
+	w.finishes++
+	w.hist.note(now, "", "  n%d: transition finished (the new list)", n.id)
+	for _, r := range w.hist.reqs {
+		g := w.gws[r.gw]
+		if !g.old || (r.answer != "201" && r.answer != "200") || r.expires <= now {
+			continue
+		}
+		w.hist.violate("transition-settled", now, r.key, "n%d was given the new list while #%d (%s through old gateway %d, %s, fence %d) holds until %s: a new gateway could grant beside it",
+			n.id, r.id, r.kind, g.id, r.answer, r.fence, simDur(r.expires))
+		return
+	}
 }
 
 // crash stops node n's process: its connections are reset, its data is
