@@ -105,9 +105,9 @@ type nodeSet struct {
 	// prev is the previous list during a transition (docs/safety.md, rule
 	// T), canonical as list; "" otherwise. inPrev says which nodes are in
 	// it, inList which are in list (a node of both is one node).
-	prev          string
+	prev           string
 	inPrev, inList []bool
-	kick          chan struct{}
+	kick           chan struct{}
 
 	mu sync.Mutex
 	// why the gateway refuses: a node of the list serves another list (or
