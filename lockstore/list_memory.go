@@ -1,12 +1,16 @@
 package lockstore
 
-import "context"
+import (
+	"context"
+
+	"github.com/lockgateway/lockgateway/lockstore/internal/listing"
+)
 
 // List implements Lister: one pass over the map under the store's mutex,
 // which every lock operation waits for meanwhile (docs/api.md gives the
 // measured cost per lock held).
 func (m *Memory) List(ctx context.Context, q ListQuery) (ListPage, error) {
-	if err := checkList(q); err != nil {
+	if err := CheckList(q); err != nil {
 		return ListPage{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -15,13 +19,13 @@ func (m *Memory) List(ctx context.Context, q ListQuery) (ListPage, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.reclaim()
-	top := newSmallest(q.Limit + 1)
+	top := listing.NewSmallest(q.Limit + 1)
 	for key := range m.locks {
-		if q.listable(key) {
-			top.offer(key)
+		if q.Includes(key) {
+			top.Offer(key)
 		}
 	}
-	keys, next := page(top.keys, q.Limit)
+	keys, next := listing.Page(top.Keys, q.Limit)
 	items := make([]Listed, 0, len(keys))
 	for _, key := range keys {
 		l := m.locks[key]

@@ -111,13 +111,13 @@ func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (k
 	// bound: every key at or below it is known on every answering node.
 	bound, bounded := "", false
 	for _, w := range kept {
-		if w.full() && (!bounded || w.keys[len(w.keys)-1] < bound) {
-			bound, bounded = w.keys[len(w.keys)-1], true
+		if w.Full() && (!bounded || w.Keys[len(w.Keys)-1] < bound) {
+			bound, bounded = w.Keys[len(w.Keys)-1], true
 		}
 	}
 	count := map[string]int{}
 	for _, w := range kept {
-		for _, k := range w.keys {
+		for _, k := range w.Keys {
 			if !bounded || k <= bound {
 				count[k]++
 			}

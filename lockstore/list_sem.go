@@ -3,6 +3,8 @@ package lockstore
 import (
 	"context"
 	"errors"
+
+	"github.com/lockgateway/lockgateway/lockstore/internal/listing"
 )
 
 // SemLister lists the semaphores with permits held whose keys start with
@@ -39,7 +41,7 @@ var semKeyspace = keyspace{tag: semTag, suffix: ":permits"}
 // ListSemaphores implements SemLister: one pass over the semaphores under
 // their mutex, as Memory.List does over the locks.
 func (m *Memory) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, error) {
-	if err := checkList(q); err != nil {
+	if err := CheckList(q); err != nil {
 		return SemPage{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -49,13 +51,13 @@ func (m *Memory) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, erro
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	now := ss.reclaim()
-	top := newSmallest(q.Limit + 1)
+	top := listing.NewSmallest(q.Limit + 1)
 	for key, s := range ss.keys {
-		if len(s.permits) > 0 && q.listable(key) {
-			top.offer(key)
+		if len(s.permits) > 0 && q.Includes(key) {
+			top.Offer(key)
 		}
 	}
-	keys, next := page(top.keys, q.Limit)
+	keys, next := listing.Page(top.Keys, q.Limit)
 	items := make([]ListedSemaphore, 0, len(keys))
 	for _, key := range keys {
 		s := ss.keys[key]
@@ -68,14 +70,14 @@ func (m *Memory) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, erro
 // hashes under the prefix, as Redis.List, then SemInspect of each and its
 // queue's length.
 func (s *Redis) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, error) {
-	if err := checkList(q); err != nil {
+	if err := CheckList(q); err != nil {
 		return SemPage{}, err
 	}
 	top, err := s.scanKeys(ctx, semKeyspace, q)
 	if err != nil {
 		return SemPage{}, err
 	}
-	keys, next := page(top, q.Limit)
+	keys, next := listing.Page(top, q.Limit)
 	items := make([]ListedSemaphore, 0, len(keys))
 	for _, key := range keys {
 		st, err := s.SemInspect(ctx, key)
@@ -97,7 +99,7 @@ func (s *Redis) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, error
 // ListSemaphores implements SemLister: the keys a quorum of the nodes has
 // (majorityKeys), each then inspected as SemInspect does, by quorum.
 func (r *Redlock) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, error) {
-	if err := checkList(q); err != nil {
+	if err := CheckList(q); err != nil {
 		return SemPage{}, err
 	}
 	keys, next, _, _, _, err := r.majorityKeys(ctx, semKeyspace, q)

@@ -3,7 +3,6 @@ package lockstore
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -85,16 +84,16 @@ func NewMemoryWith(o MemoryOptions) *Memory {
 // Acquire implements Store. Waiters queue per key and are woken, in
 // order, by the release that frees the key or at the holder's expiry.
 func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
-	if err := checkAcquire(key, req); err != nil {
+	if err := CheckAcquire(key, req); err != nil {
 		return Lease{}, err
 	}
-	if err := checkQuota(req.Quota); err != nil {
+	if err := CheckQuota(req.Quota); err != nil {
 		return Lease{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Lease{}, err
 	}
-	digest := tokenDigest(req.Token)
+	digest := TokenDigest(req.Token)
 	lease, _, err := m.try(key, digest, req, nil)
 	if _, held := errors.AsType[*HeldError](err); !held || req.Wait <= 0 {
 		return lease, err
@@ -166,7 +165,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 // checkCaps refuses a new grant of key that would pass the store's cap or
 // q's. m.mu must be held, and expired locks reclaimed.
 func (m *Memory) checkCaps(key string, q Quota, now time.Time) error {
-	if m.maxLocks > 0 && len(m.locks)+int(m.sems.live.Load()) >= m.maxLocks && !strings.HasPrefix(key, windowPrefix) {
+	if m.maxLocks > 0 && len(m.locks)+int(m.sems.live.Load()) >= m.maxLocks && !IsWindowKey(key) {
 		at, _ := m.expiry.Earliest()
 		return &CapError{Err: ErrStoreFull, Max: m.maxLocks, Next: at.Sub(now)}
 	}
@@ -255,7 +254,7 @@ func (m *Memory) wakeHead(key string) {
 
 // Extend implements Store.
 func (m *Memory) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
-	if err := checkExtend(key, token, ttl); err != nil {
+	if err := CheckExtend(key, token, ttl); err != nil {
 		return Lease{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -291,7 +290,7 @@ func (m *Memory) lengthen(l *memLock, ttl time.Duration, now time.Time) *memLock
 
 // Release implements Store.
 func (m *Memory) Release(ctx context.Context, key, token string) error {
-	if err := checkToken(key, token, MinTTL); err != nil {
+	if err := CheckRelease(key, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -348,7 +347,7 @@ func (m *Memory) owned(key, token string) (*memLock, error) {
 	if !ok {
 		return nil, ErrNotHeld
 	}
-	if l.digest != tokenDigest(token) {
+	if l.digest != TokenDigest(token) {
 		return nil, ErrTokenMismatch
 	}
 	return l, nil

@@ -1,7 +1,6 @@
 package lockstore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -51,14 +50,14 @@ var _ Semaphores = (*Memory)(nil)
 // of them may take the k free permits, a newcomer only a permit no waiter
 // is owed.
 func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) (Permit, error) {
-	if err := checkPermit(key, req); err != nil {
+	if err := CheckPermit(key, req); err != nil {
 		return Permit{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Permit{}, err
 	}
 	ss := &m.sems
-	digest := tokenDigest(req.Token)
+	digest := TokenDigest(req.Token)
 	p, _, err := ss.try(key, digest, req, nil, m.capPermits)
 	if _, full := errors.AsType[*FullError](err); !full || req.Wait <= 0 {
 		return p, err
@@ -246,7 +245,7 @@ func (ss *memSems) owned(key, token string) (*memSem, *memPermit, error) {
 	if s == nil || len(s.permits) == 0 {
 		return nil, nil, ErrNotHeld
 	}
-	p, ok := s.permits[tokenDigest(token)]
+	p, ok := s.permits[TokenDigest(token)]
 	if !ok {
 		return nil, nil, ErrTokenMismatch
 	}
@@ -255,7 +254,7 @@ func (ss *memSems) owned(key, token string) (*memSem, *memPermit, error) {
 
 // SemExtend implements Semaphores.
 func (m *Memory) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (Permit, error) {
-	if err := checkExtend(key, token, ttl); err != nil {
+	if err := CheckExtend(key, token, ttl); err != nil {
 		return Permit{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -280,7 +279,7 @@ func (m *Memory) SemExtend(ctx context.Context, key, token string, ttl time.Dura
 
 // SemRelease implements Semaphores.
 func (m *Memory) SemRelease(ctx context.Context, key, token string) error {
-	if err := checkToken(key, token, MinTTL); err != nil {
+	if err := CheckRelease(key, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -296,7 +295,7 @@ func (m *Memory) SemRelease(ctx context.Context, key, token string) error {
 	}
 	ss.expiry.Remove(p.expires)
 	ss.live.Add(-1)
-	delete(s.permits, tokenDigest(token))
+	delete(s.permits, TokenDigest(token))
 	s.wakeHead()
 	ss.signals.notify(key)
 	ss.tidy(key, s)
@@ -327,12 +326,8 @@ func (s *memSem) state(key string, now time.Time) SemaphoreState {
 		h.Left = p.expires.At.Sub(now)
 		st.Holders = append(st.Holders, h)
 	}
-	sortHolders(st.Holders)
+	SortHolders(st.Holders)
 	return st
-}
-
-func sortHolders(hs []Permit) {
-	slices.SortFunc(hs, func(a, b Permit) int { return cmp.Compare(a.Fence, b.Fence) })
 }
 
 func (p *memPermit) permit(key, token string, limit int) Permit {

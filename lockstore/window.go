@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +35,11 @@ var (
 // hold a NUL byte.
 const windowPrefix = "\x00window:"
 
+// IsWindowKey reports whether key, as a store's Acquire sees it, is a
+// rate-limit window LockWindows took rather than a lock: a store caps and
+// lists locks, not windows.
+func IsWindowKey(key string) bool { return strings.HasPrefix(key, windowPrefix) }
+
 // LockWindows makes windows out of any Store's leases, for stores without
 // a cheaper way (Redlock: a window then needs a majority of nodes).
 func LockWindows(s Store) Windows { return lockWindows{s} }
@@ -55,7 +61,7 @@ func (m *Memory) TakeWindow(ctx context.Context, key, id string, window time.Dur
 
 // TakeWindow implements Windows with one script and no fence counter.
 func (s *Redis) TakeWindow(ctx context.Context, key, id string, window time.Duration) (time.Duration, error) {
-	if err := checkAcquire(key, AcquireRequest{Token: id, TTL: window}); err != nil {
+	if err := CheckAcquire(key, AcquireRequest{Token: id, TTL: window}); err != nil {
 		return 0, err
 	}
 	ms, err := windowScript.Run(ctx, s.client, []string{windowKey(key)}, id, window.Milliseconds()).Int64()
