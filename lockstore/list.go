@@ -53,7 +53,6 @@ type ListPage struct {
 }
 
 var (
-	_ Lister = (*Memory)(nil)
 	_ Lister = (*Redis)(nil)
 	_ Lister = (*Redlock)(nil)
 )

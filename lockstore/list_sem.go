@@ -30,41 +30,12 @@ type SemPage struct {
 }
 
 var (
-	_ SemLister = (*Memory)(nil)
 	_ SemLister = (*Redis)(nil)
 	_ SemLister = (*Redlock)(nil)
 )
 
 // semKeyspace names a semaphore by its permits hash.
 var semKeyspace = keyspace{tag: semTag, suffix: ":permits"}
-
-// ListSemaphores implements SemLister: one pass over the semaphores under
-// their mutex, as Memory.List does over the locks.
-func (m *Memory) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, error) {
-	if err := CheckList(q); err != nil {
-		return SemPage{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return SemPage{}, err
-	}
-	ss := &m.sems
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	now := ss.reclaim()
-	top := listing.NewSmallest(q.Limit + 1)
-	for key, s := range ss.keys {
-		if len(s.permits) > 0 && q.Includes(key) {
-			top.Offer(key)
-		}
-	}
-	keys, next := listing.Page(top.Keys, q.Limit)
-	items := make([]ListedSemaphore, 0, len(keys))
-	for _, key := range keys {
-		s := ss.keys[key]
-		items = append(items, ListedSemaphore{SemaphoreState: s.state(key, now), Waiters: len(s.queue)})
-	}
-	return SemPage{Items: items, Next: next}, nil
-}
 
 // ListSemaphores implements SemLister: SCAN of every master for permit
 // hashes under the prefix, as Redis.List, then SemInspect of each and its

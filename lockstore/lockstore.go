@@ -216,9 +216,3 @@ func checkToken(key, token string, ttl time.Duration) error {
 // TokenDigest is what stores keep instead of a token, so a memory dump, an
 // RDB file or Redis MONITOR never shows a token that could release a lock.
 func TokenDigest(token string) [32]byte { return sha256.Sum256([]byte(token)) }
-
-// nextFence is the fence rule shared by every backend: strictly above the
-// previous fence and never below the clock in microseconds.
-func nextFence(prev, nowMicros int64) int64 {
-	return max(prev+1, nowMicros)
-}

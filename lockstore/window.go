@@ -23,7 +23,6 @@ type Windows interface {
 }
 
 var (
-	_ Windows = (*Memory)(nil)
 	_ Windows = (*Redis)(nil)
 
 	//go:embed lua/window.lua
@@ -52,11 +51,6 @@ func (w lockWindows) TakeWindow(ctx context.Context, key, id string, window time
 		return max(held.Remaining, time.Millisecond), nil
 	}
 	return 0, err
-}
-
-// TakeWindow implements Windows: in memory a lease costs nothing extra.
-func (m *Memory) TakeWindow(ctx context.Context, key, id string, window time.Duration) (time.Duration, error) {
-	return lockWindows{m}.TakeWindow(ctx, key, id, window)
 }
 
 // TakeWindow implements Windows with one script and no fence counter.

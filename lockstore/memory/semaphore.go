@@ -1,4 +1,4 @@
-package lockstore
+package memory
 
 import (
 	"context"
@@ -10,9 +10,10 @@ import (
 
 	"github.com/lockgateway/lockgateway/internal/expiry"
 	"github.com/lockgateway/lockgateway/internal/sleep"
+	"github.com/lockgateway/lockgateway/lockstore"
 )
 
-// memSems is Memory's semaphores. They have a mutex of their own: locks
+// memSems is a Store's semaphores. They have a mutex of their own: locks
 // and semaphores never touch each other's state.
 type memSems struct {
 	mu     sync.Mutex
@@ -22,7 +23,7 @@ type memSems struct {
 	// live is expiry.Len(), for the lock side's MaxLocks check, which
 	// reads it without mu: permits count against MaxLocks like locks.
 	live atomic.Int64
-	// signals: key → its watchers' wake-ups (SemSignal, watch_sem.go).
+	// signals: key → its watchers' wake-ups (SemSignal, signal.go).
 	signals memSignals
 }
 
@@ -44,22 +45,25 @@ type memPermit struct {
 	expires *expiry.Entry[semRef]
 }
 
-var _ Semaphores = (*Memory)(nil)
+var (
+	_ lockstore.Semaphores  = (*Store)(nil)
+	_ lockstore.SemSignaler = (*Store)(nil)
+)
 
-// SemAcquire implements Semaphores. Waiters queue per key; the first k
-// of them may take the k free permits, a newcomer only a permit no waiter
-// is owed.
-func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) (Permit, error) {
-	if err := CheckPermit(key, req); err != nil {
-		return Permit{}, err
+// SemAcquire implements lockstore.Semaphores. Waiters queue per key; the
+// first k of them may take the k free permits, a newcomer only a permit no
+// waiter is owed.
+func (m *Store) SemAcquire(ctx context.Context, key string, req lockstore.PermitRequest) (lockstore.Permit, error) {
+	if err := lockstore.CheckPermit(key, req); err != nil {
+		return lockstore.Permit{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Permit{}, err
+		return lockstore.Permit{}, err
 	}
 	ss := &m.sems
-	digest := TokenDigest(req.Token)
+	digest := lockstore.TokenDigest(req.Token)
 	p, _, err := ss.try(key, digest, req, nil, m.capPermits)
-	if _, full := errors.AsType[*FullError](err); !full || req.Wait <= 0 {
+	if _, full := errors.AsType[*lockstore.FullError](err); !full || req.Wait <= 0 {
 		return p, err
 	}
 
@@ -73,7 +77,7 @@ func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) 
 	deadline := time.Now().Add(req.Wait)
 	for {
 		p, head, err := ss.try(key, digest, req, w, m.capPermits)
-		full, ok := errors.AsType[*FullError](err)
+		full, ok := errors.AsType[*lockstore.FullError](err)
 		left := time.Until(deadline)
 		if !ok || left <= 0 {
 			return p, err
@@ -83,7 +87,7 @@ func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) 
 			nap = min(nap, full.Remaining)
 		}
 		if _, ok := sleep.Until(ctx, nap, w.wake); !ok {
-			return Permit{}, ctx.Err()
+			return lockstore.Permit{}, ctx.Err()
 		}
 	}
 }
@@ -104,7 +108,7 @@ func (ss *memSems) sem(key string) *memSem {
 // try grants digest a permit if one is free and no earlier waiter is owed
 // it; w is the caller's place in the queue (nil: not queued). head reports
 // whether w is first.
-func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWaiter, caps func(now time.Time) error) (_ Permit, head bool, _ error) {
+func (ss *memSems) try(key string, digest [32]byte, req lockstore.PermitRequest, w *memWaiter, caps func(now time.Time) error) (_ lockstore.Permit, head bool, _ error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	now := ss.reclaim()
@@ -117,7 +121,7 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 	head = rank == 0
 
 	if len(s.permits) > 0 && s.limit != req.Limit {
-		return Permit{}, head, &LimitMismatchError{Limit: s.limit, Remaining: s.latest(now)}
+		return lockstore.Permit{}, head, &lockstore.LimitMismatchError{Limit: s.limit, Remaining: s.latest(now)}
 	}
 	if p, ok := s.permits[digest]; ok {
 		out := ss.lengthen(p, req.TTL, now).permit(key, req.Token, s.limit)
@@ -128,14 +132,14 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 	}
 	free := req.Limit - len(s.permits)
 	if rank >= free {
-		full := &FullError{Limit: req.Limit}
+		full := &lockstore.FullError{Limit: req.Limit}
 		if free <= 0 {
 			full.Remaining = s.earliest(now)
 		}
-		return Permit{}, head, full
+		return lockstore.Permit{}, head, full
 	}
 	if err := caps(now); err != nil {
-		return Permit{}, head, err
+		return lockstore.Permit{}, head, err
 	}
 	ss.fence = nextFence(ss.fence, now.UnixMicro())
 	ss.live.Add(1)
@@ -151,10 +155,10 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 }
 
 // capPermits refuses a new permit when the store holds MaxLocks locks
-// and permits together (ErrStoreFull): the cap bounds the memory of both.
-// m.sems.mu is held; it takes m.mu after it (the lock side never takes
-// m.sems.mu).
-func (m *Memory) capPermits(now time.Time) error {
+// and permits together (lockstore.ErrStoreFull): the cap bounds the
+// memory of both. m.sems.mu is held; it takes m.mu after it (the lock
+// side never takes m.sems.mu).
+func (m *Store) capPermits(now time.Time) error {
 	if m.maxLocks <= 0 {
 		return nil
 	}
@@ -163,7 +167,7 @@ func (m *Memory) capPermits(now time.Time) error {
 		return nil
 	}
 	at, _ := m.sems.expiry.Earliest()
-	return &CapError{Err: ErrStoreFull, Max: m.maxLocks, Next: max(at.Sub(now), 0)}
+	return &lockstore.CapError{Err: lockstore.ErrStoreFull, Max: m.maxLocks, Next: max(at.Sub(now), 0)}
 }
 
 // earliest is how long until the first of s's permits expires; latest,
@@ -243,22 +247,22 @@ func (ss *memSems) reclaim() time.Time {
 func (ss *memSems) owned(key, token string) (*memSem, *memPermit, error) {
 	s := ss.keys[key]
 	if s == nil || len(s.permits) == 0 {
-		return nil, nil, ErrNotHeld
+		return nil, nil, lockstore.ErrNotHeld
 	}
-	p, ok := s.permits[TokenDigest(token)]
+	p, ok := s.permits[lockstore.TokenDigest(token)]
 	if !ok {
-		return nil, nil, ErrTokenMismatch
+		return nil, nil, lockstore.ErrTokenMismatch
 	}
 	return s, p, nil
 }
 
-// SemExtend implements Semaphores.
-func (m *Memory) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (Permit, error) {
-	if err := CheckExtend(key, token, ttl); err != nil {
-		return Permit{}, err
+// SemExtend implements lockstore.Semaphores.
+func (m *Store) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Permit, error) {
+	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
+		return lockstore.Permit{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Permit{}, err
+		return lockstore.Permit{}, err
 	}
 	ss := &m.sems
 	ss.mu.Lock()
@@ -266,7 +270,7 @@ func (m *Memory) SemExtend(ctx context.Context, key, token string, ttl time.Dura
 	now := ss.reclaim()
 	s, p, err := ss.owned(key, token)
 	if err != nil {
-		return Permit{}, err
+		return lockstore.Permit{}, err
 	}
 	if ttl == 0 {
 		ttl = p.length
@@ -277,9 +281,9 @@ func (m *Memory) SemExtend(ctx context.Context, key, token string, ttl time.Dura
 	return out, nil
 }
 
-// SemRelease implements Semaphores.
-func (m *Memory) SemRelease(ctx context.Context, key, token string) error {
-	if err := CheckRelease(key, token); err != nil {
+// SemRelease implements lockstore.Semaphores.
+func (m *Store) SemRelease(ctx context.Context, key, token string) error {
+	if err := lockstore.CheckRelease(key, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -295,17 +299,17 @@ func (m *Memory) SemRelease(ctx context.Context, key, token string) error {
 	}
 	ss.expiry.Remove(p.expires)
 	ss.live.Add(-1)
-	delete(s.permits, TokenDigest(token))
+	delete(s.permits, lockstore.TokenDigest(token))
 	s.wakeHead()
 	ss.signals.notify(key)
 	ss.tidy(key, s)
 	return nil
 }
 
-// SemInspect implements Semaphores.
-func (m *Memory) SemInspect(ctx context.Context, key string) (SemaphoreState, error) {
+// SemInspect implements lockstore.Semaphores.
+func (m *Store) SemInspect(ctx context.Context, key string) (lockstore.SemaphoreState, error) {
 	if err := ctx.Err(); err != nil {
-		return SemaphoreState{}, err
+		return lockstore.SemaphoreState{}, err
 	}
 	ss := &m.sems
 	ss.mu.Lock()
@@ -313,29 +317,29 @@ func (m *Memory) SemInspect(ctx context.Context, key string) (SemaphoreState, er
 	now := ss.reclaim()
 	s := ss.keys[key]
 	if s == nil || len(s.permits) == 0 {
-		return SemaphoreState{}, ErrNotHeld
+		return lockstore.SemaphoreState{}, lockstore.ErrNotHeld
 	}
 	return s.state(key, now), nil
 }
 
 // state is s as SemInspect reports it, at now. ss.mu must be held.
-func (s *memSem) state(key string, now time.Time) SemaphoreState {
-	st := SemaphoreState{Key: key, Limit: s.limit}
+func (s *memSem) state(key string, now time.Time) lockstore.SemaphoreState {
+	st := lockstore.SemaphoreState{Key: key, Limit: s.limit}
 	for _, p := range s.permits {
 		h := p.permit(key, "", s.limit)
 		h.Left = p.expires.At.Sub(now)
 		st.Holders = append(st.Holders, h)
 	}
-	SortHolders(st.Holders)
+	lockstore.SortHolders(st.Holders)
 	return st
 }
 
-func (p *memPermit) permit(key, token string, limit int) Permit {
-	return Permit{Key: key, Token: token, Owner: p.owner, Limit: limit, Fence: p.fence,
+func (p *memPermit) permit(key, token string, limit int) lockstore.Permit {
+	return lockstore.Permit{Key: key, Token: token, Owner: p.owner, Limit: limit, Fence: p.fence,
 		Granted: p.length, ExpiresAt: p.expires.At}
 }
 
-// lengthen is a permit's renewal or extend: as a lock's (Memory.lengthen),
+// lengthen is a permit's renewal or extend: as a lock's (Store.lengthen),
 // it never shortens the permit.
 func (ss *memSems) lengthen(p *memPermit, ttl time.Duration, now time.Time) *memPermit {
 	p.length = ttl
