@@ -27,18 +27,18 @@ import (
 // exact: every lock counts from its grant until its release or expiry.
 type Store struct {
 	mu       sync.Mutex
-	locks    map[string]*memLock
-	queues   map[string][]*memWaiter // waiters per key, in arrival order
+	locks    map[string]*lock
+	queues   map[string][]*waiter // waiters per key, in arrival order
 	expiry   expiry.Queue[string]
 	fence    int64 // last fence handed out, shared by all keys
 	maxLocks int
-	users    map[string]*memUser // users with a counted lock
+	users    map[string]*user // users with a counted lock
 	// signals: key → its watchers' wake-ups (Signal, signal.go).
-	signals memSignals
-	sems    memSems // semaphores (semaphore.go)
+	signals signals
+	sems    semaphores // semaphore.go
 }
 
-type memLock struct {
+type lock struct {
 	key    string
 	digest [32]byte
 	owner  string
@@ -49,13 +49,13 @@ type memLock struct {
 	expires *expiry.Entry[string] // its At carries a monotonic reading
 	// user is whom the lock counts against (nil: granted without a
 	// quota); counted is its place in the user's queue.
-	user    *memUser
+	user    *user
 	counted *expiry.Entry[string]
 }
 
-// memUser is one user's counted locks by expiry: their number is the count,
+// user is one user's counted locks by expiry: their number is the count,
 // the first the soonest one frees by itself.
-type memUser struct {
+type user struct {
 	name  string
 	locks expiry.Queue[string]
 }
@@ -68,8 +68,8 @@ type Options struct {
 	MaxLocks int
 }
 
-// memWaiter is a request waiting for a key; wake tells it to try again.
-type memWaiter struct{ wake chan struct{} }
+// waiter is a request waiting for a key; wake tells it to try again.
+type waiter struct{ wake chan struct{} }
 
 var (
 	_ lockstore.Store     = (*Store)(nil)
@@ -85,10 +85,10 @@ func New() *Store { return NewWith(Options{}) }
 // NewWith returns an empty Store configured by o.
 func NewWith(o Options) *Store {
 	return &Store{
-		locks:    make(map[string]*memLock),
-		queues:   make(map[string][]*memWaiter),
+		locks:    make(map[string]*lock),
+		queues:   make(map[string][]*waiter),
 		maxLocks: max(o.MaxLocks, 0),
-		users:    make(map[string]*memUser),
+		users:    make(map[string]*user),
 	}
 }
 
@@ -110,7 +110,7 @@ func (m *Store) Acquire(ctx context.Context, key string, req lockstore.AcquireRe
 		return lease, err
 	}
 
-	w := &memWaiter{wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1)}
 	m.mu.Lock()
 	m.queues[key] = append(m.queues[key], w)
 	m.mu.Unlock()
@@ -136,7 +136,7 @@ func (m *Store) Acquire(ctx context.Context, key string, req lockstore.AcquireRe
 
 // try takes key for req if it is free and w (nil: a caller that does not
 // wait) is first in its queue. head reports whether w is first.
-func (m *Store) try(key string, digest [32]byte, req lockstore.AcquireRequest, w *memWaiter) (_ lockstore.Lease, head bool, _ error) {
+func (m *Store) try(key string, digest [32]byte, req lockstore.AcquireRequest, w *waiter) (_ lockstore.Lease, head bool, _ error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.reclaim()
@@ -163,7 +163,7 @@ func (m *Store) try(key string, digest [32]byte, req lockstore.AcquireRequest, w
 	// One counter for all keys: strictly increasing per key a fortiori, and
 	// nothing to remember once a key is free.
 	m.fence = nextFence(m.fence, now.UnixMicro())
-	l := &memLock{key: key, digest: digest, owner: req.Owner, fence: m.fence, length: req.TTL, expires: m.expiry.Add(key, now.Add(req.TTL))}
+	l := &lock{key: key, digest: digest, owner: req.Owner, fence: m.fence, length: req.TTL, expires: m.expiry.Add(key, now.Add(req.TTL))}
 	m.locks[key] = l
 	m.count(l, req.Quota)
 	m.changed(key)
@@ -192,13 +192,13 @@ func (m *Store) checkCaps(key string, q lockstore.Quota, now time.Time) error {
 
 // count makes l count against q's user, when q caps anything. m.mu must be
 // held.
-func (m *Store) count(l *memLock, q lockstore.Quota) {
+func (m *Store) count(l *lock, q lockstore.Quota) {
 	if q.Max <= 0 {
 		return
 	}
 	u := m.users[q.User]
 	if u == nil {
-		u = &memUser{name: q.User}
+		u = &user{name: q.User}
 		m.users[q.User] = u
 	}
 	l.user, l.counted = u, u.locks.Add(l.key, l.expires.At)
@@ -206,7 +206,7 @@ func (m *Store) count(l *memLock, q lockstore.Quota) {
 
 // forget takes l out of the store and out of its user's count. m.mu must
 // be held.
-func (m *Store) forget(l *memLock) {
+func (m *Store) forget(l *lock) {
 	delete(m.locks, l.key)
 	if u := l.user; u != nil {
 		u.locks.Remove(l.counted)
@@ -217,7 +217,7 @@ func (m *Store) forget(l *memLock) {
 }
 
 // move sets l's expiry, in its user's count too. m.mu must be held.
-func (m *Store) move(l *memLock, at time.Time) {
+func (m *Store) move(l *lock, at time.Time) {
 	m.expiry.Move(l.expires, at)
 	if l.user != nil {
 		l.user.locks.Move(l.counted, at)
@@ -225,7 +225,7 @@ func (m *Store) move(l *memLock, at time.Time) {
 }
 
 // leave takes w out of key's queue if it is still there.
-func (m *Store) leave(key string, w *memWaiter) {
+func (m *Store) leave(key string, w *waiter) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.dequeue(key, w)
@@ -234,7 +234,7 @@ func (m *Store) leave(key string, w *memWaiter) {
 // dequeue removes w from key's queue and, when w was first, wakes the next
 // waiter: it may take a free key, or must learn when the holder's lease
 // runs out. m.mu must be held.
-func (m *Store) dequeue(key string, w *memWaiter) {
+func (m *Store) dequeue(key string, w *waiter) {
 	q := m.queues[key]
 	for i, x := range q {
 		if x != w {
@@ -291,7 +291,7 @@ func (m *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 // now+ttl, or stays where it is when that is later. A lease is never
 // shortened, on any backend (docs/safety.md, "Late writes on redis", rule
 // V1); the holder is told now+ttl, the least it holds.
-func (m *Store) lengthen(l *memLock, ttl time.Duration, now time.Time) *memLock {
+func (m *Store) lengthen(l *lock, ttl time.Duration, now time.Time) *lock {
 	l.length = ttl
 	if at := now.Add(ttl); at.After(l.expires.At) {
 		m.move(l, at)
@@ -358,7 +358,7 @@ func (m *Store) Len() int {
 }
 
 // owned returns key's lock if token holds it. m.mu must be held.
-func (m *Store) owned(key, token string) (*memLock, error) {
+func (m *Store) owned(key, token string) (*lock, error) {
 	l, ok := m.locks[key]
 	if !ok {
 		return nil, lockstore.ErrNotHeld
@@ -377,7 +377,7 @@ func (m *Store) reclaim() time.Time {
 	return now
 }
 
-func (l *memLock) lease(token string) lockstore.Lease {
+func (l *lock) lease(token string) lockstore.Lease {
 	return lockstore.Lease{
 		Key:       l.key,
 		Token:     token,

@@ -13,18 +13,18 @@ import (
 	"github.com/lockgateway/lockgateway/lockstore"
 )
 
-// memSems is a Store's semaphores. They have a mutex of their own: locks
+// semaphores is a Store's semaphores. They have a mutex of their own: locks
 // and semaphores never touch each other's state.
-type memSems struct {
+type semaphores struct {
 	mu     sync.Mutex
-	keys   map[string]*memSem
+	keys   map[string]*semaphore
 	expiry expiry.Queue[semRef] // every permit, by expiry
 	fence  int64                // last fence handed out, shared by all keys
 	// live is expiry.Len(), for the lock side's MaxLocks check, which
 	// reads it without mu: permits count against MaxLocks like locks.
 	live atomic.Int64
 	// signals: key → its watchers' wake-ups (SemSignal, signal.go).
-	signals memSignals
+	signals signals
 }
 
 type semRef struct {
@@ -32,13 +32,13 @@ type semRef struct {
 	digest [32]byte
 }
 
-type memSem struct {
+type semaphore struct {
 	limit   int // the limit its holders were granted under
-	permits map[[32]byte]*memPermit
-	queue   []*memWaiter // in arrival order
+	permits map[[32]byte]*permit
+	queue   []*waiter // in arrival order
 }
 
-type memPermit struct {
+type permit struct {
 	owner   string
 	fence   int64
 	length  time.Duration
@@ -67,7 +67,7 @@ func (m *Store) SemAcquire(ctx context.Context, key string, req lockstore.Permit
 		return p, err
 	}
 
-	w := &memWaiter{wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1)}
 	ss.mu.Lock()
 	s := ss.sem(key)
 	s.queue = append(s.queue, w)
@@ -93,13 +93,13 @@ func (m *Store) SemAcquire(ctx context.Context, key string, req lockstore.Permit
 }
 
 // sem returns key's semaphore, making it. ss.mu must be held.
-func (ss *memSems) sem(key string) *memSem {
+func (ss *semaphores) sem(key string) *semaphore {
 	if ss.keys == nil {
-		ss.keys = make(map[string]*memSem)
+		ss.keys = make(map[string]*semaphore)
 	}
 	s := ss.keys[key]
 	if s == nil {
-		s = &memSem{permits: make(map[[32]byte]*memPermit)}
+		s = &semaphore{permits: make(map[[32]byte]*permit)}
 		ss.keys[key] = s
 	}
 	return s
@@ -108,7 +108,7 @@ func (ss *memSems) sem(key string) *memSem {
 // try grants digest a permit if one is free and no earlier waiter is owed
 // it; w is the caller's place in the queue (nil: not queued). head reports
 // whether w is first.
-func (ss *memSems) try(key string, digest [32]byte, req lockstore.PermitRequest, w *memWaiter, caps func(now time.Time) error) (_ lockstore.Permit, head bool, _ error) {
+func (ss *semaphores) try(key string, digest [32]byte, req lockstore.PermitRequest, w *waiter, caps func(now time.Time) error) (_ lockstore.Permit, head bool, _ error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	now := ss.reclaim()
@@ -143,7 +143,7 @@ func (ss *memSems) try(key string, digest [32]byte, req lockstore.PermitRequest,
 	}
 	ss.fence = nextFence(ss.fence, now.UnixMicro())
 	ss.live.Add(1)
-	p := &memPermit{owner: req.Owner, fence: ss.fence, length: req.TTL,
+	p := &permit{owner: req.Owner, fence: ss.fence, length: req.TTL,
 		expires: ss.expiry.Add(semRef{key, digest}, now.Add(req.TTL))}
 	s.limit = req.Limit
 	s.permits[digest] = p
@@ -172,7 +172,7 @@ func (m *Store) capPermits(now time.Time) error {
 
 // earliest is how long until the first of s's permits expires; latest,
 // the last.
-func (s *memSem) earliest(now time.Time) time.Duration {
+func (s *semaphore) earliest(now time.Time) time.Duration {
 	var d time.Duration
 	for _, p := range s.permits {
 		if left := p.expires.At.Sub(now); d == 0 || left < d {
@@ -182,7 +182,7 @@ func (s *memSem) earliest(now time.Time) time.Duration {
 	return d
 }
 
-func (s *memSem) latest(now time.Time) time.Duration {
+func (s *semaphore) latest(now time.Time) time.Duration {
 	var d time.Duration
 	for _, p := range s.permits {
 		d = max(d, p.expires.At.Sub(now))
@@ -192,14 +192,14 @@ func (s *memSem) latest(now time.Time) time.Duration {
 
 // tidy forgets key's semaphore once nothing refers to it. ss.mu must be
 // held.
-func (ss *memSems) tidy(key string, s *memSem) {
+func (ss *semaphores) tidy(key string, s *semaphore) {
 	if len(s.permits) == 0 && len(s.queue) == 0 {
 		delete(ss.keys, key)
 	}
 }
 
 // leave takes w out of key's queue if it is still there.
-func (ss *memSems) leave(key string, w *memWaiter) {
+func (ss *semaphores) leave(key string, w *waiter) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if s := ss.keys[key]; s != nil {
@@ -210,7 +210,7 @@ func (ss *memSems) leave(key string, w *memWaiter) {
 
 // dequeue removes w from s's queue and wakes the new first waiter when w
 // was first: a permit may be free for it too. ss.mu must be held.
-func (ss *memSems) dequeue(s *memSem, w *memWaiter) {
+func (ss *semaphores) dequeue(s *semaphore, w *waiter) {
 	i := slices.Index(s.queue, w)
 	if i < 0 {
 		return
@@ -221,7 +221,7 @@ func (ss *memSems) dequeue(s *memSem, w *memWaiter) {
 	}
 }
 
-func (s *memSem) wakeHead() {
+func (s *semaphore) wakeHead() {
 	if len(s.queue) > 0 {
 		select {
 		case s.queue[0].wake <- struct{}{}:
@@ -232,7 +232,7 @@ func (s *memSem) wakeHead() {
 
 // reclaim drops every expired permit and returns the time it judged by.
 // ss.mu must be held.
-func (ss *memSems) reclaim() time.Time {
+func (ss *semaphores) reclaim() time.Time {
 	now := time.Now()
 	ss.expiry.PopExpired(now, func(r semRef) {
 		ss.live.Add(-1)
@@ -244,7 +244,7 @@ func (ss *memSems) reclaim() time.Time {
 }
 
 // owned returns token's permit on key. ss.mu must be held.
-func (ss *memSems) owned(key, token string) (*memSem, *memPermit, error) {
+func (ss *semaphores) owned(key, token string) (*semaphore, *permit, error) {
 	s := ss.keys[key]
 	if s == nil || len(s.permits) == 0 {
 		return nil, nil, lockstore.ErrNotHeld
@@ -323,7 +323,7 @@ func (m *Store) SemInspect(ctx context.Context, key string) (lockstore.Semaphore
 }
 
 // state is s as SemInspect reports it, at now. ss.mu must be held.
-func (s *memSem) state(key string, now time.Time) lockstore.SemaphoreState {
+func (s *semaphore) state(key string, now time.Time) lockstore.SemaphoreState {
 	st := lockstore.SemaphoreState{Key: key, Limit: s.limit}
 	for _, p := range s.permits {
 		h := p.permit(key, "", s.limit)
@@ -334,14 +334,14 @@ func (s *memSem) state(key string, now time.Time) lockstore.SemaphoreState {
 	return st
 }
 
-func (p *memPermit) permit(key, token string, limit int) lockstore.Permit {
+func (p *permit) permit(key, token string, limit int) lockstore.Permit {
 	return lockstore.Permit{Key: key, Token: token, Owner: p.owner, Limit: limit, Fence: p.fence,
 		Granted: p.length, ExpiresAt: p.expires.At}
 }
 
 // lengthen is a permit's renewal or extend: as a lock's (Store.lengthen),
 // it never shortens the permit.
-func (ss *memSems) lengthen(p *memPermit, ttl time.Duration, now time.Time) *memPermit {
+func (ss *semaphores) lengthen(p *permit, ttl time.Duration, now time.Time) *permit {
 	p.length = ttl
 	if at := now.Add(ttl); at.After(p.expires.At) {
 		ss.expiry.Move(p.expires, at)

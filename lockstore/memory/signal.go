@@ -11,16 +11,16 @@ func (m *Store) Signal(_ context.Context, key string, wake chan struct{}) (func(
 	return m.signals.add(&m.mu, key, wake), nil
 }
 
-// memSignals is a Store's watchers' wake-ups, by key; the mutex of what
+// signals is a Store's watchers' wake-ups, by key; the mutex of what
 // it signals guards it.
-type memSignals map[string]map[chan struct{}]struct{}
+type signals map[string]map[chan struct{}]struct{}
 
 // add registers wake for key under mu and returns what removes it.
-func (s *memSignals) add(mu *sync.Mutex, key string, wake chan struct{}) func() {
+func (s *signals) add(mu *sync.Mutex, key string, wake chan struct{}) func() {
 	mu.Lock()
 	defer mu.Unlock()
 	if *s == nil {
-		*s = make(memSignals)
+		*s = make(signals)
 	}
 	ws := (*s)[key]
 	if ws == nil {
@@ -39,7 +39,7 @@ func (s *memSignals) add(mu *sync.Mutex, key string, wake chan struct{}) func() 
 }
 
 // notify wakes key's watchers; the mutex given to add must be held.
-func (s memSignals) notify(key string) {
+func (s signals) notify(key string) {
 	for wake := range s[key] {
 		select {
 		case wake <- struct{}{}:
