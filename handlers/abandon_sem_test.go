@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // A permit granted to a client that has gone is released as a lock's
@@ -27,7 +28,7 @@ import (
 // Redis that ran the script after the gateway gave up), and whose first
 // failRelease releases get no answer.
 type lateSems struct {
-	*lockstore.Memory
+	*memory.Store
 	late        time.Duration // 0: grant at once, and answer it
 	granted     chan struct{}
 	failRelease atomic.Int32
@@ -36,13 +37,13 @@ type lateSems struct {
 func (s *lateSems) SemAcquire(ctx context.Context, key string, req lockstore.PermitRequest) (lockstore.Permit, error) {
 	<-ctx.Done()
 	if s.late == 0 {
-		p, err := s.Memory.SemAcquire(context.Background(), key, req)
+		p, err := s.Store.SemAcquire(context.Background(), key, req)
 		close(s.granted)
 		return p, err
 	}
 	go func() {
 		time.Sleep(s.late)
-		_, _ = s.Memory.SemAcquire(context.Background(), key, req)
+		_, _ = s.Store.SemAcquire(context.Background(), key, req)
 		close(s.granted)
 	}()
 	return lockstore.Permit{}, fmt.Errorf("%w: the store did not answer in time", lockstore.ErrUnavailable)
@@ -52,13 +53,13 @@ func (s *lateSems) SemRelease(ctx context.Context, key, token string) error {
 	if s.failRelease.Add(-1) >= 0 {
 		return fmt.Errorf("%w: the store did not answer", lockstore.ErrUnavailable)
 	}
-	return s.Memory.SemRelease(ctx, key, token)
+	return s.Store.SemRelease(ctx, key, token)
 }
 
 func abandonPermit(t *testing.T, sems *lateSems) {
 	t.Helper()
 	limits := handlers.Limits{DefaultTTL: time.Minute, MaxTTL: time.Hour, MaxWait: time.Minute, MaxBodyBytes: 1 << 16, BackendTimeout: time.Second}
-	h := handlers.NewSemaphores(sems, handlers.NewLocks(sems.Memory, limits, zerolog.Nop(), nil, nil))
+	h := handlers.NewSemaphores(sems, handlers.NewLocks(sems.Store, limits, zerolog.Nop(), nil, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	req := httptest.NewRequest("PUT", "/semaphores/jobs/nightly", strings.NewReader(`{"limit":1}`)).WithContext(ctx)
 	req.Header.Set("Content-Type", "application/json")
@@ -77,7 +78,7 @@ func abandonPermit(t *testing.T, sems *lateSems) {
 // its client left got no answer; it is tried again, as a lock's is
 // (before, one attempt, and the permit stayed until its TTL).
 func TestAbandonedPermitReleaseIsRetried(t *testing.T) {
-	sems := &lateSems{Memory: lockstore.NewMemory(), granted: make(chan struct{})}
+	sems := &lateSems{Store: memory.New(), granted: make(chan struct{})}
 	sems.failRelease.Store(2)
 	abandonPermit(t, sems)
 }
@@ -86,6 +87,6 @@ func TestAbandonedPermitReleaseIsRetried(t *testing.T) {
 // "unavailable" after the client left, and the grant landed after that:
 // it is released once it lands, as a lock's (before, nothing released it).
 func TestLateGrantToAbandonedPermitIsReleased(t *testing.T) {
-	sems := &lateSems{Memory: lockstore.NewMemory(), late: 150 * time.Millisecond, granted: make(chan struct{})}
+	sems := &lateSems{Store: memory.New(), late: 150 * time.Millisecond, granted: make(chan struct{})}
 	abandonPermit(t, sems)
 }

@@ -12,22 +12,23 @@ import (
 
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // grantAsClientLeaves is a real Memory store whose grant lands just after
 // the client went away, the race a waiting acquire can lose.
-type grantAsClientLeaves struct{ *lockstore.Memory }
+type grantAsClientLeaves struct{ *memory.Store }
 
 func (g grantAsClientLeaves) Acquire(ctx context.Context, key string, req lockstore.AcquireRequest) (lockstore.Lease, error) {
 	<-ctx.Done()
-	return g.Memory.Acquire(context.Background(), key, req)
+	return g.Store.Acquire(context.Background(), key, req)
 }
 
 // TestGrantToAbandonedRequestIsReleased: nobody will ever learn that
 // lease's token, so it is released at once instead of blocking the key
 // for its whole TTL.
 func TestGrantToAbandonedRequestIsReleased(t *testing.T) {
-	mem := lockstore.NewMemory()
+	mem := memory.New()
 	locks := handlers.NewLocks(grantAsClientLeaves{mem}, handlers.Limits{
 		DefaultTTL: time.Minute, MaxTTL: time.Hour, MaxWait: time.Minute, MaxBodyBytes: 1 << 16, BackendTimeout: time.Second,
 	}, zerolog.Nop(), nil, nil)
@@ -47,7 +48,7 @@ func TestGrantToAbandonedRequestIsReleased(t *testing.T) {
 // a client that chose its own token retries with it. Later acquires go
 // straight to the Memory store.
 type grantThenHold struct {
-	*lockstore.Memory
+	*memory.Store
 	first            chan struct{} // closed by the first acquire
 	granted, proceed chan struct{}
 }
@@ -55,12 +56,12 @@ type grantThenHold struct {
 func (g *grantThenHold) Acquire(ctx context.Context, key string, req lockstore.AcquireRequest) (lockstore.Lease, error) {
 	select {
 	case <-g.first:
-		return g.Memory.Acquire(ctx, key, req)
+		return g.Store.Acquire(ctx, key, req)
 	default:
 		close(g.first)
 	}
 	<-ctx.Done()
-	l, err := g.Memory.Acquire(context.Background(), key, req)
+	l, err := g.Store.Acquire(context.Background(), key, req)
 	close(g.granted)
 	<-g.proceed
 	return l, err
@@ -74,8 +75,8 @@ func (g *grantThenHold) Acquire(ctx context.Context, key string, req lockstore.A
 // first was told it held it. (Found by the chaos suite's abandon scenario.)
 // A grant to a token the client chose therefore stays.
 func TestGrantToAbandonedRequestWithClientTokenIsKept(t *testing.T) {
-	mem := lockstore.NewMemory()
-	store := &grantThenHold{Memory: mem, first: make(chan struct{}), granted: make(chan struct{}), proceed: make(chan struct{})}
+	mem := memory.New()
+	store := &grantThenHold{Store: mem, first: make(chan struct{}), granted: make(chan struct{}), proceed: make(chan struct{})}
 	locks := handlers.NewLocks(store, handlers.Limits{
 		DefaultTTL: time.Minute, MaxTTL: time.Hour, MaxWait: time.Minute, MaxBodyBytes: 1 << 16, BackendTimeout: time.Second,
 	}, zerolog.Nop(), nil, nil)

@@ -18,6 +18,7 @@ import (
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/internal/apitest"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 	"github.com/lockgateway/lockgateway/middleware"
 )
 
@@ -124,7 +125,7 @@ func FuzzAcquireBody(f *testing.F) {
 		}
 		const key = "fuzz/acquire"
 		ctx := context.Background()
-		store := lockstore.NewMemory()
+		store := memory.New()
 		switch state % 3 {
 		case 1: // the caller's token holds the key: a retried acquire
 			if handlers.CheckToken(lockToken) == nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/handlers"
-	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // stallingStream is a hold's response writer whose first renewed event
@@ -84,7 +84,7 @@ func (s *stallingStream) written() []writtenEvent {
 // resumed.
 func TestHoldSaysNothingAfterTheEnd(t *testing.T) {
 	const ttl = 300 * time.Millisecond
-	locks := handlers.NewLocks(lockstore.NewMemory(), handlers.Limits{
+	locks := handlers.NewLocks(memory.New(), handlers.Limits{
 		DefaultTTL: time.Minute, MaxTTL: time.Hour, MaxWait: time.Minute, MaxBodyBytes: 1 << 16, BackendTimeout: time.Second,
 	}, zerolog.Nop(), nil, nil)
 	w := &stallingStream{stall: 3 * ttl, header: http.Header{}}

@@ -12,12 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/handlers"
-	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // holdGateway serves PUT, DELETE and the listing of locks over store, as
 // one gateway does.
-func holdGateway(t *testing.T, store *lockstore.Memory) *httptest.Server {
+func holdGateway(t *testing.T, store *memory.Store) *httptest.Server {
 	t.Helper()
 	locks := handlers.NewLocks(store, handlers.Limits{
 		DefaultTTL: time.Minute, MaxTTL: time.Hour, MaxWait: time.Minute, MaxBodyBytes: 1 << 16, BackendTimeout: time.Second,
@@ -95,7 +95,7 @@ func finalEvent(t *testing.T, ch <-chan sse, limit time.Duration) (sse, time.Dur
 // through the hold's gateway ends its stream, released, at once: long
 // before its next renewal (a third of its 30 s TTL) could tell.
 func TestHoldReleasedThroughThisGateway(t *testing.T) {
-	srv := holdGateway(t, lockstore.NewMemory())
+	srv := holdGateway(t, memory.New())
 	ch, token := holdToken(t, srv, "jobs/held", `{"ttl_ms":30000}`)
 	resp, err := http.DefaultClient.Do(mustRequest(t, http.MethodPut, srv.URL+"/locks/jobs/plain"))
 	require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestHoldReleasedThroughThisGateway(t *testing.T) {
 // holder's DELETE through the other ends the stream released (not lost)
 // at the hold's next renewal, within a third of its TTL.
 func TestHoldReleasedThroughAnotherGateway(t *testing.T) {
-	store := lockstore.NewMemory()
+	store := memory.New()
 	here, there := holdGateway(t, store), holdGateway(t, store)
 	ch, token := holdToken(t, here, "jobs/held", `{"ttl_ms":900}`)
 	assert.Equal(t, map[string]bool{"jobs/held": true}, heldByStream(t, here))

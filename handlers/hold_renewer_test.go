@@ -10,11 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // batchCounter is a memory store that counts the batches it is asked for.
 type batchCounter struct {
-	*lockstore.Memory
+	*memory.Store
 	mu      sync.Mutex
 	batches []int
 }
@@ -23,13 +24,13 @@ func (b *batchCounter) ExtendBatch(ctx context.Context, exts []lockstore.Extensi
 	b.mu.Lock()
 	b.batches = append(b.batches, len(exts))
 	b.mu.Unlock()
-	return lockstore.ExtendAll(ctx, b.Memory, exts)
+	return lockstore.ExtendAll(ctx, b.Store, exts)
 }
 
 // TestRenewerBatches: renewals due in one slot go to the store in one
 // batch, each answered with its own outcome, never later than due.
 func TestRenewerBatches(t *testing.T) {
-	store := &batchCounter{Memory: lockstore.NewMemory()}
+	store := &batchCounter{Store: memory.New()}
 	ctx := context.Background()
 	var exts []lockstore.Extension
 	for i := range 100 {
@@ -62,7 +63,7 @@ func TestRenewerBatches(t *testing.T) {
 // semBatchCounter is a memory store that counts the permit batches it is
 // asked for.
 type semBatchCounter struct {
-	*lockstore.Memory
+	*memory.Store
 	mu      sync.Mutex
 	batches []int
 }
@@ -71,13 +72,13 @@ func (b *semBatchCounter) SemExtendBatch(ctx context.Context, exts []lockstore.E
 	b.mu.Lock()
 	b.batches = append(b.batches, len(exts))
 	b.mu.Unlock()
-	return lockstore.SemExtendAll(ctx, b.Memory, exts)
+	return lockstore.SemExtendAll(ctx, b.Store, exts)
 }
 
 // TestPermitRenewerBatches: permits' renewals due in one slot go to the
 // store in one batch too, each answered with its own outcome.
 func TestPermitRenewerBatches(t *testing.T) {
-	store := &semBatchCounter{Memory: lockstore.NewMemory()}
+	store := &semBatchCounter{Store: memory.New()}
 	ctx := context.Background()
 	var exts []lockstore.Extension
 	for range 20 {

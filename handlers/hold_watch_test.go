@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // sse is one event of a stream.
@@ -77,7 +78,7 @@ func nextSSE(t *testing.T, ch <-chan sse) sse {
 // (held by the first, or free), and the second hold's stream used to
 // judge that state and end at once: lost (taken), or released.
 func TestHoldOfAWaiterKeepsTheKey(t *testing.T) {
-	mem := lockstore.NewMemory()
+	mem := memory.New()
 	locks := handlers.NewLocks(mem, handlers.Limits{
 		DefaultTTL: time.Minute, MaxTTL: time.Hour, MaxWait: time.Minute, MaxBodyBytes: 1 << 16, BackendTimeout: time.Second,
 	}, zerolog.Nop(), nil, nil)

@@ -66,7 +66,7 @@ var (
 	// than its Quota allows. Nothing was taken. The error is a *CapError.
 	ErrUserQuota = errors.New("lockstore: the user holds its maximum of live locks")
 	// ErrStoreFull means the store holds the most live locks it may
-	// (MemoryOptions.MaxLocks). Nothing was taken. The error is a
+	// (memory.Options.MaxLocks). Nothing was taken. The error is a
 	// *CapError.
 	ErrStoreFull = errors.New("lockstore: the store holds its maximum of live locks")
 )

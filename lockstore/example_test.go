@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // A worker takes jobs/nightly so only one instance runs the job, passes the
 // fence to whatever it writes, and releases the lock when done.
 func Example() {
 	ctx := context.Background()
-	store := lockstore.NewMemory() // or lockstore.NewRedis(client)
+	store := memory.New() // or lockstore.NewRedis(client)
 
 	me := lockstore.NewToken()
 	lease, err := store.Acquire(ctx, "jobs/nightly", lockstore.AcquireRequest{Token: me, TTL: 30 * time.Second, Owner: "worker-7"})

@@ -3,7 +3,6 @@ package lockstore
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -54,7 +53,6 @@ type ListPage struct {
 }
 
 var (
-	_ Lister = (*Memory)(nil)
 	_ Lister = (*Redis)(nil)
 	_ Lister = (*Redlock)(nil)
 )
@@ -63,7 +61,8 @@ var (
 // what one page holds in memory.
 const MaxListLimit = 1000
 
-func checkList(q ListQuery) error {
+// CheckList checks a List's or a ListSemaphores' query.
+func CheckList(q ListQuery) error {
 	switch {
 	case q.Limit < 1 || q.Limit > MaxListLimit:
 		return fmt.Errorf("%w: list limit %d not in 1..%d", ErrInvalid, q.Limit, MaxListLimit)
@@ -73,47 +72,9 @@ func checkList(q ListQuery) error {
 	return nil
 }
 
-// listable reports whether key is a lock a listing shows: it starts with
-// the prefix, comes after the cursor, and is not a rate-limit window
-// (which lives among the leases of stores without windows of their own).
-func (q ListQuery) listable(key string) bool {
-	return strings.HasPrefix(key, q.Prefix) && key > q.After && !strings.HasPrefix(key, windowPrefix)
-}
-
-// smallest keeps the n smallest distinct keys it is offered, so a pass
-// over any number of keys holds n of them at most. n is small (a page and
-// one), so a sorted slice is as quick as a heap.
-type smallest struct {
-	n    int
-	keys []string // sorted, distinct
-}
-
-func newSmallest(n int) *smallest { return &smallest{n: n, keys: make([]string, 0, n)} }
-
-func (s *smallest) offer(key string) {
-	if len(s.keys) == s.n && key >= s.keys[len(s.keys)-1] {
-		return
-	}
-	i, found := slices.BinarySearch(s.keys, key)
-	if found {
-		return
-	}
-	if len(s.keys) == s.n {
-		s.keys = s.keys[:len(s.keys)-1]
-	}
-	s.keys = slices.Insert(s.keys, i, key)
-}
-
-// full reports whether s holds n keys: then every key it was not offered,
-// or dropped, is above its last.
-func (s *smallest) full() bool { return len(s.keys) == s.n }
-
-// page cuts the sorted candidates (at most limit+1 of them) into the keys
-// of a page and its Next: with more than limit, there is a next page,
-// which starts after the page's last key.
-func page(candidates []string, limit int) (keys []string, next string) {
-	if len(candidates) > limit {
-		return candidates[:limit], candidates[limit-1]
-	}
-	return candidates, ""
+// Includes reports whether a page of q may show key: it starts with the
+// prefix, comes after the cursor, and is not a rate-limit window (which
+// lives among the leases of stores without windows of their own).
+func (q ListQuery) Includes(key string) bool {
+	return strings.HasPrefix(key, q.Prefix) && key > q.After && !IsWindowKey(key)
 }

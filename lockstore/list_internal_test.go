@@ -28,18 +28,3 @@ func TestKeyspace(t *testing.T) {
 	assert.Equal(t, "lockgw:{sem#jobs/*}:permits", sem.match("jobs/"))
 	assert.Equal(t, `lockgw:{a\*\?\[x\]\\*}:lock`, locksKeyspace.match(`a*?[x]\`), "a prefix matches itself only")
 }
-
-func TestSmallest(t *testing.T) {
-	s := newSmallest(3)
-	for _, k := range []string{"e", "b", "d", "b", "a", "f", "c"} {
-		s.offer(k)
-	}
-	assert.Equal(t, []string{"a", "b", "c"}, s.keys)
-	assert.True(t, s.full())
-	keys, next := page([]string{"a", "b", "c"}, 2)
-	assert.Equal(t, []string{"a", "b"}, keys)
-	assert.Equal(t, "b", next)
-	keys, next = page([]string{"a", "b"}, 2)
-	assert.Equal(t, []string{"a", "b"}, keys)
-	assert.Empty(t, next)
-}

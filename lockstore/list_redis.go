@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgateway/lockgateway/lockstore/internal/listing"
 )
 
 var (
@@ -30,14 +32,14 @@ const listScanCount = 1000
 // A master that does not answer fails the listing (ErrUnavailable): a
 // page without its locks would say they are free.
 func (s *Redis) List(ctx context.Context, q ListQuery) (ListPage, error) {
-	if err := checkList(q); err != nil {
+	if err := CheckList(q); err != nil {
 		return ListPage{}, err
 	}
 	top, err := s.scan(ctx, q)
 	if err != nil {
 		return ListPage{}, err
 	}
-	keys, next := page(top, q.Limit)
+	keys, next := listing.Page(top, q.Limit)
 	items, err := readListed(ctx, s.client, keys)
 	if err != nil {
 		return ListPage{}, err
@@ -62,30 +64,30 @@ func (s *Redis) scan(ctx context.Context, q ListQuery) ([]string, error) {
 func (s *Redis) scanKeys(ctx context.Context, ks keyspace, q ListQuery) ([]string, error) {
 	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok {
-		top := newSmallest(q.Limit + 1)
-		// Two statements: Go leaves the order of top.keys and a call in
+		top := listing.NewSmallest(q.Limit + 1)
+		// Two statements: Go leaves the order of top.Keys and a call in
 		// one return list unspecified.
 		err := scanKeyspace(ctx, s.client, ks, q, top)
-		return top.keys, err
+		return top.Keys, err
 	}
 	var mu sync.Mutex
-	all := newSmallest(q.Limit + 1)
+	all := listing.NewSmallest(q.Limit + 1)
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		top := newSmallest(q.Limit + 1)
+		top := listing.NewSmallest(q.Limit + 1)
 		if err := scanKeyspace(ctx, c, ks, q, top); err != nil {
 			return err
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		for _, k := range top.keys {
-			all.offer(k)
+		for _, k := range top.Keys {
+			all.Offer(k)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, redisErr(err)
 	}
-	return all.keys, nil
+	return all.Keys, nil
 }
 
 // keyspace is how one kind of object is named in Redis: "lockgw:{" +
@@ -115,7 +117,7 @@ func (ks keyspace) key(redisKey string) (string, bool) {
 }
 
 // scanKeyspace offers top every listable key of ks on one Redis node.
-func scanKeyspace(ctx context.Context, c redis.Cmdable, ks keyspace, q ListQuery, top *smallest) error {
+func scanKeyspace(ctx context.Context, c redis.Cmdable, ks keyspace, q ListQuery, top *listing.Smallest) error {
 	match := ks.match(q.Prefix)
 	var cursor uint64
 	for {
@@ -124,8 +126,8 @@ func scanKeyspace(ctx context.Context, c redis.Cmdable, ks keyspace, q ListQuery
 			return redisErr(err)
 		}
 		for _, k := range keys {
-			if key, ok := ks.key(k); ok && q.listable(key) {
-				top.offer(key)
+			if key, ok := ks.key(k); ok && q.Includes(key) {
+				top.Offer(key)
 			}
 		}
 		if next == 0 {

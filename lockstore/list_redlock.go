@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/lockgateway/lockgateway/lockstore/internal/listing"
 )
 
 // List implements Lister: what a majority of the nodes holds. Each node
@@ -16,7 +18,7 @@ import (
 // fence most of them carry, the smallest time left less the drift
 // allowance. Without a quorum of nodes answering, ErrUnavailable.
 func (r *Redlock) List(ctx context.Context, q ListQuery) (ListPage, error) {
-	if err := checkList(q); err != nil {
+	if err := CheckList(q); err != nil {
 		return ListPage{}, err
 	}
 	keys, next, answered, failed, quarantined, err := r.majorityKeys(ctx, locksKeyspace, q)
@@ -93,20 +95,20 @@ func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (k
 	if !r.quorums.all(nodes) {
 		return nil, "", nil, failed, quarantined, r.quorumError(failed, quarantined, 0)
 	}
-	windows := make([]*smallest, len(r.nodes))
+	windows := make([]*listing.Smallest, len(r.nodes))
 	errs := make([]error, len(r.nodes))
 	var wg sync.WaitGroup
 	for i, counts := range nodes {
 		if counts {
 			wg.Go(func() {
-				windows[i] = newSmallest(q.Limit + 1)
+				windows[i] = listing.NewSmallest(q.Limit + 1)
 				errs[i] = scanKeyspace(ctx, r.nodes[i].client, ks, q, windows[i])
 			})
 		}
 	}
 	wg.Wait()
 	answered = make([]bool, len(r.nodes))
-	var kept []*smallest
+	var kept []*listing.Smallest
 	for i, counts := range nodes {
 		if !counts {
 			continue
@@ -125,8 +127,8 @@ func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (k
 	// bound: every key at or below it is known on every answering node.
 	bound, bounded := "", false
 	for _, w := range kept {
-		if w.full() && (!bounded || w.keys[len(w.keys)-1] < bound) {
-			bound, bounded = w.keys[len(w.keys)-1], true
+		if w.Full() && (!bounded || w.Keys[len(w.Keys)-1] < bound) {
+			bound, bounded = w.Keys[len(w.Keys)-1], true
 		}
 	}
 	has := map[string][]bool{} // key → the nodes that have it
@@ -134,7 +136,7 @@ func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (k
 		if !counts {
 			continue
 		}
-		for _, k := range windows[i].keys {
+		for _, k := range windows[i].Keys {
 			if !bounded || k <= bound {
 				if has[k] == nil {
 					has[k] = make([]bool, len(r.nodes))
@@ -149,7 +151,7 @@ func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (k
 			candidates = append(candidates, k)
 		}
 	}
-	keys, next = page(candidates, q.Limit)
+	keys, next = listing.Page(candidates, q.Limit)
 	if next == "" && bounded {
 		next = bound
 	}

@@ -3,6 +3,8 @@ package lockstore
 import (
 	"context"
 	"errors"
+
+	"github.com/lockgateway/lockgateway/lockstore/internal/listing"
 )
 
 // SemLister lists the semaphores with permits held whose keys start with
@@ -28,7 +30,6 @@ type SemPage struct {
 }
 
 var (
-	_ SemLister = (*Memory)(nil)
 	_ SemLister = (*Redis)(nil)
 	_ SemLister = (*Redlock)(nil)
 )
@@ -36,46 +37,18 @@ var (
 // semKeyspace names a semaphore by its permits hash.
 var semKeyspace = keyspace{tag: semTag, suffix: ":permits"}
 
-// ListSemaphores implements SemLister: one pass over the semaphores under
-// their mutex, as Memory.List does over the locks.
-func (m *Memory) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, error) {
-	if err := checkList(q); err != nil {
-		return SemPage{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return SemPage{}, err
-	}
-	ss := &m.sems
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	now := ss.reclaim()
-	top := newSmallest(q.Limit + 1)
-	for key, s := range ss.keys {
-		if len(s.permits) > 0 && q.listable(key) {
-			top.offer(key)
-		}
-	}
-	keys, next := page(top.keys, q.Limit)
-	items := make([]ListedSemaphore, 0, len(keys))
-	for _, key := range keys {
-		s := ss.keys[key]
-		items = append(items, ListedSemaphore{SemaphoreState: s.state(key, now), Waiters: len(s.queue)})
-	}
-	return SemPage{Items: items, Next: next}, nil
-}
-
 // ListSemaphores implements SemLister: SCAN of every master for permit
 // hashes under the prefix, as Redis.List, then SemInspect of each and its
 // queue's length.
 func (s *Redis) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, error) {
-	if err := checkList(q); err != nil {
+	if err := CheckList(q); err != nil {
 		return SemPage{}, err
 	}
 	top, err := s.scanKeys(ctx, semKeyspace, q)
 	if err != nil {
 		return SemPage{}, err
 	}
-	keys, next := page(top, q.Limit)
+	keys, next := listing.Page(top, q.Limit)
 	items := make([]ListedSemaphore, 0, len(keys))
 	for _, key := range keys {
 		st, err := s.SemInspect(ctx, key)
@@ -97,7 +70,7 @@ func (s *Redis) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, error
 // ListSemaphores implements SemLister: the keys a quorum of the nodes has
 // (majorityKeys), each then inspected as SemInspect does, by quorum.
 func (r *Redlock) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, error) {
-	if err := checkList(q); err != nil {
+	if err := CheckList(q); err != nil {
 		return SemPage{}, err
 	}
 	keys, next, _, _, _, err := r.majorityKeys(ctx, semKeyspace, q)

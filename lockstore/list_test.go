@@ -12,11 +12,8 @@ import (
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/lockstoretest"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
-
-func TestMemoryList(t *testing.T) {
-	lockstoretest.RunList(t, func(t *testing.T) lockstore.Store { return lockstore.NewMemory() }, true)
-}
 
 func TestRedisList(t *testing.T) {
 	s := newRedisStore(t, redistest.Start(t))
@@ -106,7 +103,7 @@ func BenchmarkList(b *testing.B) {
 	const others = 100_000
 	q := lockstore.ListQuery{Prefix: "bench/", Limit: 100}
 	b.Run("memory", func(b *testing.B) {
-		s := lockstore.NewMemory()
+		s := memory.New()
 		ctx := testCtx(b)
 		for i := range others + 100 {
 			key := fmt.Sprintf("other/%d", i)
@@ -162,7 +159,7 @@ func BenchmarkList(b *testing.B) {
 // them out.
 func TestListLeavesOutRateLimitWindows(t *testing.T) {
 	for name, s := range map[string]lockstore.Store{
-		"memory":  lockstore.NewMemory(),
+		"memory":  memory.New(),
 		"redlock": openRedlock(t, urlsOf(startNodes(t, 3)), lockstore.RedlockOptions{NodeTimeout: roomy}),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -182,10 +179,6 @@ func TestListLeavesOutRateLimitWindows(t *testing.T) {
 			assert.Equal(t, "a/lock", p.Items[0].Key)
 		})
 	}
-}
-
-func TestMemorySemList(t *testing.T) {
-	lockstoretest.RunSemList(t, func(t *testing.T) lockstore.Semaphores { return lockstore.NewMemory() }, true)
 }
 
 func TestRedisSemList(t *testing.T) {

@@ -180,7 +180,12 @@ const MinTTL = 10 * time.Millisecond
 // as 22 characters of URL-safe base64.
 func NewToken() string { return randid.New(16) }
 
-func checkAcquire(key string, req AcquireRequest) error {
+// The Check functions are the argument checks of the store methods, so
+// that every backend refuses the same requests (ErrInvalid), and before
+// it touches its state.
+
+// CheckAcquire checks an Acquire's arguments (a Quota apart: CheckQuota).
+func CheckAcquire(key string, req AcquireRequest) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalid)
@@ -192,25 +197,22 @@ func checkAcquire(key string, req AcquireRequest) error {
 	return nil
 }
 
-// checkExtend is checkToken for Extend, where a ttl of 0 means the
-// lease's own length.
-func checkExtend(key, token string, ttl time.Duration) error {
+// CheckExtend checks an Extend's or a SemExtend's arguments, where a ttl
+// of 0 means the lease's own length.
+func CheckExtend(key, token string, ttl time.Duration) error {
 	if ttl == 0 {
 		ttl = MinTTL
 	}
 	return checkToken(key, token, ttl)
 }
 
+// CheckRelease checks a Release's or a SemRelease's arguments.
+func CheckRelease(key, token string) error { return checkToken(key, token, MinTTL) }
+
 func checkToken(key, token string, ttl time.Duration) error {
-	return checkAcquire(key, AcquireRequest{Token: token, TTL: ttl})
+	return CheckAcquire(key, AcquireRequest{Token: token, TTL: ttl})
 }
 
-// nextFence is the fence rule shared by every backend: strictly above the
-// previous fence and never below the clock in microseconds.
-func nextFence(prev, nowMicros int64) int64 {
-	return max(prev+1, nowMicros)
-}
-
-// tokenDigest is what stores keep instead of a token, so a memory dump, an
+// TokenDigest is what stores keep instead of a token, so a memory dump, an
 // RDB file or Redis MONITOR never shows a token that could release a lock.
-func tokenDigest(token string) [32]byte { return sha256.Sum256([]byte(token)) }
+func TokenDigest(token string) [32]byte { return sha256.Sum256([]byte(token)) }

@@ -38,7 +38,9 @@ func userHint(ctx context.Context) string {
 	return u
 }
 
-func checkQuota(q Quota) error {
+// CheckQuota checks an AcquireRequest's Quota, for the stores that count
+// (a store that cannot refuses any quota with ErrInvalid).
+func CheckQuota(q Quota) error {
 	if q.Max < 0 || (q.Max > 0 && q.User == "") {
 		return fmt.Errorf("%w: a quota needs a user and a cap of at least 1", ErrInvalid)
 	}

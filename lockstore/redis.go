@@ -164,10 +164,10 @@ func (s *Redis) acquireNow(ctx context.Context, key string, req *AcquireRequest)
 // prepare checks an acquire and makes its script's arguments; start
 // is when the acquire began.
 func (s *Redis) prepare(ctx context.Context, key string, req *AcquireRequest) (a acquireArgs, start time.Time, err error) {
-	if err := checkAcquire(key, *req); err != nil {
+	if err := CheckAcquire(key, *req); err != nil {
 		return a, start, err
 	}
-	if err := checkQuota(req.Quota); err != nil {
+	if err := CheckQuota(req.Quota); err != nil {
 		return a, start, err
 	}
 	a = acquireArgs{digest: digestHex(req.Token), ttl: req.TTL, owner: req.Owner, quota: newCounting(ctx, req.Quota), publish: s.publish}
@@ -193,7 +193,7 @@ func (s *Redis) acquire(ctx context.Context, key string, a *acquireArgs) (acquir
 
 // Extend implements Store.
 func (s *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
-	if err := checkExtend(key, token, ttl); err != nil {
+	if err := CheckExtend(key, token, ttl); err != nil {
 		return Lease{}, err
 	}
 	start := time.Now()
@@ -229,7 +229,7 @@ func (s *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration
 // requests of the token were answered, so finds the lease changed and
 // deletes nothing.
 func (s *Redis) Release(ctx context.Context, key, token string) error {
-	if err := checkToken(key, token, MinTTL); err != nil {
+	if err := CheckRelease(key, token); err != nil {
 		return err
 	}
 	digest := digestHex(token)
@@ -590,7 +590,7 @@ const (
 )
 
 func digestHex(token string) string {
-	d := tokenDigest(token)
+	d := TokenDigest(token)
 	return hex.EncodeToString(d[:])
 }
 

@@ -28,7 +28,7 @@ func (s *Redis) ExtendBatch(ctx context.Context, exts []Extension) []Extended {
 	cmds := make([]*redis.Cmd, len(exts))
 	pipe := s.client.Pipeline()
 	for i, e := range exts {
-		if err := checkExtend(e.Key, e.Token, e.TTL); err != nil {
+		if err := CheckExtend(e.Key, e.Token, e.TTL); err != nil {
 			out[i].Err = err
 			continue
 		}

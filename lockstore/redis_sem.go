@@ -80,7 +80,7 @@ var _ Semaphores = (*Redis)(nil)
 // SemAcquire implements Semaphores. With LOCKGW_REDIS_WAIT_REPLICAS a
 // grant is answered only once the replicas acknowledged it (semAcquire).
 func (s *Redis) SemAcquire(ctx context.Context, key string, req PermitRequest) (Permit, error) {
-	if err := checkPermit(key, req); err != nil {
+	if err := CheckPermit(key, req); err != nil {
 		return Permit{}, err
 	}
 	start := time.Now()
@@ -206,7 +206,7 @@ func (s *Redis) semLeave(key, id string) {
 
 // SemExtend implements Semaphores.
 func (s *Redis) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (Permit, error) {
-	if err := checkExtend(key, token, ttl); err != nil {
+	if err := CheckExtend(key, token, ttl); err != nil {
 		return Permit{}, err
 	}
 	start := time.Now()
@@ -232,7 +232,7 @@ func (s *Redis) SemExtend(ctx context.Context, key, token string, ttl time.Durat
 
 // SemRelease implements Semaphores.
 func (s *Redis) SemRelease(ctx context.Context, key, token string) error {
-	if err := checkToken(key, token, MinTTL); err != nil {
+	if err := CheckRelease(key, token); err != nil {
 		return err
 	}
 	return nodeSemReleaseAsRead(ctx, s.scripts, key, digestHex(token), s.publish)
@@ -251,7 +251,7 @@ func (s *Redis) SemInspect(ctx context.Context, key string) (SemaphoreState, err
 		p.Left, p.ExpiresAt = v.left, start.Add(v.left)
 		st.Holders = append(st.Holders, p)
 	}
-	sortHolders(st.Holders)
+	SortHolders(st.Holders)
 	return st, nil
 }
 

@@ -24,7 +24,7 @@ func (s *Redis) SemExtendBatch(ctx context.Context, exts []Extension) []SemExten
 	cmds := make([]*redis.Cmd, len(exts))
 	pipe := s.client.Pipeline()
 	for i, e := range exts {
-		if err := checkExtend(e.Key, e.Token, e.TTL); err != nil {
+		if err := CheckExtend(e.Key, e.Token, e.TTL); err != nil {
 			out[i].Err = err
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // TestRedisSemExtendBatch: one pipeline extends many permits, each
@@ -18,7 +19,7 @@ import (
 // through a store that does not batch (Memory).
 func TestRedisSemExtendBatch(t *testing.T) {
 	srv := redistest.Start(t)
-	for name, s := range map[string]lockstore.Semaphores{"redis": newRedisStore(t, srv), "memory": lockstore.NewMemory()} {
+	for name, s := range map[string]lockstore.Semaphores{"redis": newRedisStore(t, srv), "memory": memory.New()} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			var exts []lockstore.Extension

@@ -28,7 +28,7 @@ var (
 
 // Acquire implements Store.
 func (r *Redlock) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
-	if err := checkAcquire(key, req); err != nil {
+	if err := CheckAcquire(key, req); err != nil {
 		return Lease{}, err
 	}
 	if req.Quota.Max != 0 {
@@ -302,7 +302,7 @@ func (r *Redlock) discard(ctx context.Context, key, digest, round string, votes 
 // Extend implements Store. On a node it only ever lengthens the lease, so
 // an extend that lands after its answer cannot cut short a later grant.
 func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
-	if err := checkExtend(key, token, ttl); err != nil {
+	if err := CheckExtend(key, token, ttl); err != nil {
 		return Lease{}, err
 	}
 	digest := digestHex(token)
@@ -349,7 +349,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // release that fails deletes nothing: an acquire round of the same token
 // running at the same moment keeps its majority.
 func (r *Redlock) Release(ctx context.Context, key, token string) error {
-	if err := checkToken(key, token, MinTTL); err != nil {
+	if err := CheckRelease(key, token); err != nil {
 		return err
 	}
 	if err := r.set.refusing(); err != nil {

@@ -31,7 +31,7 @@ var _ Semaphores = (*Redlock)(nil)
 // SemAcquire implements Semaphores. It waits, like Acquire, without a
 // queue.
 func (r *Redlock) SemAcquire(ctx context.Context, key string, req PermitRequest) (Permit, error) {
-	if err := checkPermit(key, req); err != nil {
+	if err := CheckPermit(key, req); err != nil {
 		return Permit{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -289,7 +289,7 @@ func (r *Redlock) semDiscard(ctx context.Context, key string, a semArgs, votes [
 // SemExtend implements Semaphores, with Extend's rules: only ever
 // lengthens on a node, and succeeds when a majority extended one slot.
 func (r *Redlock) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (Permit, error) {
-	if err := checkExtend(key, token, ttl); err != nil {
+	if err := CheckExtend(key, token, ttl); err != nil {
 		return Permit{}, err
 	}
 	digest := digestHex(token)
@@ -353,7 +353,7 @@ func majoritySemValue(vs []semValue) semValue {
 // node, and delete only when the token holds a majority by that read, on
 // each node only the value read (its attempt field unchanged).
 func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
-	if err := checkToken(key, token, MinTTL); err != nil {
+	if err := CheckRelease(key, token); err != nil {
 		return err
 	}
 	if err := r.set.refusing(); err != nil {
@@ -471,7 +471,7 @@ func (r *Redlock) SemInspectSpread(ctx context.Context, key string) (SemaphoreSt
 		late = max(late, watchLate(start, longest, p.ExpiresAt))
 	}
 	if len(st.Holders) > 0 {
-		sortHolders(st.Holders)
+		SortHolders(st.Holders)
 		return st, late, nil
 	}
 	if !could {

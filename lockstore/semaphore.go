@@ -1,8 +1,10 @@
 package lockstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -73,9 +75,15 @@ type SemaphoreState struct {
 	Holders []Permit
 }
 
-func checkPermit(key string, req PermitRequest) error {
+// SortHolders orders permits by fence, as SemaphoreState.Holders is.
+func SortHolders(hs []Permit) {
+	slices.SortFunc(hs, func(a, b Permit) int { return cmp.Compare(a.Fence, b.Fence) })
+}
+
+// CheckPermit checks a SemAcquire's arguments.
+func CheckPermit(key string, req PermitRequest) error {
 	if req.Limit < 1 || req.Limit > MaxLimit {
 		return fmt.Errorf("%w: limit %d outside 1 … %d", ErrInvalid, req.Limit, MaxLimit)
 	}
-	return checkAcquire(key, AcquireRequest{Token: req.Token, TTL: req.TTL})
+	return CheckAcquire(key, AcquireRequest{Token: req.Token, TTL: req.TTL})
 }

@@ -12,16 +12,12 @@ import (
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/lockstoretest"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // The semaphore suite on every backend. Where the backend is shared
 // (Redis, Redlock) each store the suite asks for is a client of its own:
 // another gateway.
-
-func TestMemorySemaphores(t *testing.T) {
-	s := lockstore.NewMemory()
-	lockstoretest.RunSemaphores(t, func(*testing.T) lockstore.Semaphores { return s }, true)
-}
 
 func TestRedisSemaphores(t *testing.T) {
 	srv := redistest.Start(t)
@@ -42,26 +38,6 @@ func TestRedlockSemaphores(t *testing.T) {
 	}, false)
 }
 
-// TestMemoryPermitsCountAgainstMaxLocks: LOCKGW_MAX_LOCKS bounds the
-// memory of locks and permits together.
-func TestMemoryPermitsCountAgainstMaxLocks(t *testing.T) {
-	m := lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: 3})
-	ctx := testCtx(t)
-	for _, k := range []string{"a", "b"} {
-		_, err := m.Acquire(ctx, k, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
-		require.NoError(t, err)
-	}
-	p, err := m.SemAcquire(ctx, "s", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 5})
-	require.NoError(t, err)
-	_, err = m.SemAcquire(ctx, "s", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 5})
-	require.ErrorIs(t, err, lockstore.ErrStoreFull, "a fourth entry")
-	_, err = m.Acquire(ctx, "c", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
-	require.ErrorIs(t, err, lockstore.ErrStoreFull, "the permit takes a place from locks too")
-	require.NoError(t, m.SemRelease(ctx, "s", p.Token))
-	_, err = m.Acquire(ctx, "c", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
-	require.NoError(t, err)
-}
-
 // BenchmarkSemaphoreCycle is acquire+release of a permit, against a lock's
 // acquire+release on the same backend, one client at a time: what the
 // semaphore scripts (which read every held permit: O(holders)) cost over a
@@ -71,7 +47,7 @@ func BenchmarkSemaphoreCycle(b *testing.B) {
 	stores := map[string]interface {
 		lockstore.Store
 		lockstore.Semaphores
-	}{"memory": lockstore.NewMemory(), "redis": newRedisStore(b, srv)}
+	}{"memory": memory.New(), "redis": newRedisStore(b, srv)}
 	for _, name := range []string{"memory", "redis"} {
 		s := stores[name]
 		ctx := context.Background()

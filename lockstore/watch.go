@@ -409,52 +409,6 @@ func NewLockHub(store Store, timeout time.Duration) *Hub[LockState] {
 	return NewHub(k)
 }
 
-// Signal implements Signaler: in process, for every grant, renewal,
-// extend and release of key.
-func (m *Memory) Signal(_ context.Context, key string, wake chan struct{}) (func(), error) {
-	return m.signals.add(&m.mu, key, wake), nil
-}
-
-// memSignals is a Memory's watchers' wake-ups, by key; the mutex of what
-// it signals guards it.
-type memSignals map[string]map[chan struct{}]struct{}
-
-// add registers wake for key under mu and returns what removes it.
-func (s *memSignals) add(mu *sync.Mutex, key string, wake chan struct{}) func() {
-	mu.Lock()
-	defer mu.Unlock()
-	if *s == nil {
-		*s = make(memSignals)
-	}
-	ws := (*s)[key]
-	if ws == nil {
-		ws = make(map[chan struct{}]struct{})
-		(*s)[key] = ws
-	}
-	ws[wake] = struct{}{}
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		delete(ws, wake)
-		if len(ws) == 0 {
-			delete(*s, key)
-		}
-	}
-}
-
-// notify wakes key's watchers; the mutex given to add must be held.
-func (s memSignals) notify(key string) {
-	for wake := range s[key] {
-		select {
-		case wake <- struct{}{}:
-		default: // already woken
-		}
-	}
-}
-
-// changed signals key's watchers. m.mu must be held.
-func (m *Memory) changed(key string) { m.signals.notify(key) }
-
 // Signal implements Signaler with the key's pub/sub channel: releases
 // (the scripts have always published them, for waiters) and grants and
 // extends (published for watchers, payloads "!acquired", "!extended").

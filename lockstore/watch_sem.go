@@ -113,12 +113,6 @@ func NewSemHub(store Semaphores, timeout time.Duration) *Hub[SemState] {
 	return NewHub(k)
 }
 
-// SemSignal implements SemSignaler: in process, for every grant,
-// renewal, extend and release of a permit on key.
-func (m *Memory) SemSignal(_ context.Context, key string, wake chan struct{}) (func(), error) {
-	return m.sems.signals.add(&m.sems.mu, key, wake), nil
-}
-
 // SemSignal implements SemSignaler with the semaphore's channel.
 func (s *Redis) SemSignal(ctx context.Context, key string, wake chan struct{}) (func(), error) {
 	id := watchPrefix + NewToken()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // testSemHub: the hub reports permits granted, extended, released and
@@ -76,7 +77,7 @@ func testSemHub(t *testing.T, store lockstore.Semaphores) {
 	assert.Less(t, time.Since(at), time.Second)
 }
 
-func TestSemHubMemory(t *testing.T) { testSemHub(t, lockstore.NewMemory()) }
+func TestSemHubMemory(t *testing.T) { testSemHub(t, memory.New()) }
 
 func TestSemHubRedis(t *testing.T) { testSemHub(t, newRedisStore(t, redistest.Start(t))) }
 

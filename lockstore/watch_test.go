@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // counter is a key kind whose state is a number the test sets, with a
@@ -227,7 +228,7 @@ func testLockHub(t *testing.T, store lockstore.Store) {
 	assert.Less(t, late, 500*time.Millisecond)
 }
 
-func TestLockHubMemory(t *testing.T) { testLockHub(t, lockstore.NewMemory()) }
+func TestLockHubMemory(t *testing.T) { testLockHub(t, memory.New()) }
 
 func TestLockHubRedis(t *testing.T) { testLockHub(t, newRedisStore(t, redistest.Start(t))) }
 

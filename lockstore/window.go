@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,7 +23,6 @@ type Windows interface {
 }
 
 var (
-	_ Windows = (*Memory)(nil)
 	_ Windows = (*Redis)(nil)
 
 	//go:embed lua/window.lua
@@ -33,6 +33,11 @@ var (
 // windowPrefix keeps windows out of the lock keyspace: lock keys can never
 // hold a NUL byte.
 const windowPrefix = "\x00window:"
+
+// IsWindowKey reports whether key, as a store's Acquire sees it, is a
+// rate-limit window LockWindows took rather than a lock: a store caps and
+// lists locks, not windows.
+func IsWindowKey(key string) bool { return strings.HasPrefix(key, windowPrefix) }
 
 // LockWindows makes windows out of any Store's leases, for stores without
 // a cheaper way (Redlock: a window then needs a majority of nodes).
@@ -48,14 +53,9 @@ func (w lockWindows) TakeWindow(ctx context.Context, key, id string, window time
 	return 0, err
 }
 
-// TakeWindow implements Windows: in memory a lease costs nothing extra.
-func (m *Memory) TakeWindow(ctx context.Context, key, id string, window time.Duration) (time.Duration, error) {
-	return lockWindows{m}.TakeWindow(ctx, key, id, window)
-}
-
 // TakeWindow implements Windows with one script and no fence counter.
 func (s *Redis) TakeWindow(ctx context.Context, key, id string, window time.Duration) (time.Duration, error) {
-	if err := checkAcquire(key, AcquireRequest{Token: id, TTL: window}); err != nil {
+	if err := CheckAcquire(key, AcquireRequest{Token: id, TTL: window}); err != nil {
 		return 0, err
 	}
 	ms, err := windowScript.Run(ctx, s.client, []string{windowKey(key)}, id, window.Milliseconds()).Int64()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 	"github.com/lockgateway/lockgateway/metrics"
 )
 
@@ -18,7 +19,7 @@ import (
 // series, on a real Memory store, and no series names a key or a token.
 func TestSemaphoresCounted(t *testing.T) {
 	m := metrics.New()
-	s := m.Semaphores(lockstore.NewMemory())
+	s := m.Semaphores(memory.New())
 	ctx := context.Background()
 	req := func(token string, limit int) lockstore.PermitRequest {
 		return lockstore.PermitRequest{Token: token, TTL: time.Minute, Limit: limit}
@@ -65,7 +66,7 @@ func TestSemaphoresCounted(t *testing.T) {
 
 // batchSems is a Memory whose semaphores say when a batch reached them.
 type batchSems struct {
-	*lockstore.Memory
+	*memory.Store
 	batches int
 }
 
@@ -83,7 +84,7 @@ func (b *batchSems) SemExtendBatch(ctx context.Context, exts []lockstore.Extensi
 // extend (without the method here, the renewer sent each alone).
 func TestSemaphoresPassBatches(t *testing.T) {
 	m := metrics.New()
-	store := &batchSems{Memory: lockstore.NewMemory()}
+	store := &batchSems{Store: memory.New()}
 	s := m.Semaphores(store)
 	ctx := context.Background()
 	var exts []lockstore.Extension

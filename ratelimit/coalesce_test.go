@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/internal/apitest"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 	"github.com/lockgateway/lockgateway/ratelimit"
 )
 
@@ -31,7 +32,7 @@ type gated struct {
 }
 
 func newGated(user string) *gated {
-	return &gated{mem: lockstore.NewMemory(), key: "ratelimit:" + user, open: make(chan error), calls: map[string]int{}}
+	return &gated{mem: memory.New(), key: "ratelimit:" + user, open: make(chan error), calls: map[string]int{}}
 }
 
 func (g *gated) TakeWindow(ctx context.Context, key, id string, window time.Duration) (time.Duration, error) {

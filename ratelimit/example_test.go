@@ -9,7 +9,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	chimw "github.com/go-chi/chi/v5/middleware"
 
-	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 	"github.com/lockgateway/lockgateway/ratelimit"
 )
 
@@ -17,7 +17,7 @@ import (
 // minute. Over several replicas, give every replica the same
 // lockstore.NewRedis(client) instead of the in-process store.
 func ExampleMiddleware() {
-	limiter, err := ratelimit.New(lockstore.NewMemory(), time.Minute, ratelimit.Options{})
+	limiter, err := ratelimit.New(memory.New(), time.Minute, ratelimit.Options{})
 	if err != nil {
 		panic(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 	"github.com/lockgateway/lockgateway/ratelimit"
 )
 
@@ -30,7 +31,7 @@ func (c *counting) TakeWindow(ctx context.Context, key, id string, window time.D
 }
 
 func TestOneRequestPerWindow(t *testing.T) {
-	store := &counting{Windows: lockstore.NewMemory()}
+	store := &counting{Windows: memory.New()}
 	l, err := ratelimit.New(store, 200*time.Millisecond, ratelimit.Options{})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -61,7 +62,7 @@ func TestOneRequestPerWindow(t *testing.T) {
 // Another replica's admission is only learned from the store; after that
 // refusal, the replica refuses from its cache.
 func TestRefusalLearnedFromStoreIsCached(t *testing.T) {
-	shared := lockstore.NewMemory()
+	shared := memory.New()
 	a, err := ratelimit.New(shared, time.Second, ratelimit.Options{})
 	require.NoError(t, err)
 	storeB := &counting{Windows: shared}
@@ -81,7 +82,7 @@ func TestRefusalLearnedFromStoreIsCached(t *testing.T) {
 }
 
 func TestCacheIsBounded(t *testing.T) {
-	store := &counting{Windows: lockstore.NewMemory()}
+	store := &counting{Windows: memory.New()}
 	l, err := ratelimit.New(store, time.Minute, ratelimit.Options{CacheSize: 2})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -97,11 +98,11 @@ func TestCacheIsBounded(t *testing.T) {
 }
 
 func TestNewRejectsNonsense(t *testing.T) {
-	_, err := ratelimit.New(lockstore.NewMemory(), time.Millisecond, ratelimit.Options{})
+	_, err := ratelimit.New(memory.New(), time.Millisecond, ratelimit.Options{})
 	require.Error(t, err)
 	_, err = ratelimit.New(nil, time.Second, ratelimit.Options{})
 	require.Error(t, err)
-	l, err := ratelimit.New(lockstore.NewMemory(), time.Second, ratelimit.Options{})
+	l, err := ratelimit.New(memory.New(), time.Second, ratelimit.Options{})
 	require.NoError(t, err)
 	_, err = l.Allow(context.Background(), "")
 	require.Error(t, err, "an empty identity is never a bucket")
@@ -221,7 +222,7 @@ func TestRoutes(t *testing.T) {
 }
 
 func TestMiddlewareHeaders(t *testing.T) {
-	l, err := ratelimit.New(lockstore.NewMemory(), 1500*time.Millisecond, ratelimit.Options{})
+	l, err := ratelimit.New(memory.New(), 1500*time.Millisecond, ratelimit.Options{})
 	require.NoError(t, err)
 	mw, err := ratelimit.Middleware(l, ratelimit.Config{Key: func(*http.Request) (string, bool) { return "u", true }})
 	require.NoError(t, err)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/lockgateway/lockgateway"
 	"github.com/lockgateway/lockgateway/handlers"
-	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 	"github.com/lockgateway/lockgateway/metrics"
 	"github.com/lockgateway/lockgateway/ratelimit"
 )
@@ -36,7 +36,7 @@ func cycleDeps() (deps, func()) {
 	m := metrics.New()
 	log, flush := newLogger(Config{LogLevel: zerolog.InfoLevel, LogFormat: "json"}, io.Discard)
 	return deps{
-		store:      lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: 1000}),
+		store:      memory.NewWith(memory.Options{MaxLocks: 1000}),
 		backend:    BackendMemory,
 		limits:     handlers.Limits{DefaultTTL: 30 * time.Second, MaxTTL: 24 * time.Hour, MaxWait: time.Minute, MaxBodyBytes: 65536, BackendTimeout: time.Second},
 		log:        log,

@@ -25,6 +25,7 @@ import (
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/internal/tracing"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 	"github.com/lockgateway/lockgateway/metrics"
 	"github.com/lockgateway/lockgateway/middleware"
 	"github.com/lockgateway/lockgateway/ratelimit"
@@ -398,7 +399,7 @@ func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics, 
 		m.RedlockNodes(rl.Nodes)
 		return rl, rl.Nodes, nil
 	}
-	return lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: b.maxLocks}), nil, nil
+	return memory.NewWith(memory.Options{MaxLocks: b.maxLocks}), nil, nil
 }
 
 // logWriter sends net/http's own error lines (TLS handshakes, bad

@@ -1,4 +1,4 @@
-package lockstore_test
+package memory_test
 
 import (
 	"context"
@@ -11,13 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 // TestMemoryMaxLocks: the store's own cap is exact, frees a place on a
 // release or an expiry, says when the earliest lock expires, and never
 // refuses a rate-limit window.
 func TestMemoryMaxLocks(t *testing.T) {
-	m := lockstore.NewMemoryWith(lockstore.MemoryOptions{MaxLocks: 3})
+	m := memory.NewWith(memory.Options{MaxLocks: 3})
 	ctx := context.Background()
 	take := func(key string, ttl time.Duration) (lockstore.Lease, error) {
 		return m.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: ttl})
@@ -55,6 +56,26 @@ func TestMemoryMaxLocks(t *testing.T) {
 	require.NoError(t, err, "a release and an expiry freed places")
 }
 
+// TestMemoryPermitsCountAgainstMaxLocks: LOCKGW_MAX_LOCKS bounds the
+// memory of locks and permits together.
+func TestMemoryPermitsCountAgainstMaxLocks(t *testing.T) {
+	m := memory.NewWith(memory.Options{MaxLocks: 3})
+	ctx := testCtx(t)
+	for _, k := range []string{"a", "b"} {
+		_, err := m.Acquire(ctx, k, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		require.NoError(t, err)
+	}
+	p, err := m.SemAcquire(ctx, "s", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 5})
+	require.NoError(t, err)
+	_, err = m.SemAcquire(ctx, "s", lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 5})
+	require.ErrorIs(t, err, lockstore.ErrStoreFull, "a fourth entry")
+	_, err = m.Acquire(ctx, "c", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.ErrorIs(t, err, lockstore.ErrStoreFull, "the permit takes a place from locks too")
+	require.NoError(t, m.SemRelease(ctx, "s", p.Token))
+	_, err = m.Acquire(ctx, "c", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	require.NoError(t, err)
+}
+
 // BenchmarkMemoryLiveLock measures what one live lock costs the memory
 // store in heap (B/lock), with a key and an owner of typical size, counted
 // against a user's quota or not (docs/operations.md, Memory and bounds). Run with
@@ -63,7 +84,7 @@ func TestMemoryMaxLocks(t *testing.T) {
 func BenchmarkMemoryLiveLock(b *testing.B) {
 	for _, counted := range []bool{false, true} {
 		b.Run(fmt.Sprintf("quota=%v", counted), func(b *testing.B) {
-			m := lockstore.NewMemory()
+			m := memory.New()
 			ctx := context.Background()
 			tokens := make([]string, b.N)
 			for i := range tokens {

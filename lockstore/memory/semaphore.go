@@ -1,7 +1,6 @@
-package lockstore
+package memory
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -11,20 +10,21 @@ import (
 
 	"github.com/lockgateway/lockgateway/internal/expiry"
 	"github.com/lockgateway/lockgateway/internal/sleep"
+	"github.com/lockgateway/lockgateway/lockstore"
 )
 
-// memSems is Memory's semaphores. They have a mutex of their own: locks
+// semaphores is a Store's semaphores. They have a mutex of their own: locks
 // and semaphores never touch each other's state.
-type memSems struct {
+type semaphores struct {
 	mu     sync.Mutex
-	keys   map[string]*memSem
+	keys   map[string]*semaphore
 	expiry expiry.Queue[semRef] // every permit, by expiry
 	fence  int64                // last fence handed out, shared by all keys
 	// live is expiry.Len(), for the lock side's MaxLocks check, which
 	// reads it without mu: permits count against MaxLocks like locks.
 	live atomic.Int64
-	// signals: key → its watchers' wake-ups (SemSignal, watch_sem.go).
-	signals memSignals
+	// signals: key → its watchers' wake-ups (SemSignal, signal.go).
+	signals signals
 }
 
 type semRef struct {
@@ -32,39 +32,42 @@ type semRef struct {
 	digest [32]byte
 }
 
-type memSem struct {
+type semaphore struct {
 	limit   int // the limit its holders were granted under
-	permits map[[32]byte]*memPermit
-	queue   []*memWaiter // in arrival order
+	permits map[[32]byte]*permit
+	queue   []*waiter // in arrival order
 }
 
-type memPermit struct {
+type permit struct {
 	owner   string
 	fence   int64
 	length  time.Duration
 	expires *expiry.Entry[semRef]
 }
 
-var _ Semaphores = (*Memory)(nil)
+var (
+	_ lockstore.Semaphores  = (*Store)(nil)
+	_ lockstore.SemSignaler = (*Store)(nil)
+)
 
-// SemAcquire implements Semaphores. Waiters queue per key; the first k
-// of them may take the k free permits, a newcomer only a permit no waiter
-// is owed.
-func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) (Permit, error) {
-	if err := checkPermit(key, req); err != nil {
-		return Permit{}, err
+// SemAcquire implements lockstore.Semaphores. Waiters queue per key; the
+// first k of them may take the k free permits, a newcomer only a permit no
+// waiter is owed.
+func (m *Store) SemAcquire(ctx context.Context, key string, req lockstore.PermitRequest) (lockstore.Permit, error) {
+	if err := lockstore.CheckPermit(key, req); err != nil {
+		return lockstore.Permit{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Permit{}, err
+		return lockstore.Permit{}, err
 	}
 	ss := &m.sems
-	digest := tokenDigest(req.Token)
+	digest := lockstore.TokenDigest(req.Token)
 	p, _, err := ss.try(key, digest, req, nil, m.capPermits)
-	if _, full := errors.AsType[*FullError](err); !full || req.Wait <= 0 {
+	if _, full := errors.AsType[*lockstore.FullError](err); !full || req.Wait <= 0 {
 		return p, err
 	}
 
-	w := &memWaiter{wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1)}
 	ss.mu.Lock()
 	s := ss.sem(key)
 	s.queue = append(s.queue, w)
@@ -74,7 +77,7 @@ func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) 
 	deadline := time.Now().Add(req.Wait)
 	for {
 		p, head, err := ss.try(key, digest, req, w, m.capPermits)
-		full, ok := errors.AsType[*FullError](err)
+		full, ok := errors.AsType[*lockstore.FullError](err)
 		left := time.Until(deadline)
 		if !ok || left <= 0 {
 			return p, err
@@ -84,19 +87,19 @@ func (m *Memory) SemAcquire(ctx context.Context, key string, req PermitRequest) 
 			nap = min(nap, full.Remaining)
 		}
 		if _, ok := sleep.Until(ctx, nap, w.wake); !ok {
-			return Permit{}, ctx.Err()
+			return lockstore.Permit{}, ctx.Err()
 		}
 	}
 }
 
 // sem returns key's semaphore, making it. ss.mu must be held.
-func (ss *memSems) sem(key string) *memSem {
+func (ss *semaphores) sem(key string) *semaphore {
 	if ss.keys == nil {
-		ss.keys = make(map[string]*memSem)
+		ss.keys = make(map[string]*semaphore)
 	}
 	s := ss.keys[key]
 	if s == nil {
-		s = &memSem{permits: make(map[[32]byte]*memPermit)}
+		s = &semaphore{permits: make(map[[32]byte]*permit)}
 		ss.keys[key] = s
 	}
 	return s
@@ -105,7 +108,7 @@ func (ss *memSems) sem(key string) *memSem {
 // try grants digest a permit if one is free and no earlier waiter is owed
 // it; w is the caller's place in the queue (nil: not queued). head reports
 // whether w is first.
-func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWaiter, caps func(now time.Time) error) (_ Permit, head bool, _ error) {
+func (ss *semaphores) try(key string, digest [32]byte, req lockstore.PermitRequest, w *waiter, caps func(now time.Time) error) (_ lockstore.Permit, head bool, _ error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	now := ss.reclaim()
@@ -118,7 +121,7 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 	head = rank == 0
 
 	if len(s.permits) > 0 && s.limit != req.Limit {
-		return Permit{}, head, &LimitMismatchError{Limit: s.limit, Remaining: s.latest(now)}
+		return lockstore.Permit{}, head, &lockstore.LimitMismatchError{Limit: s.limit, Remaining: s.latest(now)}
 	}
 	if p, ok := s.permits[digest]; ok {
 		out := ss.lengthen(p, req.TTL, now).permit(key, req.Token, s.limit)
@@ -129,18 +132,18 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 	}
 	free := req.Limit - len(s.permits)
 	if rank >= free {
-		full := &FullError{Limit: req.Limit}
+		full := &lockstore.FullError{Limit: req.Limit}
 		if free <= 0 {
 			full.Remaining = s.earliest(now)
 		}
-		return Permit{}, head, full
+		return lockstore.Permit{}, head, full
 	}
 	if err := caps(now); err != nil {
-		return Permit{}, head, err
+		return lockstore.Permit{}, head, err
 	}
 	ss.fence = nextFence(ss.fence, now.UnixMicro())
 	ss.live.Add(1)
-	p := &memPermit{owner: req.Owner, fence: ss.fence, length: req.TTL,
+	p := &permit{owner: req.Owner, fence: ss.fence, length: req.TTL,
 		expires: ss.expiry.Add(semRef{key, digest}, now.Add(req.TTL))}
 	s.limit = req.Limit
 	s.permits[digest] = p
@@ -152,10 +155,10 @@ func (ss *memSems) try(key string, digest [32]byte, req PermitRequest, w *memWai
 }
 
 // capPermits refuses a new permit when the store holds MaxLocks locks
-// and permits together (ErrStoreFull): the cap bounds the memory of both.
-// m.sems.mu is held; it takes m.mu after it (the lock side never takes
-// m.sems.mu).
-func (m *Memory) capPermits(now time.Time) error {
+// and permits together (lockstore.ErrStoreFull): the cap bounds the
+// memory of both. m.sems.mu is held; it takes m.mu after it (the lock
+// side never takes m.sems.mu).
+func (m *Store) capPermits(now time.Time) error {
 	if m.maxLocks <= 0 {
 		return nil
 	}
@@ -164,12 +167,12 @@ func (m *Memory) capPermits(now time.Time) error {
 		return nil
 	}
 	at, _ := m.sems.expiry.Earliest()
-	return &CapError{Err: ErrStoreFull, Max: m.maxLocks, Next: max(at.Sub(now), 0)}
+	return &lockstore.CapError{Err: lockstore.ErrStoreFull, Max: m.maxLocks, Next: max(at.Sub(now), 0)}
 }
 
 // earliest is how long until the first of s's permits expires; latest,
 // the last.
-func (s *memSem) earliest(now time.Time) time.Duration {
+func (s *semaphore) earliest(now time.Time) time.Duration {
 	var d time.Duration
 	for _, p := range s.permits {
 		if left := p.expires.At.Sub(now); d == 0 || left < d {
@@ -179,7 +182,7 @@ func (s *memSem) earliest(now time.Time) time.Duration {
 	return d
 }
 
-func (s *memSem) latest(now time.Time) time.Duration {
+func (s *semaphore) latest(now time.Time) time.Duration {
 	var d time.Duration
 	for _, p := range s.permits {
 		d = max(d, p.expires.At.Sub(now))
@@ -189,14 +192,14 @@ func (s *memSem) latest(now time.Time) time.Duration {
 
 // tidy forgets key's semaphore once nothing refers to it. ss.mu must be
 // held.
-func (ss *memSems) tidy(key string, s *memSem) {
+func (ss *semaphores) tidy(key string, s *semaphore) {
 	if len(s.permits) == 0 && len(s.queue) == 0 {
 		delete(ss.keys, key)
 	}
 }
 
 // leave takes w out of key's queue if it is still there.
-func (ss *memSems) leave(key string, w *memWaiter) {
+func (ss *semaphores) leave(key string, w *waiter) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if s := ss.keys[key]; s != nil {
@@ -207,7 +210,7 @@ func (ss *memSems) leave(key string, w *memWaiter) {
 
 // dequeue removes w from s's queue and wakes the new first waiter when w
 // was first: a permit may be free for it too. ss.mu must be held.
-func (ss *memSems) dequeue(s *memSem, w *memWaiter) {
+func (ss *semaphores) dequeue(s *semaphore, w *waiter) {
 	i := slices.Index(s.queue, w)
 	if i < 0 {
 		return
@@ -218,7 +221,7 @@ func (ss *memSems) dequeue(s *memSem, w *memWaiter) {
 	}
 }
 
-func (s *memSem) wakeHead() {
+func (s *semaphore) wakeHead() {
 	if len(s.queue) > 0 {
 		select {
 		case s.queue[0].wake <- struct{}{}:
@@ -229,7 +232,7 @@ func (s *memSem) wakeHead() {
 
 // reclaim drops every expired permit and returns the time it judged by.
 // ss.mu must be held.
-func (ss *memSems) reclaim() time.Time {
+func (ss *semaphores) reclaim() time.Time {
 	now := time.Now()
 	ss.expiry.PopExpired(now, func(r semRef) {
 		ss.live.Add(-1)
@@ -241,25 +244,25 @@ func (ss *memSems) reclaim() time.Time {
 }
 
 // owned returns token's permit on key. ss.mu must be held.
-func (ss *memSems) owned(key, token string) (*memSem, *memPermit, error) {
+func (ss *semaphores) owned(key, token string) (*semaphore, *permit, error) {
 	s := ss.keys[key]
 	if s == nil || len(s.permits) == 0 {
-		return nil, nil, ErrNotHeld
+		return nil, nil, lockstore.ErrNotHeld
 	}
-	p, ok := s.permits[tokenDigest(token)]
+	p, ok := s.permits[lockstore.TokenDigest(token)]
 	if !ok {
-		return nil, nil, ErrTokenMismatch
+		return nil, nil, lockstore.ErrTokenMismatch
 	}
 	return s, p, nil
 }
 
-// SemExtend implements Semaphores.
-func (m *Memory) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (Permit, error) {
-	if err := checkExtend(key, token, ttl); err != nil {
-		return Permit{}, err
+// SemExtend implements lockstore.Semaphores.
+func (m *Store) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Permit, error) {
+	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
+		return lockstore.Permit{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Permit{}, err
+		return lockstore.Permit{}, err
 	}
 	ss := &m.sems
 	ss.mu.Lock()
@@ -267,7 +270,7 @@ func (m *Memory) SemExtend(ctx context.Context, key, token string, ttl time.Dura
 	now := ss.reclaim()
 	s, p, err := ss.owned(key, token)
 	if err != nil {
-		return Permit{}, err
+		return lockstore.Permit{}, err
 	}
 	if ttl == 0 {
 		ttl = p.length
@@ -278,9 +281,9 @@ func (m *Memory) SemExtend(ctx context.Context, key, token string, ttl time.Dura
 	return out, nil
 }
 
-// SemRelease implements Semaphores.
-func (m *Memory) SemRelease(ctx context.Context, key, token string) error {
-	if err := checkToken(key, token, MinTTL); err != nil {
+// SemRelease implements lockstore.Semaphores.
+func (m *Store) SemRelease(ctx context.Context, key, token string) error {
+	if err := lockstore.CheckRelease(key, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -296,17 +299,17 @@ func (m *Memory) SemRelease(ctx context.Context, key, token string) error {
 	}
 	ss.expiry.Remove(p.expires)
 	ss.live.Add(-1)
-	delete(s.permits, tokenDigest(token))
+	delete(s.permits, lockstore.TokenDigest(token))
 	s.wakeHead()
 	ss.signals.notify(key)
 	ss.tidy(key, s)
 	return nil
 }
 
-// SemInspect implements Semaphores.
-func (m *Memory) SemInspect(ctx context.Context, key string) (SemaphoreState, error) {
+// SemInspect implements lockstore.Semaphores.
+func (m *Store) SemInspect(ctx context.Context, key string) (lockstore.SemaphoreState, error) {
 	if err := ctx.Err(); err != nil {
-		return SemaphoreState{}, err
+		return lockstore.SemaphoreState{}, err
 	}
 	ss := &m.sems
 	ss.mu.Lock()
@@ -314,35 +317,31 @@ func (m *Memory) SemInspect(ctx context.Context, key string) (SemaphoreState, er
 	now := ss.reclaim()
 	s := ss.keys[key]
 	if s == nil || len(s.permits) == 0 {
-		return SemaphoreState{}, ErrNotHeld
+		return lockstore.SemaphoreState{}, lockstore.ErrNotHeld
 	}
 	return s.state(key, now), nil
 }
 
 // state is s as SemInspect reports it, at now. ss.mu must be held.
-func (s *memSem) state(key string, now time.Time) SemaphoreState {
-	st := SemaphoreState{Key: key, Limit: s.limit}
+func (s *semaphore) state(key string, now time.Time) lockstore.SemaphoreState {
+	st := lockstore.SemaphoreState{Key: key, Limit: s.limit}
 	for _, p := range s.permits {
 		h := p.permit(key, "", s.limit)
 		h.Left = p.expires.At.Sub(now)
 		st.Holders = append(st.Holders, h)
 	}
-	sortHolders(st.Holders)
+	lockstore.SortHolders(st.Holders)
 	return st
 }
 
-func sortHolders(hs []Permit) {
-	slices.SortFunc(hs, func(a, b Permit) int { return cmp.Compare(a.Fence, b.Fence) })
-}
-
-func (p *memPermit) permit(key, token string, limit int) Permit {
-	return Permit{Key: key, Token: token, Owner: p.owner, Limit: limit, Fence: p.fence,
+func (p *permit) permit(key, token string, limit int) lockstore.Permit {
+	return lockstore.Permit{Key: key, Token: token, Owner: p.owner, Limit: limit, Fence: p.fence,
 		Granted: p.length, ExpiresAt: p.expires.At}
 }
 
-// lengthen is a permit's renewal or extend: as a lock's (Memory.lengthen),
+// lengthen is a permit's renewal or extend: as a lock's (Store.lengthen),
 // it never shortens the permit.
-func (ss *memSems) lengthen(p *memPermit, ttl time.Duration, now time.Time) *memPermit {
+func (ss *semaphores) lengthen(p *permit, ttl time.Duration, now time.Time) *permit {
 	p.length = ttl
 	if at := now.Add(ttl); at.After(p.expires.At) {
 		ss.expiry.Move(p.expires, at)

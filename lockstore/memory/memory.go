@@ -1,40 +1,44 @@
-package lockstore
+// Package memory is the in-process backend: a lockstore.Store and
+// lockstore.Semaphores for a single gateway process, with nothing to set
+// up. Its locks and permits live only as long as the process does; a
+// restarted process starts its fences above every fence it handed out
+// before (lockstore's package doc, "Fences across restarts").
+package memory
 
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/expiry"
 	"github.com/lockgateway/lockgateway/internal/sleep"
+	"github.com/lockgateway/lockgateway/lockstore"
 )
 
-// Memory is an in-process Store: zero setup, for a single gateway process.
-// Locks live only as long as the process does.
+// Store is the in-process store of locks and permits.
 //
 // Expiry uses Go's monotonic clock, exact to the nanosecond. Expired leases
 // are reclaimed by every call from a queue ordered by expiry, so memory
 // stays proportional to the locks currently held and no goroutine runs per
 // lock (or at all).
 //
-// Caps on live locks (a user's Quota, MemoryOptions.MaxLocks) are exact:
-// every lock counts from its grant until its release or expiry.
-type Memory struct {
+// Caps on live locks (a user's lockstore.Quota, Options.MaxLocks) are
+// exact: every lock counts from its grant until its release or expiry.
+type Store struct {
 	mu       sync.Mutex
-	locks    map[string]*memLock
-	queues   map[string][]*memWaiter // waiters per key, in arrival order
+	locks    map[string]*lock
+	queues   map[string][]*waiter // waiters per key, in arrival order
 	expiry   expiry.Queue[string]
 	fence    int64 // last fence handed out, shared by all keys
 	maxLocks int
-	users    map[string]*memUser // users with a counted lock
-	// signals: key → its watchers' wake-ups (Signal, watch.go).
-	signals memSignals
-	sems    memSems // semaphores (memory_sem.go)
+	users    map[string]*user // users with a counted lock
+	// signals: key → its watchers' wake-ups (Signal, signal.go).
+	signals signals
+	sems    semaphores // semaphore.go
 }
 
-type memLock struct {
+type lock struct {
 	key    string
 	digest [32]byte
 	owner  string
@@ -45,62 +49,68 @@ type memLock struct {
 	expires *expiry.Entry[string] // its At carries a monotonic reading
 	// user is whom the lock counts against (nil: granted without a
 	// quota); counted is its place in the user's queue.
-	user    *memUser
+	user    *user
 	counted *expiry.Entry[string]
 }
 
-// memUser is one user's counted locks by expiry: their number is the count,
+// user is one user's counted locks by expiry: their number is the count,
 // the first the soonest one frees by itself.
-type memUser struct {
+type user struct {
 	name  string
 	locks expiry.Queue[string]
 }
 
-// MemoryOptions configures a Memory store.
-type MemoryOptions struct {
+// Options configures a Store.
+type Options struct {
 	// MaxLocks caps the locks the store holds at once (0: no cap), so a
 	// client cannot make it hold more memory than the operator allowed.
 	// Rate-limit windows (TakeWindow) are never refused, but take places.
 	MaxLocks int
 }
 
-// memWaiter is a request waiting for a key; wake tells it to try again.
-type memWaiter struct{ wake chan struct{} }
+// waiter is a request waiting for a key; wake tells it to try again.
+type waiter struct{ wake chan struct{} }
 
-var _ Store = (*Memory)(nil)
+var (
+	_ lockstore.Store     = (*Store)(nil)
+	_ lockstore.Signaler  = (*Store)(nil)
+	_ lockstore.Windows   = (*Store)(nil)
+	_ lockstore.Lister    = (*Store)(nil)
+	_ lockstore.SemLister = (*Store)(nil)
+)
 
-// NewMemory returns an empty Memory store without a cap on its locks.
-func NewMemory() *Memory { return NewMemoryWith(MemoryOptions{}) }
+// New returns an empty Store without a cap on its locks.
+func New() *Store { return NewWith(Options{}) }
 
-// NewMemoryWith returns an empty Memory store configured by o.
-func NewMemoryWith(o MemoryOptions) *Memory {
-	return &Memory{
-		locks:    make(map[string]*memLock),
-		queues:   make(map[string][]*memWaiter),
+// NewWith returns an empty Store configured by o.
+func NewWith(o Options) *Store {
+	return &Store{
+		locks:    make(map[string]*lock),
+		queues:   make(map[string][]*waiter),
 		maxLocks: max(o.MaxLocks, 0),
-		users:    make(map[string]*memUser),
+		users:    make(map[string]*user),
 	}
 }
 
-// Acquire implements Store. Waiters queue per key and are woken, in
-// order, by the release that frees the key or at the holder's expiry.
-func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (Lease, error) {
-	if err := checkAcquire(key, req); err != nil {
-		return Lease{}, err
+// Acquire implements lockstore.Store. Waiters queue per key and are woken,
+// in order, by the release that frees the key or at the holder's expiry.
+func (m *Store) Acquire(ctx context.Context, key string, req lockstore.AcquireRequest) (lockstore.Lease, error) {
+	if err := lockstore.CheckAcquire(key, req); err != nil {
+		return lockstore.Lease{}, err
 	}
-	if err := checkQuota(req.Quota); err != nil {
-		return Lease{}, err
+	if err := lockstore.CheckQuota(req.Quota); err != nil {
+		return lockstore.Lease{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Lease{}, err
+		return lockstore.Lease{}, err
 	}
-	digest := tokenDigest(req.Token)
+	digest := lockstore.TokenDigest(req.Token)
 	lease, _, err := m.try(key, digest, req, nil)
-	if _, held := errors.AsType[*HeldError](err); !held || req.Wait <= 0 {
+	if _, held := errors.AsType[*lockstore.HeldError](err); !held || req.Wait <= 0 {
 		return lease, err
 	}
 
-	w := &memWaiter{wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1)}
 	m.mu.Lock()
 	m.queues[key] = append(m.queues[key], w)
 	m.mu.Unlock()
@@ -109,7 +119,7 @@ func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (L
 	deadline := time.Now().Add(req.Wait)
 	for {
 		lease, head, err := m.try(key, digest, req, w)
-		held, ok := errors.AsType[*HeldError](err)
+		held, ok := errors.AsType[*lockstore.HeldError](err)
 		left := time.Until(deadline)
 		if !ok || left <= 0 {
 			return lease, err
@@ -119,14 +129,14 @@ func (m *Memory) Acquire(ctx context.Context, key string, req AcquireRequest) (L
 			nap = min(nap, held.Remaining)
 		}
 		if _, ok := sleep.Until(ctx, nap, w.wake); !ok {
-			return Lease{}, ctx.Err()
+			return lockstore.Lease{}, ctx.Err()
 		}
 	}
 }
 
 // try takes key for req if it is free and w (nil: a caller that does not
 // wait) is first in its queue. head reports whether w is first.
-func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWaiter) (_ Lease, head bool, _ error) {
+func (m *Store) try(key string, digest [32]byte, req lockstore.AcquireRequest, w *waiter) (_ lockstore.Lease, head bool, _ error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.reclaim()
@@ -135,7 +145,7 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 
 	if l, ok := m.locks[key]; ok {
 		if l.digest != digest {
-			return Lease{}, head, &HeldError{Remaining: l.expires.At.Sub(now)}
+			return lockstore.Lease{}, head, &lockstore.HeldError{Remaining: l.expires.At.Sub(now)}
 		}
 		lease := m.lengthen(l, req.TTL, now).lease(req.Token)
 		lease.ExpiresAt = now.Add(req.TTL)
@@ -144,16 +154,16 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 		return lease, head, nil
 	}
 	if len(q) > 0 && !head { // free, but promised to the first waiter
-		return Lease{}, false, &HeldError{}
+		return lockstore.Lease{}, false, &lockstore.HeldError{}
 	}
 	if err := m.checkCaps(key, req.Quota, now); err != nil {
-		return Lease{}, head, err
+		return lockstore.Lease{}, head, err
 	}
 
 	// One counter for all keys: strictly increasing per key a fortiori, and
 	// nothing to remember once a key is free.
 	m.fence = nextFence(m.fence, now.UnixMicro())
-	l := &memLock{key: key, digest: digest, owner: req.Owner, fence: m.fence, length: req.TTL, expires: m.expiry.Add(key, now.Add(req.TTL))}
+	l := &lock{key: key, digest: digest, owner: req.Owner, fence: m.fence, length: req.TTL, expires: m.expiry.Add(key, now.Add(req.TTL))}
 	m.locks[key] = l
 	m.count(l, req.Quota)
 	m.changed(key)
@@ -165,30 +175,30 @@ func (m *Memory) try(key string, digest [32]byte, req AcquireRequest, w *memWait
 
 // checkCaps refuses a new grant of key that would pass the store's cap or
 // q's. m.mu must be held, and expired locks reclaimed.
-func (m *Memory) checkCaps(key string, q Quota, now time.Time) error {
-	if m.maxLocks > 0 && len(m.locks)+int(m.sems.live.Load()) >= m.maxLocks && !strings.HasPrefix(key, windowPrefix) {
+func (m *Store) checkCaps(key string, q lockstore.Quota, now time.Time) error {
+	if m.maxLocks > 0 && len(m.locks)+int(m.sems.live.Load()) >= m.maxLocks && !lockstore.IsWindowKey(key) {
 		at, _ := m.expiry.Earliest()
-		return &CapError{Err: ErrStoreFull, Max: m.maxLocks, Next: at.Sub(now)}
+		return &lockstore.CapError{Err: lockstore.ErrStoreFull, Max: m.maxLocks, Next: at.Sub(now)}
 	}
 	if q.Max <= 0 {
 		return nil
 	}
 	if u := m.users[q.User]; u != nil && u.locks.Len() >= q.Max {
 		at, _ := u.locks.Earliest()
-		return &CapError{Err: ErrUserQuota, Max: q.Max, Next: at.Sub(now)}
+		return &lockstore.CapError{Err: lockstore.ErrUserQuota, Max: q.Max, Next: at.Sub(now)}
 	}
 	return nil
 }
 
 // count makes l count against q's user, when q caps anything. m.mu must be
 // held.
-func (m *Memory) count(l *memLock, q Quota) {
+func (m *Store) count(l *lock, q lockstore.Quota) {
 	if q.Max <= 0 {
 		return
 	}
 	u := m.users[q.User]
 	if u == nil {
-		u = &memUser{name: q.User}
+		u = &user{name: q.User}
 		m.users[q.User] = u
 	}
 	l.user, l.counted = u, u.locks.Add(l.key, l.expires.At)
@@ -196,7 +206,7 @@ func (m *Memory) count(l *memLock, q Quota) {
 
 // forget takes l out of the store and out of its user's count. m.mu must
 // be held.
-func (m *Memory) forget(l *memLock) {
+func (m *Store) forget(l *lock) {
 	delete(m.locks, l.key)
 	if u := l.user; u != nil {
 		u.locks.Remove(l.counted)
@@ -207,7 +217,7 @@ func (m *Memory) forget(l *memLock) {
 }
 
 // move sets l's expiry, in its user's count too. m.mu must be held.
-func (m *Memory) move(l *memLock, at time.Time) {
+func (m *Store) move(l *lock, at time.Time) {
 	m.expiry.Move(l.expires, at)
 	if l.user != nil {
 		l.user.locks.Move(l.counted, at)
@@ -215,7 +225,7 @@ func (m *Memory) move(l *memLock, at time.Time) {
 }
 
 // leave takes w out of key's queue if it is still there.
-func (m *Memory) leave(key string, w *memWaiter) {
+func (m *Store) leave(key string, w *waiter) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.dequeue(key, w)
@@ -224,7 +234,7 @@ func (m *Memory) leave(key string, w *memWaiter) {
 // dequeue removes w from key's queue and, when w was first, wakes the next
 // waiter: it may take a free key, or must learn when the holder's lease
 // runs out. m.mu must be held.
-func (m *Memory) dequeue(key string, w *memWaiter) {
+func (m *Store) dequeue(key string, w *waiter) {
 	q := m.queues[key]
 	for i, x := range q {
 		if x != w {
@@ -244,7 +254,7 @@ func (m *Memory) dequeue(key string, w *memWaiter) {
 }
 
 // wakeHead tells key's first waiter to try again. m.mu must be held.
-func (m *Memory) wakeHead(key string) {
+func (m *Store) wakeHead(key string) {
 	if q := m.queues[key]; len(q) > 0 {
 		select {
 		case q[0].wake <- struct{}{}:
@@ -253,20 +263,20 @@ func (m *Memory) wakeHead(key string) {
 	}
 }
 
-// Extend implements Store.
-func (m *Memory) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
-	if err := checkExtend(key, token, ttl); err != nil {
-		return Lease{}, err
+// Extend implements lockstore.Store.
+func (m *Store) Extend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Lease, error) {
+	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
+		return lockstore.Lease{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Lease{}, err
+		return lockstore.Lease{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.reclaim()
 	l, err := m.owned(key, token)
 	if err != nil {
-		return Lease{}, err
+		return lockstore.Lease{}, err
 	}
 	if ttl == 0 {
 		ttl = l.length
@@ -281,7 +291,7 @@ func (m *Memory) Extend(ctx context.Context, key, token string, ttl time.Duratio
 // now+ttl, or stays where it is when that is later. A lease is never
 // shortened, on any backend (docs/safety.md, "Late writes on redis", rule
 // V1); the holder is told now+ttl, the least it holds.
-func (m *Memory) lengthen(l *memLock, ttl time.Duration, now time.Time) *memLock {
+func (m *Store) lengthen(l *lock, ttl time.Duration, now time.Time) *lock {
 	l.length = ttl
 	if at := now.Add(ttl); at.After(l.expires.At) {
 		m.move(l, at)
@@ -289,9 +299,9 @@ func (m *Memory) lengthen(l *memLock, ttl time.Duration, now time.Time) *memLock
 	return l
 }
 
-// Release implements Store.
-func (m *Memory) Release(ctx context.Context, key, token string) error {
-	if err := checkToken(key, token, MinTTL); err != nil {
+// Release implements lockstore.Store.
+func (m *Store) Release(ctx context.Context, key, token string) error {
+	if err := lockstore.CheckRelease(key, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -311,31 +321,36 @@ func (m *Memory) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Inspect implements Store.
-func (m *Memory) Inspect(ctx context.Context, key string) (Lease, error) {
+// Inspect implements lockstore.Store.
+func (m *Store) Inspect(ctx context.Context, key string) (lockstore.Lease, error) {
 	if err := ctx.Err(); err != nil {
-		return Lease{}, err
+		return lockstore.Lease{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.reclaim()
 	l, ok := m.locks[key]
 	if !ok {
-		return Lease{}, ErrNotHeld
+		return lockstore.Lease{}, lockstore.ErrNotHeld
 	}
 	lease := l.lease("")
 	lease.Left = l.expires.At.Sub(now)
 	return lease, nil
 }
 
-// Ping implements Store; memory always answers.
-func (m *Memory) Ping(ctx context.Context) error { return ctx.Err() }
+// TakeWindow implements lockstore.Windows: in memory a lease costs nothing extra.
+func (m *Store) TakeWindow(ctx context.Context, key, id string, window time.Duration) (time.Duration, error) {
+	return lockstore.LockWindows(m).TakeWindow(ctx, key, id, window)
+}
 
-// Close implements Store.
-func (m *Memory) Close() error { return nil }
+// Ping implements lockstore.Store; memory always answers.
+func (m *Store) Ping(ctx context.Context) error { return ctx.Err() }
+
+// Close implements lockstore.Store.
+func (m *Store) Close() error { return nil }
 
 // Len reports how many unexpired locks the store holds.
-func (m *Memory) Len() int {
+func (m *Store) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reclaim()
@@ -343,27 +358,27 @@ func (m *Memory) Len() int {
 }
 
 // owned returns key's lock if token holds it. m.mu must be held.
-func (m *Memory) owned(key, token string) (*memLock, error) {
+func (m *Store) owned(key, token string) (*lock, error) {
 	l, ok := m.locks[key]
 	if !ok {
-		return nil, ErrNotHeld
+		return nil, lockstore.ErrNotHeld
 	}
-	if l.digest != tokenDigest(token) {
-		return nil, ErrTokenMismatch
+	if l.digest != lockstore.TokenDigest(token) {
+		return nil, lockstore.ErrTokenMismatch
 	}
 	return l, nil
 }
 
 // reclaim drops every expired lock and returns the time it judged by.
 // m.mu must be held.
-func (m *Memory) reclaim() time.Time {
+func (m *Store) reclaim() time.Time {
 	now := time.Now()
 	m.expiry.PopExpired(now, func(key string) { m.forget(m.locks[key]) })
 	return now
 }
 
-func (l *memLock) lease(token string) Lease {
-	return Lease{
+func (l *lock) lease(token string) lockstore.Lease {
+	return lockstore.Lease{
 		Key:       l.key,
 		Token:     token,
 		Owner:     l.owner,
@@ -371,4 +386,11 @@ func (l *memLock) lease(token string) Lease {
 		Granted:   l.length,
 		ExpiresAt: l.expires.At,
 	}
+}
+
+// nextFence is the fence rule of every backend (lockstore's package doc,
+// "Fences across restarts"; the Redis scripts apply it too): strictly
+// above the previous fence and never below the clock in microseconds.
+func nextFence(prev, nowMicros int64) int64 {
+	return max(prev+1, nowMicros)
 }

@@ -1,4 +1,4 @@
-package lockstore_test
+package memory_test
 
 import (
 	"context"
@@ -11,23 +11,37 @@ import (
 
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/lockstoretest"
+	"github.com/lockgateway/lockgateway/lockstore/memory"
 )
 
 func TestMemoryConformance(t *testing.T) {
-	lockstoretest.Run(t, func(t *testing.T) lockstore.Store { return lockstore.NewMemory() })
+	lockstoretest.Run(t, func(t *testing.T) lockstore.Store { return memory.New() })
 }
 
 func TestMemoryQuota(t *testing.T) {
-	s := lockstore.NewMemory()
+	s := memory.New()
 	lockstoretest.RunQuota(t, func(t *testing.T) lockstore.Store { return s })
 }
 
 func TestMemoryWait(t *testing.T) {
-	lockstoretest.RunWait(t, func(t *testing.T) lockstore.Store { return lockstore.NewMemory() }, true)
+	lockstoretest.RunWait(t, func(t *testing.T) lockstore.Store { return memory.New() }, true)
+}
+
+func TestMemoryList(t *testing.T) {
+	lockstoretest.RunList(t, func(t *testing.T) lockstore.Store { return memory.New() }, true)
+}
+
+func TestMemorySemList(t *testing.T) {
+	lockstoretest.RunSemList(t, func(t *testing.T) lockstore.Semaphores { return memory.New() }, true)
+}
+
+func TestMemorySemaphores(t *testing.T) {
+	s := memory.New()
+	lockstoretest.RunSemaphores(t, func(*testing.T) lockstore.Semaphores { return s }, true)
 }
 
 func TestMemoryReclaimsExpiredLocks(t *testing.T) {
-	m := lockstore.NewMemory()
+	m := memory.New()
 	ctx := context.Background()
 	const ttl = 500 * time.Millisecond // longer than the loop, even on a loaded machine
 	start := time.Now()
@@ -44,10 +58,16 @@ func TestMemoryReclaimsExpiredLocks(t *testing.T) {
 
 func TestMemoryFencesSurviveRestart(t *testing.T) {
 	ctx := context.Background()
-	l1, err := lockstore.NewMemory().Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	l1, err := memory.New().Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
 	require.NoError(t, err)
 	// A new process starts with an empty store: its fences start above.
-	l2, err := lockstore.NewMemory().Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+	l2, err := memory.New().Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
 	require.NoError(t, err)
 	assert.Greater(t, l2.Fence, l1.Fence)
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }
