@@ -100,3 +100,40 @@ func TestRedlockTransitionRetryKeepsFence(t *testing.T) {
 	assert.True(t, again.Renewed, "a sequential retry that reached every node of the lease is a renewal (200)")
 	assert.Equal(t, x.Fence, again.Fence, "and keeps its fence (docs/api.md, Safe retries)")
 }
+
+// TestRedlockTransitionReleasedThroughNewGateway: after the finish,
+// transition gateways and new gateways run side by side (docs/operations.md,
+// step 4). A lease granted by a transition gateway holds a majority of both
+// lists; a DELETE through a new gateway is answered 204 once it deleted a
+// majority of N ({a,d}; b did not answer), leaving the lease on {b,c}: a
+// majority of O. Transition gateways then still see it held: a GET answers
+// the released lease, and another token's PUT is refused as held, for the
+// rest of the released lease's TTL.
+func TestRedlockTransitionReleasedThroughNewGateway(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	srvs := startNodes(t, 4)
+	a, b, c, d := srvs[0], srvs[1], srvs[2], srvs[3]
+	oldURLs, newURLs := []string{a.URL(), b.URL(), c.URL()}, []string{a.URL(), b.URL(), d.URL()}
+	newList := strings.Join(sortedNames(a, b, d), ",")
+	const maxTTL = 2 * time.Second
+	old := openRedlock(t, oldURLs, lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: maxTTL})
+	require.NoError(t, old.Ping(ctx))
+	trans := openRedlock(t, newURLs, lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: maxTTL, PreviousURLs: oldURLs})
+	require.Eventually(t, func() bool { return marker(t, a) == newList && marker(t, d) == newList },
+		8*time.Second, 20*time.Millisecond)
+	newer := openRedlock(t, newURLs, lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: maxTTL})
+	require.Eventually(t, func() bool { return newer.Ping(ctx) == nil && trans.Ping(ctx) == nil }, 5*time.Second, 50*time.Millisecond)
+
+	x, err := trans.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "x-holder-XXXXXXXXXXXXXX", TTL: maxTTL})
+	require.NoError(t, err)
+	b.Pause()
+	err = newer.Release(ctx, "k", x.Token)
+	b.Resume()
+	require.NoError(t, err, "204: deleted on a and d, a majority of the new list")
+
+	l, err := trans.Inspect(ctx, "k")
+	assert.ErrorIs(t, err, lockstore.ErrNotHeld, "released (204), yet the transition gateway reads it held: %+v", l)
+	_, err = trans.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "y-holder-XXXXXXXXXXXXXX", TTL: maxTTL})
+	assert.NoError(t, err, "released (204), yet the transition gateway refuses the key to another token")
+}
