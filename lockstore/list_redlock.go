@@ -46,7 +46,7 @@ func (r *Redlock) List(ctx context.Context, q ListQuery) (ListPage, error) {
 			unread++
 		}
 	}
-	if !r.quorums.all(read) {
+	if !r.q().all(read) {
 		return ListPage{}, r.quorumError(failed+unread, quarantined, 0)
 	}
 	items := make([]Listed, 0, len(keys))
@@ -65,7 +65,7 @@ func (r *Redlock) List(ctx context.Context, q ListQuery) (ListPage, error) {
 			}
 		}
 		for d, hs := range holders {
-			if !r.quorums.any(holdersAt[d]) {
+			if !r.q().any(holdersAt[d]) {
 				continue
 			}
 			values := make([]lockValue, len(hs))
@@ -92,7 +92,7 @@ func (r *Redlock) List(ctx context.Context, q ListQuery) (ListPage, error) {
 // quarantined count those that did not, for a quorum error later).
 func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (keys []string, next string, answered []bool, failed, quarantined int, err error) {
 	nodes, failed, quarantined := r.counting()
-	if !r.quorums.all(nodes) {
+	if !r.q().all(nodes) {
 		return nil, "", nil, failed, quarantined, r.quorumError(failed, quarantined, 0)
 	}
 	windows := make([]*listing.Smallest, len(r.nodes))
@@ -120,7 +120,7 @@ func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (k
 		answered[i] = true
 		kept = append(kept, windows[i])
 	}
-	if !r.quorums.all(answered) {
+	if !r.q().all(answered) {
 		return nil, "", nil, failed, quarantined, r.quorumError(failed, quarantined, 0)
 	}
 
@@ -147,7 +147,7 @@ func (r *Redlock) majorityKeys(ctx context.Context, ks keyspace, q ListQuery) (k
 	}
 	var candidates []string
 	for _, k := range sortedKeys(has) {
-		if r.quorums.any(has[k]) {
+		if r.q().any(has[k]) {
 			candidates = append(candidates, k)
 		}
 	}

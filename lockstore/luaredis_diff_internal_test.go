@@ -564,15 +564,15 @@ func (d *diff) nodesetScript() {
 	if d.chance(0.7) {
 		op := []string{"read", "try", "commit", "join", "unmark", "begin", "finish"}[d.pick(7)]
 		inPrev := []string{"0", "1"}[d.pick(2)]
-		d.eval("nodeset_mark.lua", nodesetMarkLua, []string{setKey, quarantineKey, settleKey},
-			list, op, 1+d.pick(50), d.pick(3)*int(d.ttl().Milliseconds()), prev, inPrev, d.ttl().Milliseconds())
+		d.eval("nodeset_mark.lua", nodesetMarkLua, []string{setKey, quarantineKey, settleKey, maxTTLKey},
+			list, op, 1+d.pick(50), d.pick(3)*int(d.ttl().Milliseconds()), prev, inPrev, d.ttl().Milliseconds(), d.ttl().Milliseconds())
 		return
 	}
 	marker, also := list, ""
 	if d.chance(0.5) {
 		marker, also = prev+">"+list, list
 	}
-	d.eval("nodeset.lua", nodesetLua+"return {'ran', #KEYS, #ARGV}", []string{lockKey(key0), setKey, quarantineKey}, d.digest(), marker, also)
+	d.eval("nodeset.lua", nodesetLua+"return {'ran', #KEYS, #ARGV}", []string{lockKey(key0), setKey, quarantineKey, maxTTLKey}, d.digest(), marker, also, d.ttl().Milliseconds())
 }
 
 // key0 is a lock key for scripts that need one, not what they test.

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -203,8 +204,10 @@ type RedlockOptions struct {
 // Redlock description advises. A FLUSHALL, which loses data without a
 // restart, is not detected.
 type Redlock struct {
-	nodes       []*redlockNode
-	quorums     quorums // the node list, and during a transition the previous one
+	nodes []*redlockNode
+	// quorums are the node list and, during a transition until it
+	// finished, the previous one (rule T); read them with q().
+	quorums     atomic.Pointer[quorums]
 	nodeTimeout time.Duration
 	maxTTL      time.Duration
 	quarantine  time.Duration // maxTTL + drift
@@ -300,10 +303,18 @@ func NewRedlock(nodes []*redis.Options, opts RedlockOptions) (*Redlock, error) {
 		return nil, err
 	}
 	r.set.settle = r.quarantine
-	r.quorums = quorums{newQuorumList(r.set.inList)}
+	r.set.maxTTL = maxTTL
+	newList := quorums{newQuorumList(r.set.inList)}
+	both := newList
 	if r.set.transition() {
-		r.quorums = append(r.quorums, newQuorumList(r.set.inPrev))
+		both = append(both, newQuorumList(r.set.inPrev))
+		// Once the transition finished, no lease of the previous list is
+		// alive and no gateway of it grants: count by the new list alone,
+		// as the new gateways do, so that a lease they released is not
+		// read as held on a majority of the previous list (rule T).
+		r.set.onFinish = func() { r.quorums.Store(&newList) }
 	}
+	r.quorums.Store(&both)
 	seen := make(map[string]bool, len(nodes))
 	for _, o := range nodes {
 		if seen[o.Addr] {

@@ -151,7 +151,7 @@ func (r *Redlock) acquireOnce(ctx context.Context, c *acquireCall) (_ Lease, ret
 	}
 
 	var made []lockValue // by node: a lease this round alone confirmed there
-	if ctx.Err() == nil && r.quorums.all(granted) {
+	if ctx.Err() == nil && r.q().all(granted) {
 		lease, ok, confirmed := r.confirmGrant(ctx, c, a, votes, start)
 		if ok {
 			return lease, false, nil
@@ -163,7 +163,7 @@ func (r *Redlock) acquireOnce(ctx context.Context, c *acquireCall) (_ Lease, ret
 	switch {
 	case ctx.Err() != nil:
 		return Lease{}, false, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	case !r.quorums.all(or(granted, heldAt)):
+	case !r.q().all(or(granted, heldAt)):
 		return Lease{}, false, r.quorumError(failed, quarantined, refused)
 	case !slices.Contains(granted, true): // then held nodes are a quorum
 		return Lease{}, false, &HeldError{Remaining: r.heldRemaining(held)}
@@ -213,7 +213,7 @@ func (r *Redlock) confirmGrant(ctx context.Context, c *acquireCall, a acquireArg
 		return code, err
 	})
 	validity := req.TTL - time.Since(start) - drift(req.TTL)
-	if !r.quorums.all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
+	if !r.q().all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
 		return Lease{}, false, made
 	}
 	owner := req.Owner
@@ -327,13 +327,13 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	}
 	validity := ttl - time.Since(start) - drift(ttl)
 	switch {
-	case r.quorums.all(t.okAt) && validity > 0:
+	case r.q().all(t.okAt) && validity > 0:
 		v := majorityValue(t.ok)
 		return Lease{
 			Key: key, Token: token, Owner: v.owner, Fence: v.fence, Granted: ttl,
 			ExpiresAt: start.Add(ttl - drift(ttl)),
 		}, nil
-	case r.quorums.all(t.okAt):
+	case r.q().all(t.okAt):
 		return Lease{}, fmt.Errorf("%w: redlock extended the lease on a majority too slowly to vouch for it", ErrUnavailable)
 	}
 	// What it found of the token's on a minority is left to expire: an
@@ -367,7 +367,7 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	case !r.quorums.any(t.okAt):
+	case !r.q().any(t.okAt):
 		return t.decide(r)
 	}
 	held := make([]bool, len(reads))
@@ -457,8 +457,8 @@ func (r *Redlock) InspectSpread(ctx context.Context, key string) (Lease, time.Du
 	}
 	could := false // a token could hold a majority, counting the silent nodes
 	for d, hs := range holders {
-		could = could || r.quorums.any(or(holdersAt[d], unknownAt))
-		if !r.quorums.any(holdersAt[d]) {
+		could = could || r.q().any(or(holdersAt[d], unknownAt))
+		if !r.q().any(holdersAt[d]) {
 			continue
 		}
 		values := make([]lockValue, len(hs))
@@ -473,7 +473,7 @@ func (r *Redlock) InspectSpread(ctx context.Context, key string) (Lease, time.Du
 		l := Lease{Key: key, Owner: v.owner, Fence: v.fence, Granted: v.length, Left: ttl, ExpiresAt: start.Add(ttl)}
 		return l, watchLate(start, longest, l.ExpiresAt), nil
 	}
-	if !could && !r.quorums.any(unknownAt) { // no token could hold a majority
+	if !could && !r.q().any(unknownAt) { // no token could hold a majority
 		return Lease{}, 0, ErrNotHeld
 	}
 	return Lease{}, 0, r.quorumError(failed, quarantined, 0)
@@ -516,7 +516,7 @@ func (r *Redlock) Ping(ctx context.Context) error {
 			ok[i] = true
 		}
 	}
-	if r.quorums.all(ok) {
+	if r.q().all(ok) {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -537,11 +537,11 @@ func released[T any](ctx context.Context, r *Redlock, t ownedTally[T], dels []no
 			n++
 		}
 	}
-	if r.quorums.covers(or(t.okAt, t.unknownAt), deleted) {
+	if r.q().covers(or(t.okAt, t.unknownAt), deleted) {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return fmt.Errorf("%w: redlock released the %s on %d of %d nodes; a majority of %d is needed", ErrUnavailable, what, n, len(r.nodes), r.quorums.need())
+	return fmt.Errorf("%w: redlock released the %s on %d of %d nodes; a majority of %d is needed", ErrUnavailable, what, n, len(r.nodes), r.q().need())
 }

@@ -80,6 +80,9 @@ func (q quorums) covers(could, done []bool) bool {
 // need is the votes a quorum needs, for messages: the new list's majority.
 func (q quorums) need() int { return q[0].need }
 
+// q is the quorums the Redlock counts by now.
+func (r *Redlock) q() quorums { return *r.quorums.Load() }
+
 // or is the union of two masks, by node.
 func or(a, b []bool) []bool {
 	m := make([]bool, len(a))
@@ -92,7 +95,7 @@ func or(a, b []bool) []bool {
 // quorumError counts failed as not answering, except the refusals among
 // them.
 func (r *Redlock) quorumError(failed, quarantined, refused int) error {
-	e := &QuorumError{Nodes: len(r.nodes), Quorum: r.quorums.need(), Failed: failed - refused, Quarantined: quarantined, Refused: refused}
+	e := &QuorumError{Nodes: len(r.nodes), Quorum: r.q().need(), Failed: failed - refused, Quarantined: quarantined, Refused: refused}
 	if refused > 0 {
 		e.NodeList = r.set.reason()
 	}
@@ -205,9 +208,9 @@ func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
 // the nodes that did not answer (ErrNotHeld); or ErrUnavailable.
 func (t ownedTally[T]) decide(r *Redlock) error {
 	switch {
-	case r.quorums.any(t.mismatchAt):
+	case r.q().any(t.mismatchAt):
 		return ErrTokenMismatch
-	case !r.quorums.any(or(t.okAt, t.unknownAt)):
+	case !r.q().any(or(t.okAt, t.unknownAt)):
 		return ErrNotHeld
 	}
 	return t.unavailable(r)
@@ -239,7 +242,7 @@ func majorityValue(vs []lockValue) lockValue {
 // is a node that did not say held.
 func (r *Redlock) heldRemaining(held []time.Duration) time.Duration {
 	var longest time.Duration
-	for _, l := range r.quorums {
+	for _, l := range r.q() {
 		var in []time.Duration
 		for i, d := range held {
 			if d >= 0 && l.in[i] {

@@ -47,7 +47,7 @@ type roundGrant struct {
 // not a renewal.
 func (r *Redlock) confirmRound(ctx context.Context, values []roundValue, rounds []string, confirm confirmFunc) roundGrant {
 	var g roundGrant
-	g.fence, g.renewal = roundFence(values, r.quorums)
+	g.fence, g.renewal = roundFence(values, r.q())
 	g.confirmed = make([]bool, len(values))
 	for _, v := range values {
 		if v.granting() && v.fence == g.fence {
@@ -69,7 +69,7 @@ func (r *Redlock) confirmRound(ctx context.Context, values []roundValue, rounds 
 			rewrite[i] = true
 		}
 	}
-	if r.quorums.all(g.confirmed) {
+	if r.q().all(g.confirmed) {
 		return g
 	}
 	done := fanOut(ctx, r, rewrite, func(ctx context.Context, i int, n *redlockNode) (int64, error) {

@@ -152,7 +152,7 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 	}
 
 	var made []semValue // by node: a permit this round alone confirmed there
-	if ctx.Err() == nil && r.quorums.all(granted) {
+	if ctx.Err() == nil && r.q().all(granted) {
 		p, ok, confirmed := r.semConfirm(ctx, key, a, req, votes, *rounds, start)
 		if ok {
 			return p, 0, nil
@@ -173,12 +173,12 @@ func (r *Redlock) semOnce(ctx context.Context, key, digest string, req PermitReq
 		// nodes know it by. If no round settles it, the outcome is
 		// unknown, as after a timeout: the client retries with its token.
 		return Permit{}, mostVoted(elsewhere), fmt.Errorf("%w: the token's permit is on different slots of different nodes; retry with the same token", ErrUnavailable)
-	case !r.quorums.all(answeredAt):
+	case !r.q().all(answeredAt):
 		return Permit{}, 0, r.quorumError(failed, quarantined, refused)
-	case r.quorums.any(mismatchAt) || (len(mismatch) > 0 && r.quorums.any(or(mismatchAt, fullAt))):
+	case r.q().any(mismatchAt) || (len(mismatch) > 0 && r.q().any(or(mismatchAt, fullAt))):
 		m := mismatch[0]
 		return Permit{}, 0, &LimitMismatchError{Limit: m.limit, Remaining: m.remaining}
-	case r.quorums.any(fullAt):
+	case r.q().any(fullAt):
 		return Permit{}, 0, fullErr
 	}
 	if len(freeVotes) > 0 {
@@ -241,7 +241,7 @@ func (r *Redlock) semConfirm(ctx context.Context, key string, a semArgs, req Per
 		return code, err
 	})
 	validity := req.TTL - time.Since(start) - drift(req.TTL)
-	if !r.quorums.all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
+	if !r.q().all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
 		return Permit{}, false, made
 	}
 	owner := req.Owner
@@ -325,11 +325,11 @@ func (r *Redlock) SemExtend(ctx context.Context, key, token string, ttl time.Dur
 	}
 	validity := ttl - time.Since(start) - drift(ttl)
 	switch {
-	case r.quorums.all(okAt) && validity > 0:
+	case r.q().all(okAt) && validity > 0:
 		v := majoritySemValue(ok)
 		return Permit{Key: key, Token: token, Owner: v.owner, Limit: v.limit, Fence: v.fence,
 			Granted: ttl, ExpiresAt: start.Add(ttl - drift(ttl))}, nil
-	case r.quorums.all(okAt):
+	case r.q().all(okAt):
 		return Permit{}, fmt.Errorf("%w: redlock extended the permit on a majority too slowly to vouch for it", ErrUnavailable)
 	}
 	return Permit{}, t.decide(r)
@@ -367,7 +367,7 @@ func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	case !r.quorums.any(t.okAt):
+	case !r.q().any(t.okAt):
 		return t.decide(r)
 	}
 	held := make([]bool, len(reads))
@@ -452,10 +452,10 @@ func (r *Redlock) SemInspectSpread(ctx context.Context, key string) (SemaphoreSt
 	}
 	st := SemaphoreState{Key: key, Limit: mostVoted(limits)}
 	var late time.Duration
-	could := r.quorums.any(unknownAt) // a permit could hold a majority, counting the silent nodes
+	could := r.q().any(unknownAt) // a permit could hold a majority, counting the silent nodes
 	for id, vs := range found {
-		could = could || r.quorums.any(or(foundAt[id], unknownAt))
-		if !r.quorums.any(foundAt[id]) {
+		could = could || r.q().any(or(foundAt[id], unknownAt))
+		if !r.q().any(foundAt[id]) {
 			continue
 		}
 		left, longest := vs[0].left, vs[0].left

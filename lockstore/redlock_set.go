@@ -54,6 +54,17 @@ const quarantineKey = "lockgw:redlock:quarantine"
 // nodes have none left, no lease of that list can be alive.
 const settleKey = "lockgw:redlock:settle"
 
+// maxTTLKey, on a Redlock node, is the longest LOCKGW_MAX_TTL of the
+// gateways that marked or read it (ms): quarantines and settle keys last at
+// least that plus drift, whichever gateway writes them, and a gateway votes
+// only on a node that knows its own (nodeset.lua).
+const maxTTLKey = "lockgw:redlock:maxttl"
+
+// maxTTLReply is nodeset.lua's answer on a node that knows a shorter
+// longest lease than the caller's: the caller records its own and calls
+// again.
+const maxTTLReply = "LOCKGW_MAXTTL"
+
 // quarantineReply starts nodeset.lua's answer on a quarantined node,
 // followed by the ms it has left.
 const quarantineReply = "LOCKGW_QUARANTINE "
@@ -130,6 +141,15 @@ type nodeSet struct {
 	// the transition is done (only a finish writes it first).
 	settle   time.Duration
 	finished bool
+	// maxTTL is this gateway's longest lease (LOCKGW_MAX_TTL), which the
+	// nodes it votes on must know (maxTTLKey).
+	maxTTL time.Duration
+	// retired: a node serves a transition away from this gateway's list
+	// (rule T): it never counts again, nor marks anything.
+	retired bool
+	// onFinish runs once, when this transition gateway first sees the
+	// transition finished: from then on it counts by the new list alone.
+	onFinish func()
 }
 
 // newNodeSet names the nodes of the list (names, or each node's
@@ -389,6 +409,13 @@ func (g setGuard) run(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
 		return cmd
 	}
 	cmd := call()
+	if isMaxTTLRefusal(cmd.Err()) {
+		// The node does not know this gateway's longest lease yet (a new
+		// node, or one that lost its data): record it, and call again.
+		if _, _, err := g.set.mark(ctx, g.Scripter, g.i, "read"); err == nil {
+			cmd = call()
+		}
+	}
 	have, refused := nodesetRefusal(cmd.Err())
 	if refused && (have == "" || have == g.set.tentative()) && g.set.isJoined() {
 		was, _, err := g.set.mark(ctx, g.Scripter, g.i, g.set.joinOp())
@@ -416,8 +443,8 @@ func (s *nodeSet) mark(ctx context.Context, c redis.Scripter, i int, op string) 
 	// The settle key lives as long as a quarantine: the longest lease plus
 	// drift. (With the restart guard off, for tests' controls, the
 	// quarantine is 0 and the settle is not.)
-	reply, err := nodesetMarkScript.Run(ctx, c, []string{setKey, quarantineKey, settleKey}, s.list, op,
-		tentativeLife.Milliseconds(), s.quarantine.Milliseconds(), s.prev, inPrev, s.settle.Milliseconds()).Slice()
+	reply, err := nodesetMarkScript.Run(ctx, c, []string{setKey, quarantineKey, settleKey, maxTTLKey}, s.list, op,
+		tentativeLife.Milliseconds(), s.quarantine.Milliseconds(), s.prev, inPrev, s.settle.Milliseconds(), s.maxTTL.Milliseconds()).Slice()
 	if err != nil {
 		return "", 0, redisErr(err)
 	}
@@ -440,6 +467,13 @@ func (s *nodeSet) joinOp() string {
 		return "begin"
 	}
 	return "join"
+}
+
+// isMaxTTLRefusal: nodeset.lua refused because the node does not know the
+// caller's longest lease yet.
+func isMaxTTLRefusal(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), maxTTLReply)
 }
 
 // quarantineRefusal is the time nodeset.lua's quarantine refusal says the
@@ -495,7 +529,7 @@ func nodesetRefusal(err error) (have string, refused bool) {
 }
 
 func (g setGuard) append(keys []string, args []any) ([]string, []any) {
-	return append(slices.Clip(keys), setKey, quarantineKey), append(slices.Clip(args), g.set.marker(), g.set.also())
+	return append(slices.Clip(keys), setKey, quarantineKey, maxTTLKey), append(slices.Clip(args), g.set.marker(), g.set.also(), g.set.maxTTL.Milliseconds())
 }
 
 // keepSet marks the nodes (markPass; NewRedlock made the first pass)
@@ -533,6 +567,12 @@ func (r *Redlock) markPass(timeout time.Duration) {
 		return
 	}
 	s := r.set
+	s.mu.Lock()
+	retired := s.retired
+	s.mu.Unlock()
+	if retired {
+		return // closed for good (rule T)
+	}
 	have, _, errs := r.runMark(timeout, nil, "read")
 	ours, answered, foreign, toward := false, 0, -1, -1
 	for i, err := range errs {
@@ -549,6 +589,14 @@ func (r *Redlock) markPass(timeout time.Duration) {
 			case s.pending(have[i]):
 				toward = i // a transition toward our list, not finished
 			case !strings.HasPrefix(have[i], "?"):
+				if from, _, ok := strings.Cut(have[i], ">"); ok && from == s.list {
+					// A transition away from this list began: this gateway
+					// counts no more, ever, and marks nothing (rule T: a
+					// node of the list restarted empty must not get it back).
+					s.mu.Lock()
+					s.retired = true
+					s.mu.Unlock()
+				}
 				r.closeSet(s.differ(i, have[i]))
 				return
 			default:
@@ -681,11 +729,11 @@ func (r *Redlock) transitionPass(timeout time.Duration) {
 			ours = true
 			settled[i] = s.inPrev[i] && settle[i] == -2
 		case s.list:
+			// Only a finish writes the new list on a node of the previous
+			// one, once a majority of it had settled; a node given it by
+			// a join since (it lost its data) has no settle key either.
 			ours = true
-			settled[i] = s.inPrev[i]
-			s.mu.Lock()
-			s.finished = true
-			s.mu.Unlock()
+			settled[i] = s.inPrev[i] && settle[i] == -2
 		default:
 			if strings.HasPrefix(have[i], "?") {
 				r.noteSet(fmt.Sprintf("Redlock node %s is being marked for another node list (%s); this gateway waits for that mark to be committed or to expire (30 s)", s.names[i], strings.TrimPrefix(have[i], "?")))
@@ -700,14 +748,14 @@ func (r *Redlock) transitionPass(timeout time.Duration) {
 			strings.ReplaceAll(s.prev, ",", " "), strings.ReplaceAll(s.list, ",", " ")))
 		return
 	}
-	if newQuorumList(s.inPrev).count(settled) >= newQuorumList(s.inPrev).need {
-		s.mu.Lock()
-		s.finished = true
-		s.mu.Unlock()
-	}
 	s.mu.Lock()
+	first := !s.finished && newQuorumList(s.inPrev).count(settled) >= newQuorumList(s.inPrev).need
+	s.finished = s.finished || first
 	finished := s.finished
 	s.mu.Unlock()
+	if first && s.onFinish != nil {
+		s.onFinish()
+	}
 	begin := make([]bool, len(r.nodes))  // the previous list, or none: the transition
 	join := make([]bool, len(r.nodes))   // none, once finished: the new list
 	finish := make([]bool, len(r.nodes)) // the transition, once finished: the new list

@@ -120,7 +120,7 @@ func init() {
 	// rule-q: a join does not write the node's quarantine (rule Q); the
 	// gateways' run_id guard stays on.
 	rlControls["rule-q"] = rlControl{want: "one-holder|limit|fence-order", scripts: map[string]string{
-		"nodeset_mark.lua": mustReplace(nodesetMarkLua, "    redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])\n", ""),
+		"nodeset_mark.lua": mustReplace(nodesetMarkLua, "    redis.call('SET', KEYS[2], '1', 'PX', math.max(tonumber(ARGV[4]), longest))\n", ""),
 	}}
 	// nodeset: the node-list check off, on the nodes (nodeset.lua runs any
 	// caller's list) and in the marking passes (a node never reports a
@@ -133,7 +133,7 @@ func init() {
 	// transition finishes at its next pass, while leases of the old list
 	// may be alive.
 	rlControls["transition-early"] = rlControl{want: "transition-settled|one-holder|limit|fence-order", scripts: map[string]string{
-		"nodeset_mark.lua": mustReplace(nodesetMarkLua, "    redis.call('SET', KEYS[3], '1', 'PX', ARGV[7])\n", ""),
+		"nodeset_mark.lua": mustReplace(nodesetMarkLua, "    redis.call('SET', KEYS[3], '1', 'PX', math.max(tonumber(ARGV[7]), longest))\n", ""),
 	}}
 	// grant-held: acquire.lua grants a key another token holds (the check).
 	rlControls["grant-held"] = rlControl{want: "one-holder", scripts: map[string]string{

@@ -10,6 +10,11 @@
 -- KEYS[3]  the node's settle key, "lockgw:redlock:settle": lives the
 --          longest lease plus drift after the node stopped serving O
 --          (rule T)
+-- KEYS[4]  the longest LOCKGW_MAX_TTL of the gateways that marked or read
+--          the node, ms, "lockgw:redlock:maxttl": every op raises it to
+--          ARGV[8]; quarantines and settle keys last at least it plus drift,
+--          whichever gateway writes them (nodeset.lua lets a gateway vote
+--          only on a node that knows its own)
 -- ARGV[1]  the caller's node list L (a transition gateway's new list N),
 --          canonical
 -- ARGV[2]  "read":   nothing changes;
@@ -32,6 +37,7 @@
 -- ARGV[6]  "begin": "1" when the node is in O
 -- ARGV[7]  "begin": how long the settle key lives, ms: the longest lease
 --          plus drift
+-- ARGV[8]  the caller's LOCKGW_MAX_TTL, ms
 --
 -- Returns {the marker found before ("" when none), the settle key's PTTL
 -- as found (-2 when absent)}.
@@ -39,10 +45,17 @@ local have = redis.call('GET', KEYS[1])
 local settle = redis.call('PTTL', KEYS[3])
 local list, op = ARGV[1], ARGV[2]
 local tentative = '?' .. list
+local known = tonumber(redis.call('GET', KEYS[4])) or 0
+if known < tonumber(ARGV[8]) then
+  known = tonumber(ARGV[8])
+  redis.call('SET', KEYS[4], ARGV[8])
+end
+-- The longest lease any gateway of this node may have granted, plus drift.
+local longest = known + math.floor(known / 100) + 2
 -- A node without a marker lost its data (or is new): rule Q.
 local function quarantine_if_lost()
   if not have and tonumber(ARGV[4]) > 0 then
-    redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+    redis.call('SET', KEYS[2], '1', 'PX', math.max(tonumber(ARGV[4]), longest))
   end
 end
 if op == 'try' and not have then
@@ -57,7 +70,7 @@ elseif op == 'unmark' and have == tentative then
 elseif op == 'begin' and (not have or (have == ARGV[5] and ARGV[6] == '1')) then
   quarantine_if_lost()
   if ARGV[6] == '1' then
-    redis.call('SET', KEYS[3], '1', 'PX', ARGV[7])
+    redis.call('SET', KEYS[3], '1', 'PX', math.max(tonumber(ARGV[7]), longest))
   end
   redis.call('SET', KEYS[1], ARGV[5] .. '>' .. list)
 elseif op == 'finish' and have == ARGV[5] .. '>' .. list then
