@@ -185,15 +185,16 @@ type AcquireOptions struct {
 	// from crypto/rand). Either way every request of one Acquire carries the
 	// same token, so retrying after a lost response is safe.
 	Token string
-	// HoldAtLeast (Hold, HoldPermit) keeps the lock at least this long
-	// after it was granted, even when fn returns sooner: instead of
-	// releasing, Hold extends the lease to what is left of it and lets
-	// it expire (the lease may then last up to its TTL). ShedLock's
+	// HoldAtLeast (Hold, HoldPermit) keeps the key at least this long
+	// after it was granted, even when fn returns sooner. ShedLock's
 	// lockAtLeastFor: a job that finished in a second still keeps a
 	// second host whose cron fires a second later from running it again.
-	// The price: a holder with HoldAtLeast that dies (its stream closed
-	// without a release) leaves the lease to run out, at most its TTL,
-	// rather than freeing the key at once (see holdLockDelay).
+	// For a lock the gateway keeps it (hold_at_least_ms, docs/api.md):
+	// the release after fn, or the end of the stream if this process dies
+	// first, leaves the key held by nobody until then. For a permit Hold
+	// extends the lease to what is left of it instead of releasing it,
+	// and lets it expire (up to its TTL); a holder that dies leaves it to
+	// run out, at most its TTL (see holdLockDelay).
 	HoldAtLeast time.Duration
 }
 

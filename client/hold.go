@@ -60,10 +60,16 @@ func (c *Client) Hold(ctx context.Context, key string, opts AcquireOptions, fn f
 		noun:      "lock",
 		releaseOp: "release",
 		busy:      ErrHeld,
+		// The gateway keeps a lock's key for HoldAtLeast itself
+		// (hold_at_least_ms): through the release after fn, and through
+		// the end of the stream should this process die first.
+		atLeastByGateway: true,
 		open: func(ctx context.Context, token string, wait, lockDelay time.Duration) (*http.Response, error) {
 			var body AcquireRequest
 			body.TtlMs, body.WaitMs, body.Owner = acquireFields(opts, wait)
 			body.LockDelayMs = optionalMillis(lockDelay)
+			// Whole milliseconds, rounded up: never less than asked.
+			body.HoldAtLeastMs = optionalMillis((opts.HoldAtLeast + time.Millisecond - 1).Truncate(time.Millisecond))
 			return c.api.ClientInterface.AcquireLock(ctx, key, &AcquireLockParams{LockToken: &token}, body, acceptEventStream)
 		},
 		grant: func(data []byte, sent time.Time) (*Lease, error) {
@@ -86,7 +92,11 @@ func (c *Client) Hold(ctx context.Context, key string, opts AcquireOptions, fn f
 type holdKind[G any] struct {
 	key             string
 	noun, releaseOp string // in errors: "lock", "release"
-	busy            error  // the key is taken: ErrHeld, ErrSemaphoreFull
+	// atLeastByGateway: the gateway honours HoldAtLeast (hold_at_least_ms,
+	// locks); otherwise (permits) hold does, by an extend before the
+	// release and a lock delay on the stream.
+	atLeastByGateway bool
+	busy             error // the key is taken: ErrHeld, ErrSemaphoreFull
 	// open sends the hold's PUT (Accept: text/event-stream) for token,
 	// waiting up to wait, with lock_delay_ms lockDelay when it is not 0.
 	open func(ctx context.Context, token string, wait, lockDelay time.Duration) (*http.Response, error)
@@ -103,7 +113,7 @@ type holdKind[G any] struct {
 // fn runs, release after.
 func hold[G any](ctx context.Context, c *Client, opts AcquireOptions, k holdKind[G], fn func(ctx context.Context, g G) error) error {
 	var lockDelay time.Duration
-	if opts.HoldAtLeast > 0 {
+	if opts.HoldAtLeast > 0 && !k.atLeastByGateway {
 		lockDelay = holdLockDelay
 	}
 	var st *holdStream
@@ -155,7 +165,7 @@ func hold[G any](ctx context.Context, c *Client, opts AcquireOptions, k holdKind
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer rcancel()
 	let := func() error { return k.release(rctx, kept.Key, kept.Token) }
-	if left := time.Until(granted.Add(opts.HoldAtLeast)); left > 0 {
+	if left := time.Until(granted.Add(opts.HoldAtLeast)); left > 0 && !k.atLeastByGateway {
 		// Held less than HoldAtLeast: keep it that much longer (an extend
 		// never shortens a lease) and let it expire then; the lock delay
 		// the hold asked for keeps the gateway from releasing it when the

@@ -126,6 +126,17 @@ func (e CheckRateLimitParamsRefuseStatus) Valid() bool {
 
 // AcquireRequest Every field is optional. `null`, unknown or duplicate fields are `400`; out-of-range values are `422`.
 type AcquireRequest struct {
+	// HoldAtLeastMs Keep the key from every token, the releasing one too, until this long after
+	// a new grant, even when it is released sooner: a `DELETE` (or the end of a
+	// hold) before then answers as usual, and the key stays held (`GET` shows it,
+	// `PUT` answers `409`) until then; the token's own `PATCH` and `DELETE` then
+	// answer `404`. A renewal keeps the first grant's end. Same bounds as
+	// `ttl_ms`. A holder that dies without releasing keeps the key only until its
+	// lease ends: ask for a `ttl_ms` of at least this much when that matters.
+	// (ShedLock's `lockAtLeastFor`; for jobs that must not run twice within a
+	// period.)
+	HoldAtLeastMs *int64 `json:"hold_at_least_ms,omitempty"`
+
 	// LockDelayMs A hold only (`Accept: text/event-stream`; `422` otherwise): when the client
 	// goes away without releasing (the stream closed, not a `DELETE`), keep the key
 	// for this long rather than releasing it, so that a holder that vanished but may

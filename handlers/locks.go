@@ -178,6 +178,9 @@ func (h *Locks) Acquire() http.Handler {
 		TTLms  *int64  `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
 		WaitMs *int64  `json:"wait_ms" validate:"omitnil,gte=0,maxwait"`
 		Owner  *string `json:"owner" validate:"omitnil,max=128,printable"`
+		// The key stays held this long after the grant, whatever releases
+		// it sooner (docs/safety.md, rule L).
+		HoldAtLeastMs *int64 `json:"hold_at_least_ms" validate:"omitnil,gte=1,maxttl"`
 		// A hold's own (Accept: text/event-stream; hold.go).
 		MaxHoldMs   *int64 `json:"max_hold_ms" validate:"omitnil,gte=1"`
 		LockDelayMs *int64 `json:"lock_delay_ms" validate:"omitnil,gte=0,maxttl"`
@@ -217,6 +220,7 @@ func (h *Locks) Acquire() http.Handler {
 		if req.Owner != nil {
 			ar.Owner = *req.Owner
 		}
+		ar.HoldAtLeast = millis(req.HoldAtLeastMs)
 		if ar.Wait, err = h.wait(w, r, req.WaitMs); err != nil {
 			WriteError(w, r, h.log, err)
 			return

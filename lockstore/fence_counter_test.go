@@ -81,7 +81,7 @@ func TestReleasedKeysLeaveRedisMemoryFlat(t *testing.T) {
 			v, err := parseLockValue(read[0])
 			require.NoError(t, err)
 			v.expiry = read[2].(int64)
-			k, a := releaseCall(keys[i], digests[i], publishAll, v)
+			k, a := releaseCall(keys[i], digests[i], publishAll, v, true)
 			releases[i] = pipe.EvalSha(ctx, releaseScript.Hash(), k, a...)
 		}
 		_, err = pipe.Exec(ctx)
@@ -180,5 +180,5 @@ func releaseAsRead(ctx context.Context, rdb *redis.Client, key, digest string) e
 	if err != nil {
 		return err
 	}
-	return nodeRelease(ctx, rdb, key, digest, v)
+	return nodeRelease(ctx, rdb, key, digest, v, true)
 }

@@ -150,6 +150,11 @@ type AcquireRequest struct {
 	// the key could be granted, so a held key is still ErrHeld). Memory
 	// and Redis count; Redlock refuses a quota (ErrInvalid).
 	Quota Quota
+	// HoldAtLeast, when positive, keeps the key from every token until
+	// this long after a new grant, even if the lease is released sooner:
+	// the release leaves a lingering value, nobody's lease, until then
+	// (docs/safety.md, rule L). A renewal keeps the first grant's end.
+	HoldAtLeast time.Duration
 }
 
 // Lease describes a held lock.
@@ -193,6 +198,8 @@ func CheckAcquire(key string, req AcquireRequest) error {
 		return fmt.Errorf("%w: empty token", ErrInvalid)
 	case req.TTL < MinTTL:
 		return fmt.Errorf("%w: ttl %v below %v", ErrInvalid, req.TTL, MinTTL)
+	case req.HoldAtLeast < 0:
+		return fmt.Errorf("%w: hold at least %v is negative", ErrInvalid, req.HoldAtLeast)
 	}
 	return nil
 }

@@ -441,6 +441,9 @@ func (d *diff) script() {
 	switch d.pick(24) {
 	case 0, 1, 2, 3, 4:
 		a := acquireArgs{digest: d.digest(), ttl: d.ttl(), owner: d.owner(), ticket: d.ticket(), publish: publishAll}
+		if d.chance(0.3) {
+			a.holdAtLeast = d.ttl() // rule L: release.lua may leave a lingering value
+		}
 		switch x := d.r.Float64(); {
 		case x < 0.25:
 			a.attempt, a.seed, a.provisional = d.attemptID(), d.seed(), d.ttl()
@@ -488,7 +491,7 @@ func (d *diff) script() {
 		if d.chance(0.6) {
 			digest = v.digest
 		}
-		keys, args := releaseCall(key, digest, d.publish(), v)
+		keys, args := releaseCall(key, digest, d.publish(), v, d.chance(0.5))
 		if d.chance(0.2) {
 			keys = quotaKeys(keys, d.user())
 		}
@@ -659,7 +662,11 @@ func (d *diff) semScript() {
 		d.eval("sem_inspect.lua", semCommonLua+semInspectLua, []string{pk, ek})
 	case 7:
 		if d.chance(0.3) {
-			d.eval("sem_discard.lua", semCommonLua+semDiscardLua, []string{pk, ek}, d.digest(), d.attemptID(), semChannel(key))
+			digest, maker := d.digest(), d.attemptID()
+			if _, _, pv, ok := d.permit(key); ok && strings.HasPrefix(pv.field, "~") && d.chance(0.6) {
+				digest, maker = pv.digest, makerOf(pv.field) // its own value: W withdraws it unless confirmed
+			}
+			d.eval("sem_discard.lua", semCommonLua+semDiscardLua, []string{pk, ek}, digest, maker, semChannel(key))
 		} else {
 			digest, maker, slot, fence := d.digest(), d.attemptID(), 1+d.pick(limit), d.fence()
 			if s, _, pv, ok := d.permit(key); ok && strings.HasPrefix(pv.field, "~") && d.chance(0.6) {

@@ -170,7 +170,7 @@ func (s *Redis) prepare(ctx context.Context, key string, req *AcquireRequest) (a
 	if err := CheckQuota(req.Quota); err != nil {
 		return a, start, err
 	}
-	a = acquireArgs{digest: digestHex(req.Token), ttl: req.TTL, owner: req.Owner, quota: newCounting(ctx, req.Quota), publish: s.publish}
+	a = acquireArgs{digest: digestHex(req.Token), ttl: req.TTL, owner: req.Owner, quota: newCounting(ctx, req.Quota), publish: s.publish, holdAtLeast: req.HoldAtLeast}
 	return a, time.Now(), nil
 }
 
@@ -238,14 +238,18 @@ func (s *Redis) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	for range releaseReads {
-		if v.digest != digest {
+		switch v.digest {
+		case digest:
+		case lingering(digest): // released before its hold-at-least end (rule L)
+			return ErrNotHeld
+		default:
 			return ErrTokenMismatch
 		}
 		// The value names the user the lock counts against, and the
 		// delete happens only if the value is still v: on a single Redis
 		// the script takes it out of that user's set; on a Cluster, where
 		// the set lives in another slot, the caller does.
-		keys, args := releaseCall(key, digest, s.publish, v)
+		keys, args := releaseCall(key, digest, s.publish, v, true)
 		if !s.onCluster() {
 			keys = quotaKeys(keys, v.user)
 		}
@@ -423,6 +427,8 @@ type acquireArgs struct {
 	quota counting
 	// publish is SPUBLISH on a Cluster; "" (PUBLISH) elsewhere.
 	publish string
+	// holdAtLeast: a new grant keeps the key this long at least (rule L).
+	holdAtLeast time.Duration
 }
 
 // call is acquire.lua's KEYS and ARGV for key: one layout for every
@@ -445,7 +451,7 @@ func (a acquireArgs) call(key string) (keys []string, args []any) {
 	}
 	args = []any{a.digest, a.ttl.Milliseconds(), a.owner, FenceMargin.Milliseconds(),
 		a.ticket.id, a.ticket.heartbeat.Milliseconds(), channel(key), a.seed,
-		a.attempt, a.provisional.Milliseconds(), cap, user, cmp.Or(a.publish, publishAll)}
+		a.attempt, a.provisional.Milliseconds(), cap, user, cmp.Or(a.publish, publishAll), a.holdAtLeast.Milliseconds()}
 	return keys, args
 }
 
@@ -521,8 +527,8 @@ var errMoved = errors.New("lockstore: the lease changed since it was read")
 
 // nodeRelease deletes digest's lease on a Redlock node if it is still as
 // read (v).
-func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string, v lockValue) error {
-	keys, args := releaseCall(key, digest, publishAll, v)
+func nodeRelease(ctx context.Context, c redis.Scripter, key, digest string, v lockValue, honour bool) error {
+	keys, args := releaseCall(key, digest, publishAll, v, honour)
 	code, err := releaseScript.Run(ctx, c, keys, args...).Int64()
 	if err != nil {
 		return redisErr(err)
@@ -546,8 +552,15 @@ func releaseCode(code int64) error {
 
 // releaseCall is release.lua's KEYS and ARGV for key, to delete the lease
 // as read (v, from nodeInspect).
-func releaseCall(key, digest, publish string, v lockValue) (keys []string, args []any) {
-	args = []any{digest, channel(key), FenceMargin.Milliseconds(), publish, v.raw, v.expiry}
+// releaseCall is release.lua's KEYS and ARGV: delete digest's lease on key
+// if it is still v; honour: before the lease's hold-at-least end, leave a
+// lingering value until then instead (rule L).
+func releaseCall(key, digest, publish string, v lockValue, honour bool) (keys []string, args []any) {
+	h := "0"
+	if honour {
+		h = "1"
+	}
+	args = []any{digest, channel(key), FenceMargin.Milliseconds(), publish, v.raw, v.expiry, h}
 	return []string{lockKey(key), queueKey(key), fenceKey(key)}, args
 }
 
@@ -616,6 +629,9 @@ type lockValue struct {
 	// confirmed: a Redlock round confirmed the value ("<fence>++<ms>",
 	// confirm.lua).
 	confirmed bool
+	// atLeast is the hold-at-least end, Unix ms by the node's clock (0:
+	// none): a release before it leaves a lingering value (rule L).
+	atLeast int64
 }
 
 // provisional says whether v is a Redlock round's value that no round
@@ -639,6 +655,12 @@ func parseLockValue(reply any) (lockValue, error) {
 		user, rest, _ = strings.Cut(rest[1:], ":")
 	}
 	fence, owner, ok2 := strings.Cut(rest, ":")
+	var atLeast int64
+	if strings.HasPrefix(owner, atLeastMark) { // "\x01<T ms>:<owner>" (acquire.lua, ARGV[14])
+		t, o, _ := strings.Cut(owner[1:], ":")
+		atLeast, _ = strconv.ParseInt(t, 10, 64)
+		owner = o
+	}
 	fence, length, hasLength := strings.Cut(fence, "+")
 	length, confirmed := strings.CutPrefix(length, "+")
 	f, err := strconv.ParseInt(fence, 10, 64)
@@ -649,8 +671,17 @@ func parseLockValue(reply any) (lockValue, error) {
 	if !ok1 || !ok2 || err != nil || len(digest) != 64 {
 		return lockValue{}, fmt.Errorf("lockstore: malformed lock value %q", redactDigest(s))
 	}
-	return lockValue{raw: s, digest: digest, attempt: attempt, user: user, fence: f, owner: owner, length: time.Duration(ms) * time.Millisecond, confirmed: confirmed}, nil
+	return lockValue{raw: s, digest: digest, attempt: attempt, user: user, fence: f, owner: owner,
+		length: time.Duration(ms) * time.Millisecond, confirmed: confirmed, atLeast: atLeast}, nil
 }
+
+// atLeastMark starts a value's owner field when the grant asked to hold
+// the key at least until a time (rule L): no owner label carries it.
+const atLeastMark = "\x01"
+
+// lingering is what a release before a lease's hold-at-least end leaves
+// in place of digest (release.lua): a digest no token has.
+func lingering(digest string) string { return "L" + digest[1:] }
 
 func (v lockValue) lease(key, token string, ttl time.Duration, start time.Time) Lease {
 	return Lease{

@@ -151,7 +151,7 @@ func testLateRelease(t *testing.T, s Store, token string, nodes []redis.Scripter
 			}
 			later.do(t, key)
 			for i, n := range nodes {
-				require.ErrorIs(t, nodeRelease(ctx, n, key, digest, reads[i]), errMoved, "node %d: the late delete finds the lease changed", i)
+				require.ErrorIs(t, nodeRelease(ctx, n, key, digest, reads[i], true), errMoved, "node %d: the late delete finds the lease changed", i)
 			}
 			_, err = s.Inspect(ctx, key)
 			require.NoError(t, err, "and leaves it")

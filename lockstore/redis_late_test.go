@@ -118,6 +118,22 @@ func TestRedisLateWrites(t *testing.T) {
 		require.ErrorIs(t, err, lockstore.ErrHeld, "the late release removed the lease a renewal answered after it")
 	})
 
+	t.Run("release does not remove a lingering value", func(t *testing.T) {
+		// Rule L: a lease with hold_at_least released through the fast
+		// gateway (204) lingers until its end; the slow gateway's release
+		// of the same lease, landing late, must not free the key sooner.
+		slow, fast := newLateGateway(t, srv, late), newRedisStore(t, srv)
+		token := lockstore.NewToken()
+		l, err := fast.Acquire(ctx, "late/lingering", lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second, HoldAtLeast: 5 * time.Second})
+		require.NoError(t, err)
+		slow.giveUp(t, func(ctx context.Context) error { return slow.Release(ctx, l.Key, token) })
+		require.NoError(t, fast.Release(ctx, l.Key, token))
+
+		time.Sleep(late + 300*time.Millisecond)
+		_, err = fast.Acquire(ctx, l.Key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		require.ErrorIs(t, err, lockstore.ErrHeld, "the late release freed a key held at least until the end it was granted with")
+	})
+
 	t.Run("semaphore release does not remove a later permit", func(t *testing.T) {
 		slow, fast := newLateGateway(t, srv, late), newRedisStore(t, srv)
 		token := lockstore.NewToken()

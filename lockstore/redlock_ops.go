@@ -117,6 +117,7 @@ func (r *Redlock) acquireOnce(ctx context.Context, c *acquireCall) (_ Lease, ret
 		seed:        start.UnixMicro(),
 		attempt:     NewToken(),
 		provisional: r.provisional(req.TTL),
+		holdAtLeast: req.HoldAtLeast,
 	}
 	c.rounds = append(c.rounds, a.attempt)
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (acquireResult, error) {
@@ -277,7 +278,9 @@ func (r *Redlock) discard(ctx context.Context, key, digest, round string, votes 
 		var err error
 		if made != nil && made[i].raw != "" {
 			// Changed since (errMoved), gone or another's: a node's answer.
-			if err = nodeRelease(nctx, n.batch, key, digest, made[i]); answered(err) || errors.Is(err, errMoved) {
+			// Never answered as a grant: deleted, whatever its
+			// hold-at-least (rule L).
+			if err = nodeRelease(nctx, n.batch, key, digest, made[i], false); answered(err) || errors.Is(err, errMoved) {
 				err = nil
 			}
 		} else {
@@ -358,7 +361,11 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 	digest := digestHex(token)
 	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (lockValue, error) {
 		v, _, err := nodeInspect(ctx, n.batch, key)
-		if err == nil && v.digest != digest {
+		switch {
+		case err != nil, v.digest == digest:
+		case v.digest == lingering(digest): // released before its hold-at-least end (rule L)
+			err = ErrNotHeld
+		default:
 			err = ErrTokenMismatch
 		}
 		return v, err
@@ -388,7 +395,7 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 // the same token may take either order.
 func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v lockValue) error {
 	for range releaseReads {
-		err := nodeRelease(ctx, c, key, digest, v)
+		err := nodeRelease(ctx, c, key, digest, v, true)
 		if !errors.Is(err, errMoved) {
 			return err
 		}

@@ -60,10 +60,10 @@ const settleKey = "lockgw:redlock:settle"
 // only on a node that knows its own (nodeset.lua).
 const maxTTLKey = "lockgw:redlock:maxttl"
 
-// maxTTLReply is nodeset.lua's answer on a node that knows a shorter
-// longest lease than the caller's: the caller records its own and calls
-// again.
-const maxTTLReply = "LOCKGW_MAXTTL"
+// maxTTLReply starts nodeset.lua's answer on a node that knows a shorter
+// longest lease than the caller's (followed by the one it knows): the
+// caller records its own and calls again.
+const maxTTLReply = "LOCKGW_MAXTTL "
 
 // quarantineReply starts nodeset.lua's answer on a quarantined node,
 // followed by the ms it has left.

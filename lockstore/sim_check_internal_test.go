@@ -50,6 +50,7 @@ type simRequest struct {
 	sem      bool
 	token    string
 	ttl      time.Duration
+	atLeast  time.Duration // a lock acquire's HoldAtLeast (rule L)
 	sent     int64
 	answered int64
 	answer   string // 201, 200, 204, 404, 409 …, 503, 500 …

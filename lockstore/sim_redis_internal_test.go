@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"syscall"
@@ -210,7 +211,7 @@ func (c *simClient) step() {
 	first := r.IntN(len(w.gws))
 	for i := range n {
 		gw := w.gws[(first+i)%len(w.gws)]
-		req := &simRequest{client: c.id, gw: gw.id, kind: kind, key: key, sem: sem, token: c.token, ttl: ttl}
+		req := &simRequest{client: c.id, gw: gw.id, kind: kind, key: key, sem: sem, token: c.token, ttl: ttl, atLeast: simAtLeast(w.r, kind, sem, ttl)}
 		w.hist.sent(w.now, req, limit)
 		c.outstanding++
 		w.start(&simOp{req: req, gw: gw, call: simCallFor(gw.store, req, limit), done: c.answered})
@@ -246,7 +247,7 @@ func simCallFor(s simStore, r *simRequest, limit int) func(context.Context) (sim
 	switch {
 	case !r.sem && r.kind == "acquire":
 		return func(ctx context.Context) (simAnswer, error) {
-			l, err := s.Acquire(ctx, r.key, AcquireRequest{Token: r.token, TTL: r.ttl, Owner: owner})
+			l, err := s.Acquire(ctx, r.key, AcquireRequest{Token: r.token, TTL: r.ttl, Owner: owner, HoldAtLeast: r.atLeast})
 			return simAnswer{fence: l.Fence, granted: l.Granted, renewed: l.Renewed}, err
 		}
 	case !r.sem && r.kind == "extend":
@@ -416,4 +417,14 @@ var simTraceLen = 60
 type simStore interface {
 	Store
 	Semaphores
+}
+
+// simAtLeast is a lock acquire's HoldAtLeast: one in ten asks the key to
+// stay held at least the lease's length after the grant, so that its
+// releases leave lingering values (docs/safety.md, rule L).
+func simAtLeast(r *rand.Rand, kind string, sem bool, ttl time.Duration) time.Duration {
+	if kind != "acquire" || sem || r.Float64() >= 0.1 {
+		return 0
+	}
+	return ttl
 }

@@ -636,7 +636,7 @@ func (c *rlClient) step() {
 	first := r.IntN(len(gws))
 	for i := range n {
 		gw := gws[(first+i)%len(gws)]
-		req := &simRequest{client: c.id, gw: gw.id, kind: kind, key: key, sem: sem, token: c.token, ttl: ttl}
+		req := &simRequest{client: c.id, gw: gw.id, kind: kind, key: key, sem: sem, token: c.token, ttl: ttl, atLeast: simAtLeast(w.r, kind, sem, ttl)}
 		w.hist.sent(now, req, limit)
 		c.outstanding++
 		w.start(&rlOp{req: req, gw: gw, call: simCallFor(gw.store, req, limit), done: c.answered})

@@ -250,7 +250,13 @@ func toReply(v lua.LValue) any {
 		return nil
 	case *lua.LTable:
 		if s, ok := x.RawGetString("err").(lua.LString); ok {
-			return Error(string(s))
+			// Redis 7.0 reads the first word as the error's code; a
+			// message of one word has none, and gets "ERR" in front.
+			msg := strings.TrimPrefix(string(s), "-")
+			if !strings.Contains(msg, " ") {
+				msg = "ERR " + msg
+			}
+			return Error(msg)
 		}
 		if s, ok := x.RawGetString("ok").(lua.LString); ok {
 			return status(s)

@@ -35,6 +35,8 @@ func Run(t *testing.T, newStore func(t *testing.T) lockstore.Store) {
 		{"Release", testRelease},
 		{"ReleaseByStrangerFails", testReleaseByStranger},
 		{"ReleaseNotHeld", testReleaseNotHeld},
+		{"HoldAtLeast", testHoldAtLeast},
+		{"HoldAtLeastPassed", testHoldAtLeastPassed},
 		{"Inspect", testInspect},
 		{"FencesIncrease", testFences},
 		{"TTLExpiry", testExpiry},
@@ -266,6 +268,60 @@ func testReleaseNotHeld(t *testing.T, s lockstore.Store, key string) {
 	l := acquire(t, s, key, 10*time.Second)
 	require.NoError(t, s.Release(ctx(t), key, l.Token))
 	require.ErrorIs(t, s.Release(ctx(t), key, l.Token), lockstore.ErrNotHeld, "a second release finds nothing")
+}
+
+// testHoldAtLeast: a lease granted with HoldAtLeast and released sooner
+// keeps the key from every token, its own too, until HoldAtLeast after the
+// grant (docs/safety.md, rule L); its token's retried release and extend
+// find nothing held; then the key is free, with a higher fence.
+func testHoldAtLeast(t *testing.T, s lockstore.Store, key string) {
+	const atLeast = 1500 * time.Millisecond
+	token := lockstore.NewToken()
+	start := time.Now()
+	l, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second, Owner: "cron", HoldAtLeast: atLeast})
+	require.NoError(t, err)
+	assert.Equal(t, "cron", l.Owner, "the hold-at-least end is not part of the owner")
+	require.NoError(t, s.Release(ctx(t), key, token), "the release is answered as any release")
+
+	got, err := s.Inspect(ctx(t), key)
+	require.NoError(t, err, "released before its hold-at-least end: the key stays held")
+	assert.Equal(t, "cron", got.Owner)
+	assert.Equal(t, l.Fence, got.Fence)
+	assert.LessOrEqual(t, got.Left, atLeast, "until the hold-at-least end, not the lease's")
+
+	require.ErrorIs(t, s.Release(ctx(t), key, token), lockstore.ErrNotHeld, "a retried release finds its lease released")
+	_, err = s.Extend(ctx(t), key, token, time.Second)
+	require.ErrorIs(t, err, lockstore.ErrNotHeld, "an extend cannot bring it back")
+	for _, tok := range []string{token, lockstore.NewToken()} {
+		_, err = s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: tok, TTL: time.Second})
+		var held *lockstore.HeldError
+		require.ErrorAs(t, err, &held, "nobody takes the key before the hold-at-least end, its releaser neither")
+		assert.LessOrEqual(t, held.Remaining, atLeast)
+	}
+
+	// Free once the end has passed (a Redlock node lets it go by its own
+	// clock; retry a moment for the drift).
+	time.Sleep(time.Until(start.Add(atLeast)))
+	var next lockstore.Lease
+	require.Eventually(t, func() bool {
+		next, err = s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		return err == nil
+	}, 2*time.Second, 20*time.Millisecond, "free once the hold-at-least end passed: %v", err)
+	assert.GreaterOrEqual(t, time.Since(start), atLeast-50*time.Millisecond)
+	assert.Greater(t, next.Fence, l.Fence)
+}
+
+// testHoldAtLeastPassed: released after its hold-at-least end, a lease
+// goes at once, as any release.
+func testHoldAtLeastPassed(t *testing.T, s lockstore.Store, key string) {
+	token := lockstore.NewToken()
+	_, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second, HoldAtLeast: 50 * time.Millisecond})
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, s.Release(ctx(t), key, token))
+	_, err = s.Inspect(ctx(t), key)
+	require.ErrorIs(t, err, lockstore.ErrNotHeld)
+	acquire(t, s, key, time.Second)
 }
 
 func testInspect(t *testing.T, s lockstore.Store, key string) {

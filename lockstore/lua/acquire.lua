@@ -51,6 +51,10 @@
 -- ARGV[13] how to tell waiters: PUBLISH, or on a Cluster SPUBLISH (sharded
 --          pub/sub, Redis 7), so that the notification stays on this key's
 --          shard; ARGV[7] shares the lock's hash tag, so a script may
+-- ARGV[14] hold at least, ms (0: no): a new grant records its end T = now +
+--          ARGV[14] ahead of the owner, "\1<T>:<owner>", which every script
+--          that rewrites the value keeps; a release before T leaves the key
+--          held until T (release.lua; docs/safety.md, rule L)
 -- KEYS[5]  (absent without a quota, and on a Cluster, where a user's
 --          quota set lives in another slot) the caller's quota set,
 --          "lockgw:{quota:<user>}:locks"
@@ -281,13 +285,18 @@ redis.call('SET', KEYS[2], fence, 'PX', math.max(tonumber(ARGV[2]), ahead) + mar
 -- The fence field carries the lease's length, "<fence>+<ms>", which an
 -- extend without a TTL reuses (extend.lua).
 fence = fence .. '+' .. ARGV[2]
-local value = ARGV[1] .. ':' .. fence .. ':' .. ARGV[3]
+local owner = ARGV[3]
+local at_least = tonumber(ARGV[14]) or 0
+if at_least > 0 then
+  owner = '\1' .. string.format('%.0f', now_ms + at_least) .. ':' .. owner
+end
+local value = ARGV[1] .. ':' .. fence .. ':' .. owner
 local px = ARGV[2]
 if attempt then
-  value = ARGV[1] .. ':~' .. attempt .. ':' .. fence .. ':' .. ARGV[3]
+  value = ARGV[1] .. ':~' .. attempt .. ':' .. fence .. ':' .. owner
   px = ARGV[10]
 elseif cap > 0 then
-  value = ARGV[1] .. ':^' .. ARGV[12] .. ':' .. fence .. ':' .. ARGV[3]
+  value = ARGV[1] .. ':^' .. ARGV[12] .. ':' .. fence .. ':' .. owner
 end
 redis.call('SET', KEYS[1], value, 'NX', 'PX', px)
 if cap > 0 and not apart then

@@ -50,6 +50,9 @@ local cur = redis.call('GET', KEYS[1])
 if not cur then
   return {0}
 end
+if string.sub(cur, 1, 1) == 'L' and string.sub(cur, 2, 64) == string.sub(ARGV[1], 2) then
+  return {0} -- the token's own lingering value (release.lua): released
+end
 if string.sub(cur, 1, 64) ~= ARGV[1] then
   return {-1}
 end

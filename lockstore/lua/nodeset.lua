@@ -25,8 +25,9 @@
 -- list (or neither of the two a transition gateway accepts), the error
 -- "LOCKGW_NODESET <marker>" (<marker> empty when absent);
 -- while the node is quarantined, "LOCKGW_QUARANTINE <ms left>"; while it
--- knows a shorter longest lease than the caller's, "LOCKGW_MAXTTL" (the
--- caller records its own, nodeset_mark.lua, and calls again).
+-- knows a shorter longest lease than the caller's, "LOCKGW_MAXTTL <ms>"
+-- (the caller records its own, nodeset_mark.lua, and calls again). Every
+-- error has a space: Redis puts "ERR" in front of a one-word error.
 local nodeset_maxttl_key = table.remove(KEYS)
 local nodeset_quarantine = table.remove(KEYS)
 local nodeset_key = table.remove(KEYS)
@@ -37,8 +38,9 @@ local nodeset_have = redis.call('GET', nodeset_key)
 if nodeset_have ~= nodeset_list and (nodeset_also == '' or nodeset_have ~= nodeset_also) then
   return redis.error_reply('LOCKGW_NODESET ' .. (nodeset_have or ''))
 end
-if (tonumber(redis.call('GET', nodeset_maxttl_key)) or 0) < nodeset_maxttl then
-  return redis.error_reply('LOCKGW_MAXTTL')
+local nodeset_known = tonumber(redis.call('GET', nodeset_maxttl_key)) or 0
+if nodeset_known < nodeset_maxttl then
+  return redis.error_reply('LOCKGW_MAXTTL ' .. nodeset_known)
 end
 local nodeset_left = redis.call('PTTL', nodeset_quarantine)
 if nodeset_left ~= -2 then

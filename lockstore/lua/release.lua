@@ -17,6 +17,11 @@
 -- ARGV[5]  the lock's value as the caller read it a moment before
 --          (inspect.lua)
 -- ARGV[6]  the lock's expiry as read with it, Unix ms (PEXPIRETIME)
+-- ARGV[7]  "1": honour the lease's hold-at-least end T (acquire.lua, ARGV[14]):
+--          before T, leave a lingering value, the value with its digest's
+--          first character replaced by "L", until T, in place of deleting
+--          (docs/safety.md, rule L); "0" (a failed Redlock round's clean-up:
+--          never answered as a grant): delete
 --
 -- A release deletes only the lease it read: the same value and the same
 -- expiry. Every write to a lease changes one of them and no pair comes
@@ -46,6 +51,9 @@ local cur = redis.call('GET', KEYS[1])
 if not cur then
   return 0
 end
+if string.sub(cur, 1, 1) == 'L' and string.sub(cur, 2, 64) == string.sub(ARGV[1], 2) then
+  return 0 -- the token's own lingering value: released already
+end
 if string.sub(cur, 1, 64) ~= ARGV[1] then
   return -1
 end
@@ -60,18 +68,26 @@ end
 if cur ~= ARGV[5] or redis.call('PEXPIRETIME', KEYS[1]) ~= tonumber(ARGV[6]) then
   return -2
 end
-redis.call('DEL', KEYS[1])
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local until_ms = ARGV[7] == '1' and tonumber(string.match(cur, ':\1(%d+):') or '0') or 0
+if until_ms > now_ms then
+  redis.call('SET', KEYS[1], 'L' .. string.sub(cur, 2), 'PX', string.format('%.0f', until_ms - now_ms))
+else
+  redis.call('DEL', KEYS[1])
+end
 if user and not apart then
   redis.call('ZREM', KEYS[4], KEYS[1])
 end
 local counter = tonumber(redis.call('GET', KEYS[3]))
 if counter then
-  local t = redis.call('TIME')
   local ahead = math.ceil((counter - (tonumber(t[1]) * 1000000 + tonumber(t[2]))) / 1000)
   redis.call('PEXPIRE', KEYS[3], math.max(ahead, 0) + tonumber(ARGV[3]))
 end
-local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-redis.call(ARGV[4], ARGV[2], head or '*')
+if until_ms <= now_ms then -- a lingering value keeps everyone out: nobody to wake
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  redis.call(ARGV[4], ARGV[2], head or '*')
+end
 if user and apart then
   return {1, user}
 end

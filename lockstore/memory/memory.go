@@ -51,6 +51,12 @@ type lock struct {
 	// quota); counted is its place in the user's queue.
 	user    *user
 	counted *expiry.Entry[string]
+	// atLeast is when a grant with HoldAtLeast lets the key go at the
+	// earliest; lingering: released before it, the lock is nobody's lease
+	// and keeps the key from every token until then (docs/safety.md, rule
+	// L).
+	atLeast   time.Time
+	lingering bool
 }
 
 // user is one user's counted locks by expiry: their number is the count,
@@ -144,7 +150,7 @@ func (m *Store) try(key string, digest [32]byte, req lockstore.AcquireRequest, w
 	head = w != nil && len(q) > 0 && q[0] == w
 
 	if l, ok := m.locks[key]; ok {
-		if l.digest != digest {
+		if l.digest != digest || l.lingering {
 			return lockstore.Lease{}, head, &lockstore.HeldError{Remaining: l.expires.At.Sub(now)}
 		}
 		lease := m.lengthen(l, req.TTL, now).lease(req.Token)
@@ -164,6 +170,9 @@ func (m *Store) try(key string, digest [32]byte, req lockstore.AcquireRequest, w
 	// nothing to remember once a key is free.
 	m.fence = nextFence(m.fence, now.UnixMicro())
 	l := &lock{key: key, digest: digest, owner: req.Owner, fence: m.fence, length: req.TTL, expires: m.expiry.Add(key, now.Add(req.TTL))}
+	if req.HoldAtLeast > 0 {
+		l.atLeast = now.Add(req.HoldAtLeast)
+	}
 	m.locks[key] = l
 	m.count(l, req.Quota)
 	m.changed(key)
@@ -208,11 +217,17 @@ func (m *Store) count(l *lock, q lockstore.Quota) {
 // be held.
 func (m *Store) forget(l *lock) {
 	delete(m.locks, l.key)
+	m.uncount(l)
+}
+
+// uncount takes l out of its user's count. m.mu must be held.
+func (m *Store) uncount(l *lock) {
 	if u := l.user; u != nil {
 		u.locks.Remove(l.counted)
 		if u.locks.Len() == 0 {
 			delete(m.users, u.name)
 		}
+		l.user, l.counted = nil, nil
 	}
 }
 
@@ -309,10 +324,19 @@ func (m *Store) Release(ctx context.Context, key, token string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.reclaim()
+	now := m.reclaim()
 	l, err := m.owned(key, token)
 	if err != nil {
 		return err
+	}
+	if now.Before(l.atLeast) {
+		// Released before its hold-at-least end: out of its user's count,
+		// as a release, but the key stays held by nobody until then.
+		m.uncount(l)
+		l.lingering = true
+		m.expiry.Move(l.expires, l.atLeast)
+		m.changed(key)
+		return nil
 	}
 	m.expiry.Remove(l.expires)
 	m.forget(l)
@@ -363,8 +387,11 @@ func (m *Store) owned(key, token string) (*lock, error) {
 	if !ok {
 		return nil, lockstore.ErrNotHeld
 	}
-	if l.digest != lockstore.TokenDigest(token) {
+	switch {
+	case l.digest != lockstore.TokenDigest(token):
 		return nil, lockstore.ErrTokenMismatch
+	case l.lingering: // released before its hold-at-least end
+		return nil, lockstore.ErrNotHeld
 	}
 	return l, nil
 }

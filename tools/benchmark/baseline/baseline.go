@@ -184,15 +184,16 @@ func acquireValues(digest string, ttl time.Duration) []any {
 	// digest, TTL, owner, fence margin, waiter id, waiter heartbeat,
 	// (channel: from the header), fence seed (0: Redis TIME), Redlock's
 	// round id and provisional TTL (none), a quota's cap and user (none),
-	// how to tell waiters (a single Redis: PUBLISH)
-	return []any{digest, ttl.Milliseconds(), "", fenceMargin.Milliseconds(), "", 0, "", 0, "", 0, 0, "", "PUBLISH"}
+	// how to tell waiters (a single Redis: PUBLISH), hold at least (none)
+	return []any{digest, ttl.Milliseconds(), "", fenceMargin.Milliseconds(), "", 0, "", 0, "", 0, 0, "", "PUBLISH", 0}
 }
 
 func releaseValues(digest, value string, expiry int64) []any {
 	// digest, (channel: from the header), fence margin, how to tell the
 	// next waiter (a single Redis: PUBLISH), and the lease as read (its
-	// value and expiry), which is all a release deletes
-	return []any{digest, "", fenceMargin.Milliseconds(), "PUBLISH", value, expiry}
+	// value and expiry), which is all a release deletes, and whether to
+	// honour a hold-at-least (none is asked for)
+	return []any{digest, "", fenceMargin.Milliseconds(), "PUBLISH", value, expiry, "1"}
 }
 
 func (s script) run(ctx context.Context, c *redis.Client, key string, values []any) *redis.Cmd {
