@@ -500,3 +500,46 @@ func firstHold(ops []chaos.Op, gw int, from int64) time.Duration {
 	}
 	return time.Duration(first - from).Round(time.Millisecond)
 }
+
+// The transition checker finds each broken promise, on a made-up history:
+// markers O, then the transition on a and b (begin), then N on a, b and d.
+func TestTransitionCheckerCatches(t *testing.T) {
+	const (
+		oldL, newL = "a,b,c", "a,b,d"
+		transition = oldL + ">" + newL
+	)
+	poll := func(at int64, have ...string) markerPoll {
+		return markerPoll{start: at, end: at + 5, have: have, ok: []bool{true, true, true, true}}
+	}
+	polls := []markerPoll{
+		poll(0, oldL, oldL, oldL, ""),
+		poll(100, transition, oldL, oldL, ""),
+		poll(200, transition, transition, oldL, transition),
+		poll(2000, transition, transition, transition, transition),
+		poll(3000, newL, transition, transition, transition),
+		poll(3100, newL, newL, transition, newL),
+	}
+	m := momentsOf(polls, []int{0, 1, 2}, []int{0, 1, 3}, transition, newL)
+	assert.Equal(t, transitionMoments{notBegun: 0, begun: 205, unfinished: 3000, noneNew: 2000, finished: 3105}, m)
+	op := func(gw int, call, ret, expires int64, result chaos.Result) chaos.Op {
+		return chaos.Op{Gateway: gw, Key: "k", Kind: chaos.Acquire, Call: call, Return: ret, Expires: expires, Result: result, Status: 201}
+	}
+	fine := []chaos.Op{
+		op(0, 150, 160, 500, chaos.Granted),             // asked before a majority of O moved
+		op(1, 300, 310, 0, chaos.Unknown),               // refused
+		op(newGateway, 2500, 2510, 0, chaos.Unknown),    // refused
+		op(newGateway, 2990, 3110, 4000, chaos.Granted), // may have voted after 3000
+		op(2, 150, 160, 4000, chaos.Granted),            // a transition gateway
+	}
+	assert.Empty(t, transitionViolations(fine, m))
+	broken := []chaos.Op{
+		op(1, 205, 300, 700, chaos.Granted),             // an old gateway after begin
+		op(0, 150, 160, 2001, chaos.Granted),            // an old lease valid at the first N
+		op(newGateway, 2500, 2999, 4000, chaos.Renewed), // a new-list grant before a majority carried N
+	}
+	found := transitionViolations(broken, m)
+	assert.Len(t, found, 3)
+	for _, v := range found {
+		assert.Equal(t, "transition", v.Checker)
+	}
+}
