@@ -569,6 +569,15 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		name: "nodeset-transition", backends: redlockOnly, cluster: oldList, maxTTL: transitionMaxTTL, extra: []string{"permits", "transition"},
+		desc: "a change of the node list from {a,b,c} to {a,b,d} as docs/operations.md says (rule T), with `LOCKGW_MAX_TTL=3s` (the finish comes 3 s after begin, time for the steps before it on a loaded machine), while clients use whichever gateways run: 8 lock clients on 2 keys and 4 permit clients of a limit-3 semaphore per group of gateways. Two old gateways list {a,b,c} (nodes 0-2); at 1 s two transition gateways start with {a,b,d} and `LOCKGW_REDLOCK_PREVIOUS_URLS` {a,b,c} and begin (the nodes get `O>N`, d its quarantine), their own clients start, the old gateways' clients go on 300 ms (every node of O refuses them) and the old gateways stop (SIGTERM); c restarts empty (begun again, quarantined), and a gateway with {a,b,d} alone starts with 4 lock and 2 permit clients of its own: refused until the finish. 25 ± 15 ms of latency between transition gateway 3 and b, and between the new gateway and d; b stopped (SIGSTOP) for 1.2 s from 300 ms before the earliest finish, so the finish may find it silent. Once the transition finished (N on a, b and d, `LOCKGW_MAX_TTL` plus drift after begin), a restarts empty (joined with N, quarantined) and the clients run on 4 s (`LOCKGW_MAX_TTL` plus 1 s). Besides the usual checkers and the permits checker, the transition checker reads the markers on the nodes every 10 ms and holds rule T's promises to those bounds: no old gateway grants, renews or extends anything asked after a majority of {a,b,c} carried `O>N`, no old gateway's lease is valid when the first node gets N, and the new gateway grants nothing before a majority of {a,b,d} carried N. The row also asserts that the old gateways were asked after begin and the new one before the finish, that the new one granted after it, that the finish came no sooner than `LOCKGW_MAX_TTL` after begin, and that a, b and d end with N and c with `O>N`",
+		workload: func(r *run) {
+			r.w.Clients = 0 // the row's phases run the clients
+			r.w.Keys = transitionKeys
+		},
+		fault: nodesetTransition,
+	},
+	{
 		name: "clocks-offset", backends: redlockOnly, shim: true, cluster: aheadNodes, retryFences: true,
 		desc: "issue 26's hole 3: nodes 3 and 4 run 3 s ahead of the gateways (started so: an offset, not a step) and are slow: 50 ± 40 ms from gateway 1 all along, 300 ms from gateway 0 during the staged grants. Staged 3 times (up to 3 tries each): H's PUT through gateway 0 is granted on nodes 0-2 with fence F (201) and answered before its votes land on 3 and 4, where they make values with higher fences (votes by a clock 3 s ahead); once they landed, H retries with its token through both gateways, one after the other: each must answer 200 with F. The clients send a third of their acquires as twins. Besides the usual checkers, every same-token answer is checked (counted as fences): a sequential retry keeps its fence, every answer (twins included) is above every earlier holder's fence and below every later one's (docs/api.md, Safe retries)",
 		workload: func(r *run) {

@@ -43,6 +43,10 @@ func nodesOnly(t *testing.T, opts chaos.ClusterOptions, n int) *chaos.Cluster {
 type gatewaySpec struct {
 	nodes []int          // indexes into Cluster.Nodes, the gateway's LOCKGW_REDLOCK_URLS
 	names map[int]string // LOCKGW_REDLOCK_NODE_NAMES overrides by node (default host:port/0)
+	// prev, when set, makes a transition gateway (docs/safety.md, rule
+	// T): LOCKGW_REDLOCK_PREVIOUS_URLS and _NODE_NAMES list these nodes,
+	// named as names says.
+	prev []int
 	// inProcess, when set, starts the gateway in this process from its
 	// env instead of the lockgateway binary.
 	inProcess func(t testing.TB, env map[string]string) string
@@ -55,17 +59,21 @@ type gatewaySpec struct {
 func addGateway(c *chaos.Cluster, spec gatewaySpec) int {
 	t := c.T
 	var links []*chaos.Link
-	var urls, names []string
+	var urls, names, prevURLs, prevNames []string
 	for i, n := range c.Nodes {
 		l := c.Toxi.Link(t, n.Addr())
 		links = append(links, l)
+		name := n.Addr() + "/0"
+		if s := spec.names[i]; s != "" {
+			name = s
+		}
 		if slices.Contains(spec.nodes, i) {
 			urls = append(urls, l.URL())
-			name := n.Addr() + "/0"
-			if s := spec.names[i]; s != "" {
-				name = s
-			}
 			names = append(names, name)
+		}
+		if slices.Contains(spec.prev, i) {
+			prevURLs = append(prevURLs, l.URL())
+			prevNames = append(prevNames, name)
 		}
 	}
 	env := map[string]string{
@@ -79,6 +87,10 @@ func addGateway(c *chaos.Cluster, spec gatewaySpec) int {
 		"LOCKGW_REDLOCK_URLS":       strings.Join(urls, ","),
 		"LOCKGW_REDLOCK_NODE_NAMES": strings.Join(names, ","),
 		"LOCKGW_RATE_LIMIT_WINDOW":  "0",
+	}
+	if spec.prev != nil {
+		env["LOCKGW_REDLOCK_PREVIOUS_URLS"] = strings.Join(prevURLs, ",")
+		env["LOCKGW_REDLOCK_PREVIOUS_NODE_NAMES"] = strings.Join(prevNames, ",")
 	}
 	maps.Copy(env, c.Opts.Env)
 	c.Links = append(c.Links, links)

@@ -52,6 +52,7 @@ func (c *Client) ReleasePermit(base, key, token string, timeout time.Duration) O
 // answer with the same token, hold up to Hold, maybe extend, release.
 type SemWorkload struct {
 	Gateways []string
+	Indexes  []int // as Workload.Indexes
 	Key      string
 	// Limit is the limit client sends (a control passes a larger one).
 	Limit   func(client int) int
@@ -122,6 +123,9 @@ func (w *SemWorkload) Start(ctx context.Context) (wait func()) {
 }
 
 func (w *SemWorkload) record(op Op, client, gw int) Op {
+	if w.Indexes != nil {
+		gw = w.Indexes[gw]
+	}
 	op.Client, op.Gateway = client, gw
 	w.History.Add(op)
 	return op

@@ -45,6 +45,11 @@ type Workload struct {
 	History   *History
 	Client    *Client
 	Seed      uint64
+	// Indexes, when set, are the gateways' numbers in the history
+	// (Op.Gateway), one per entry of Gateways: a workload through some of a
+	// cluster's gateways records them under the cluster's numbers. Unset,
+	// a gateway's number is its place in Gateways.
+	Indexes []int
 
 	rejected atomic.Int64
 	// Twins whose requests were both granted (201 or 200), and those of
@@ -92,6 +97,9 @@ func (w *Workload) timeout(r *rand.Rand, wait time.Duration) time.Duration {
 }
 
 func (w *Workload) record(op Op, client, gateway int) Op {
+	if w.Indexes != nil {
+		gateway = w.Indexes[gateway]
+	}
 	op.Client, op.Gateway = client, gateway
 	if op.Result == Rejected {
 		w.rejected.Add(1)
