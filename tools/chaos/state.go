@@ -22,7 +22,7 @@ const (
 )
 
 // State checks what the gateways leave in Redis: every lockgw key but a
-// Redlock node's node list marker has a TTL, a lock key's TTL is never above the maximum TTL (a queue's above its
+// Redlock node's node list marker and longest-lease record has a TTL, a lock key's TTL is never above the maximum TTL (a queue's above its
 // heartbeat allowance, a fence counter's above the retention), and once the
 // maximum TTL has passed without activity no lock key is left.
 type State struct {
@@ -43,9 +43,10 @@ func NewState(maxTTL time.Duration) *State {
 // does not answer (killed, paused) is skipped.
 func (s *State) Sample(ctx context.Context, node string, c *redis.Client) {
 	s.scan(ctx, node, c, func(key string, pttl time.Duration) string {
-		if key == "lockgw:redlock:set" {
-			// The node list a Redlock node serves lives as long as the
-			// deployment (docs/safety.md, "Changing the node list").
+		if key == "lockgw:redlock:set" || key == "lockgw:redlock:maxttl" {
+			// The node list a Redlock node serves, and the longest
+			// LOCKGW_MAX_TTL its gateways had, live as long as the
+			// deployment (docs/safety.md, "Changing the node list", A6).
 			return ""
 		}
 		if pttl == -1*time.Nanosecond || pttl == -1*time.Millisecond {
