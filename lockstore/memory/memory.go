@@ -314,11 +314,17 @@ func (m *Store) Release(ctx context.Context, key, token string) error {
 	if err != nil {
 		return err
 	}
+	m.release(l)
+	return nil
+}
+
+// release frees l, the lease a Release or a ForceRelease found holding
+// its key, and wakes the key's first waiter. m.mu must be held.
+func (m *Store) release(l *lock) {
 	m.expiry.Remove(l.expires)
 	m.forget(l)
-	m.wakeHead(key)
-	m.changed(key)
-	return nil
+	m.wakeHead(l.key)
+	m.changed(l.key)
 }
 
 // Inspect implements lockstore.Store.
