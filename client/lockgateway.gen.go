@@ -577,6 +577,12 @@ type UnroutedProblem struct {
 	Type string `json:"type"`
 }
 
+// Force defines model for Force.
+type Force = bool
+
+// ForceFence defines model for ForceFence.
+type ForceFence = int64
+
 // IfMatch defines model for IfMatch.
 type IfMatch = string
 
@@ -773,6 +779,18 @@ type ListLocksParams struct {
 
 // ReleaseLockParams defines parameters for ReleaseLock.
 type ReleaseLockParams struct {
+	// Force `true`: a forced release, without a token, by an API key that administers the
+	// key (`"admin_prefixes"`); `false` (or absent): an ordinary release with the token.
+	// Given more than once, or another value, is `400`.
+	Force *Force `form:"force,omitempty" json:"force,omitempty"`
+
+	// Fence With `force=true` only: the fence of the lease to release, as `GET` shows it.
+	// Optional for a lock (without it, whichever lease holds the key; with it, a page
+	// that shows an older lease cannot free the one that replaced it); required for a
+	// permit, which it names. Without `force=true`, or not a whole number from 1, it
+	// is `400`.
+	Fence *ForceFence `form:"fence,omitempty" json:"fence,omitempty"`
+
 	// LockToken The token of the lease. One of `Lock-Token` and `If-Match` is required (`428`
 	// without either); when both are sent they must name the same token (`400`
 	// otherwise).
@@ -899,6 +917,18 @@ type ListSemaphoresParams struct {
 
 // ReleasePermitParams defines parameters for ReleasePermit.
 type ReleasePermitParams struct {
+	// Force `true`: a forced release, without a token, by an API key that administers the
+	// key (`"admin_prefixes"`); `false` (or absent): an ordinary release with the token.
+	// Given more than once, or another value, is `400`.
+	Force *Force `form:"force,omitempty" json:"force,omitempty"`
+
+	// Fence With `force=true` only: the fence of the lease to release, as `GET` shows it.
+	// Optional for a lock (without it, whichever lease holds the key; with it, a page
+	// that shows an older lease cannot free the one that replaced it); required for a
+	// permit, which it names. Without `force=true`, or not a whole number from 1, it
+	// is `400`.
+	Fence *ForceFence `form:"fence,omitempty" json:"fence,omitempty"`
+
 	// LockToken The token of the lease. One of `Lock-Token` and `If-Match` is required (`428`
 	// without either); when both are sent they must name the same token (`400`
 	// otherwise).
@@ -1089,10 +1119,22 @@ type ClientInterface interface {
 	// Corresponds with GET /locks (the `ListLocks` operationId).
 	ListLocks(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ReleaseLock Release a lock you hold
+	// ReleaseLock Release a lock you hold, or any lease by force
 	//
 	// Frees the key at once. Same token rules as `PATCH`. With a token that does not
 	// hold the key the lock stays held (`412`).
+	//
+	// **Forced release** (`force=true`, no token): frees whichever lease holds the key,
+	// or with `fence` only the lease of that fence, for a holder that crashed with a
+	// long TTL and whose token nobody can learn. Only an API key that administers the
+	// key may (`"admin_prefixes"` in the API keys file); others get `403` (`forbidden`),
+	// and without API keys everyone does. `force=true` with `Lock-Token` or `If-Match`
+	// is `400`: say one or the other. `404` when there is no such lease (free, another
+	// fence, or the lease read ended first); nothing was released then. The store
+	// deletes only the lease it read, as a release does, so the next holder gets a
+	// higher fence; a hold of the lease ends with `lost`, `reason` `forced`. Audited:
+	// the log names the API-key user, key, fence and owner, and
+	// `lockgw_forced_releases_total{user,kind}` counts it.
 	//
 	// Corresponds with DELETE /locks/{key} (the `ReleaseLock` operationId).
 	ReleaseLock(ctx context.Context, key Key, params *ReleaseLockParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1325,9 +1367,16 @@ type ClientInterface interface {
 	// Corresponds with GET /semaphores (the `ListSemaphores` operationId).
 	ListSemaphores(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ReleasePermit Release a permit you hold
+	// ReleasePermit Release a permit you hold, or any permit by force
 	//
-	// Gives the permit back at once; the first waiter may take it. Same token rules and statuses as `PATCH`.
+	// Gives the permit back at once; the first waiter may take it. Same token rules and
+	// statuses as `PATCH`.
+	//
+	// **Forced release** (`force=true&fence=N`, no token): takes back the permit of
+	// fence `N` (permits held at once never share a fence; `GET` shows each holder's),
+	// with the rules of a lock's forced release: an API key that administers the key,
+	// else `403`; `400` with a token, or without `fence`; `404` when no permit of that
+	// fence is held.
 	//
 	// Corresponds with DELETE /semaphores/{key} (the `ReleasePermit` operationId).
 	ReleasePermit(ctx context.Context, key Key, params *ReleasePermitParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1490,10 +1539,22 @@ func (c *APIClient) ListLocks(ctx context.Context, params *ListLocksParams, reqE
 	return c.Client.Do(req)
 }
 
-// ReleaseLock Release a lock you hold
+// ReleaseLock Release a lock you hold, or any lease by force
 //
 // Frees the key at once. Same token rules as `PATCH`. With a token that does not
 // hold the key the lock stays held (`412`).
+//
+// **Forced release** (`force=true`, no token): frees whichever lease holds the key,
+// or with `fence` only the lease of that fence, for a holder that crashed with a
+// long TTL and whose token nobody can learn. Only an API key that administers the
+// key may (`"admin_prefixes"` in the API keys file); others get `403` (`forbidden`),
+// and without API keys everyone does. `force=true` with `Lock-Token` or `If-Match`
+// is `400`: say one or the other. `404` when there is no such lease (free, another
+// fence, or the lease read ended first); nothing was released then. The store
+// deletes only the lease it read, as a release does, so the next holder gets a
+// higher fence; a hold of the lease ends with `lost`, `reason` `forced`. Audited:
+// the log names the API-key user, key, fence and owner, and
+// `lockgw_forced_releases_total{user,kind}` counts it.
 //
 // Corresponds with DELETE /locks/{key} (the `ReleaseLock` operationId).
 func (c *APIClient) ReleaseLock(ctx context.Context, key Key, params *ReleaseLockParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1836,9 +1897,16 @@ func (c *APIClient) ListSemaphores(ctx context.Context, params *ListSemaphoresPa
 	return c.Client.Do(req)
 }
 
-// ReleasePermit Release a permit you hold
+// ReleasePermit Release a permit you hold, or any permit by force
 //
-// Gives the permit back at once; the first waiter may take it. Same token rules and statuses as `PATCH`.
+// Gives the permit back at once; the first waiter may take it. Same token rules and
+// statuses as `PATCH`.
+//
+// **Forced release** (`force=true&fence=N`, no token): takes back the permit of
+// fence `N` (permits held at once never share a fence; `GET` shows each holder's),
+// with the rules of a lock's forced release: an API key that administers the key,
+// else `403`; `400` with a token, or without `fence`; `404` when no permit of that
+// fence is held.
 //
 // Corresponds with DELETE /semaphores/{key} (the `ReleasePermit` operationId).
 func (c *APIClient) ReleasePermit(ctx context.Context, key Key, params *ReleasePermitParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2168,6 +2236,45 @@ func NewReleaseLockRequest(server string, key Key, params *ReleaseLockParams) (*
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Force != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "force", *params.Force, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Fence != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "fence", *params.Fence, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
@@ -2775,6 +2882,45 @@ func NewReleasePermitRequest(server string, key Key, params *ReleasePermitParams
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Force != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "force", *params.Force, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Fence != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "fence", *params.Fence, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
@@ -3160,10 +3306,22 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /locks (the `ListLocks` operationId).
 	ListLocksWithResponse(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*ListLocksResponse, error)
 
-	// ReleaseLockWithResponse Release a lock you hold
+	// ReleaseLockWithResponse Release a lock you hold, or any lease by force
 	//
 	// Frees the key at once. Same token rules as `PATCH`. With a token that does not
 	// hold the key the lock stays held (`412`).
+	//
+	// **Forced release** (`force=true`, no token): frees whichever lease holds the key,
+	// or with `fence` only the lease of that fence, for a holder that crashed with a
+	// long TTL and whose token nobody can learn. Only an API key that administers the
+	// key may (`"admin_prefixes"` in the API keys file); others get `403` (`forbidden`),
+	// and without API keys everyone does. `force=true` with `Lock-Token` or `If-Match`
+	// is `400`: say one or the other. `404` when there is no such lease (free, another
+	// fence, or the lease read ended first); nothing was released then. The store
+	// deletes only the lease it read, as a release does, so the next holder gets a
+	// higher fence; a hold of the lease ends with `lost`, `reason` `forced`. Audited:
+	// the log names the API-key user, key, fence and owner, and
+	// `lockgw_forced_releases_total{user,kind}` counts it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3410,9 +3568,16 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /semaphores (the `ListSemaphores` operationId).
 	ListSemaphoresWithResponse(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*ListSemaphoresResponse, error)
 
-	// ReleasePermitWithResponse Release a permit you hold
+	// ReleasePermitWithResponse Release a permit you hold, or any permit by force
 	//
-	// Gives the permit back at once; the first waiter may take it. Same token rules and statuses as `PATCH`.
+	// Gives the permit back at once; the first waiter may take it. Same token rules and
+	// statuses as `PATCH`.
+	//
+	// **Forced release** (`force=true&fence=N`, no token): takes back the permit of
+	// fence `N` (permits held at once never share a fence; `GET` shows each holder's),
+	// with the rules of a lock's forced release: an API key that administers the key,
+	// else `403`; `400` with a token, or without `fence`; `404` when no permit of that
+	// fence is held.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6140,10 +6305,22 @@ func (c *ClientWithResponses) ListLocksWithResponse(ctx context.Context, params 
 	return ParseListLocksResponse(rsp)
 }
 
-// ReleaseLockWithResponse Release a lock you hold
+// ReleaseLockWithResponse Release a lock you hold, or any lease by force
 //
 // Frees the key at once. Same token rules as `PATCH`. With a token that does not
 // hold the key the lock stays held (`412`).
+//
+// **Forced release** (`force=true`, no token): frees whichever lease holds the key,
+// or with `fence` only the lease of that fence, for a holder that crashed with a
+// long TTL and whose token nobody can learn. Only an API key that administers the
+// key may (`"admin_prefixes"` in the API keys file); others get `403` (`forbidden`),
+// and without API keys everyone does. `force=true` with `Lock-Token` or `If-Match`
+// is `400`: say one or the other. `404` when there is no such lease (free, another
+// fence, or the lease read ended first); nothing was released then. The store
+// deletes only the lease it read, as a release does, so the next holder gets a
+// higher fence; a hold of the lease ends with `lost`, `reason` `forced`. Audited:
+// the log names the API-key user, key, fence and owner, and
+// `lockgw_forced_releases_total{user,kind}` counts it.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6456,9 +6633,16 @@ func (c *ClientWithResponses) ListSemaphoresWithResponse(ctx context.Context, pa
 	return ParseListSemaphoresResponse(rsp)
 }
 
-// ReleasePermitWithResponse Release a permit you hold
+// ReleasePermitWithResponse Release a permit you hold, or any permit by force
 //
-// Gives the permit back at once; the first waiter may take it. Same token rules and statuses as `PATCH`.
+// Gives the permit back at once; the first waiter may take it. Same token rules and
+// statuses as `PATCH`.
+//
+// **Forced release** (`force=true&fence=N`, no token): takes back the permit of
+// fence `N` (permits held at once never share a fence; `GET` shows each holder's),
+// with the rules of a lock's forced release: an API key that administers the key,
+// else `403`; `400` with a token, or without `fence`; `404` when no permit of that
+// fence is held.
 //
 // Returns a wrapper object for the known response body format(s).
 //

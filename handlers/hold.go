@@ -23,8 +23,9 @@ import (
 //	released  the end: the holder's DELETE (through any gateway: through
 //	          this one at once, through another at the next renewal)
 //	ended     the end: reason max-hold or shutdown; the gateway released it
-//	lost      the end: reason backend-unavailable, expired or taken; sent
-//	          before the last expires_at the holder was told, never after
+//	lost      the end: reason backend-unavailable, expired, taken, or
+//	          forced (an administrator's forced release); sent before the
+//	          last expires_at the holder was told, never after
 //
 // A hold costs the backend its renewals alone, sent in batches
 // (hold_renewer.go): it does not watch its key (a watch reads the key
@@ -48,6 +49,7 @@ const (
 	holdUnavailable = "backend-unavailable"
 	holdExpired     = "expired"
 	holdTaken       = "taken"
+	holdForced      = "forced"
 )
 
 // holdOptions are a hold's own request fields.
@@ -250,7 +252,7 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease h
 			end("lost", holdUnavailable)
 			return
 		case <-open.released:
-			end("released", holdReleased)
+			end(open.freed())
 			return
 		case <-heartbeat.C:
 			if !write("", nil) {
@@ -283,7 +285,7 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease h
 func leaseGone(lease held, err error, open *openHold) (event, reason string) {
 	select {
 	case <-open.released: // a DELETE through this gateway, whatever came since
-		return "released", holdReleased
+		return open.freed()
 	default:
 	}
 	switch {

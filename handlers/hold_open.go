@@ -24,9 +24,11 @@ type openHold struct {
 	token string
 	fence int64
 	// released is closed when a DELETE with the token through this
-	// gateway freed the lease.
+	// gateway freed the lease, or a forced release of its fence did
+	// (forced, set before the close).
 	released chan struct{}
 	closed   bool // released is closed (guarded by openHolds.mu)
+	forced   bool
 }
 
 func newOpenHolds() *openHolds { return &openHolds{byKey: make(map[holdKey][]*openHold)} }
@@ -69,6 +71,29 @@ func (o *openHolds) released(permit bool, key, token string) {
 			close(h.released)
 		}
 	}
+}
+
+// forced tells the holds of the lease of fence on key that a forced
+// release through this gateway freed it.
+func (o *openHolds) forced(permit bool, key string, fence int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, h := range o.byKey[holdKey{permit, key}] {
+		if h.fence == fence && !h.closed {
+			h.closed, h.forced = true, true
+			close(h.released)
+		}
+	}
+}
+
+// freed is the final event and reason of a hold whose lease a request
+// through this gateway freed (released is closed): the holder's DELETE,
+// or another's forced release.
+func (h *openHold) freed() (event, reason string) {
+	if h.forced {
+		return "lost", holdForced
+	}
+	return "released", holdReleased
 }
 
 // has reports whether a hold on this gateway keeps the lease of fence on

@@ -82,9 +82,12 @@ type Observer interface {
 	Refused(op, reason string)
 	// HoldStarted and HoldEnded: a hold's stream began, and ended for
 	// reason (hold.go: released, max-hold, shutdown, client-gone,
-	// backend-unavailable, expired, taken).
+	// backend-unavailable, expired, taken, forced).
 	HoldStarted()
 	HoldEnded(reason string)
+	// ForcedRelease: user released a lease (kind lock or permit) by force.
+	// Users come from the API keys file, so they are a bounded set.
+	ForcedRelease(user, kind string)
 }
 
 type nopObserver struct{}
@@ -98,6 +101,7 @@ func (nopObserver) BackendError(string)                  {}
 func (nopObserver) Refused(string, string)               {}
 func (nopObserver) HoldStarted()                         {}
 func (nopObserver) HoldEnded(string)                     {}
+func (nopObserver) ForcedRelease(string, string)         {}
 
 // NewLocks returns the lock endpoints over store. When stopping closes
 // (the server is shutting down) waiting acquires give up at once.
@@ -535,9 +539,20 @@ func (h *Locks) Extend() http.Handler {
 	})
 }
 
-// Release serves DELETE /locks/{key}: free a lease the caller holds.
+// Release serves DELETE /locks/{key}: free a lease the caller holds, or
+// with force=true any lease, for a key's administrator (force.go).
 func (h *Locks) Release() http.Handler {
+	forcer, _ := h.store.(lockstore.Forcer)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		force, fence, err := forceQuery(r)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		if force {
+			h.forceRelease(w, r, forcer, false, fence)
+			return
+		}
 		key, token, err := h.keyAndToken(r, true)
 		if err != nil {
 			WriteError(w, r, h.log, err)

@@ -166,9 +166,23 @@ func (h *Semaphores) Extend() http.Handler {
 	})
 }
 
-// Release serves DELETE /semaphores/{key}: give the caller's permit back.
+// Release serves DELETE /semaphores/{key}: give the caller's permit back,
+// or with force=true&fence=N take back any, for a key's administrator.
 func (h *Semaphores) Release() http.Handler {
+	forcer, ok := h.sems.(lockstore.Forcer)
+	if !ok { // sems wrapped (metered): the store's own
+		forcer, _ = h.store.(lockstore.Forcer)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		force, fence, err := forceQuery(r)
+		if err != nil {
+			WriteError(w, r, h.log, err)
+			return
+		}
+		if force {
+			h.forceRelease(w, r, forcer, true, fence)
+			return
+		}
 		key, token, err := h.keyAndToken(r, true)
 		if err != nil {
 			WriteError(w, r, h.log, err)

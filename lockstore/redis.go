@@ -232,46 +232,77 @@ func (s *Redis) Release(ctx context.Context, key, token string) error {
 	if err := CheckRelease(key, token); err != nil {
 		return err
 	}
-	digest := digestHex(token)
+	_, err := s.release(ctx, key, digestHex(token), 0)
+	return err
+}
+
+// ForceRelease implements Forcer: Release, with the holder's digest taken
+// from the read in place of the caller's token's.
+func (s *Redis) ForceRelease(ctx context.Context, key string, fence int64) (Lease, error) {
+	if err := CheckForce(key, fence, false); err != nil {
+		return Lease{}, err
+	}
+	v, err := s.release(ctx, key, "", fence)
+	if err != nil {
+		return Lease{}, forcedErr(err)
+	}
+	return Lease{Key: key, Owner: v.owner, Fence: v.fence, Granted: v.length}, nil
+}
+
+// release deletes the lease of digest on key as read (Release). A forced
+// release passes digest "": the holder by the first read, whose fence must
+// be fence when that is not 0; its later reads, when the lease changed
+// under it, hold that holder to the digest it read, as a Release does the
+// caller's. It returns the value it deleted.
+func (s *Redis) release(ctx context.Context, key, digest string, fence int64) (lockValue, error) {
 	v, _, err := nodeInspect(ctx, s.scripts, key)
 	if err != nil {
-		return err
+		return lockValue{}, err
+	}
+	forced := digest == ""
+	if forced {
+		if fence != 0 && v.fence != fence {
+			return lockValue{}, ErrNotHeld
+		}
+		digest = v.digest
 	}
 	for range releaseReads {
 		switch v.digest {
 		case digest:
 		case lingering(digest): // released before its hold-at-least end (rule L)
-			return ErrNotHeld
+			return lockValue{}, ErrNotHeld
 		default:
-			return ErrTokenMismatch
+			return lockValue{}, ErrTokenMismatch
 		}
 		// The value names the user the lock counts against, and the
 		// delete happens only if the value is still v: on a single Redis
 		// the script takes it out of that user's set; on a Cluster, where
 		// the set lives in another slot, the caller does.
-		keys, args := releaseCall(key, digest, s.publish, v, true)
+		// A forced release frees the key at once, whatever the holder's
+		// hold-at-least (rule L): it is how an administrator frees it.
+		keys, args := releaseCall(key, digest, s.publish, v, !forced)
 		if !s.onCluster() {
 			keys = quotaKeys(keys, v.user)
 		}
 		reply, err := releaseScript.Run(ctx, s.scripts, keys, args...).Result()
 		if err != nil {
-			return redisErr(err)
+			return lockValue{}, redisErr(err)
 		}
 		if list, ok := reply.([]any); ok && len(list) == 2 && list[0] == int64(1) {
 			if user, ok := list[1].(string); ok && user != "" {
 				s.uncount(quotaKey(user), quotaMember(key, digest))
 			}
-			return nil
+			return v, nil
 		}
 		code, _ := reply.(int64)
 		if err := releaseCode(code); !errors.Is(err, errMoved) {
-			return err
+			return v, err
 		}
 		if v, _, err = nodeInspect(ctx, s.scripts, key); err != nil {
-			return err
+			return lockValue{}, err
 		}
 	}
-	return fmt.Errorf("%w: the lease kept changing while it was released (a renewal or an extend of the same token at the same time); release again", ErrUnavailable)
+	return lockValue{}, fmt.Errorf("%w: the lease kept changing while it was released (a renewal or an extend of the same token at the same time); release again", ErrUnavailable)
 }
 
 // releaseReads bounds how often a release reads a lease that requests of

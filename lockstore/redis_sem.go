@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -236,6 +237,27 @@ func (s *Redis) SemRelease(ctx context.Context, key, token string) error {
 		return err
 	}
 	return nodeSemReleaseAsRead(ctx, s.scripts, key, digestHex(token), s.publish)
+}
+
+// SemForceRelease implements Forcer: SemRelease of the permit with fence,
+// its holder's digest taken from a read in place of the caller's token's.
+func (s *Redis) SemForceRelease(ctx context.Context, key string, fence int64) (Permit, error) {
+	if err := CheckForce(key, fence, true); err != nil {
+		return Permit{}, err
+	}
+	limit, vs, err := nodeSemInspect(ctx, s.scripts, key)
+	if err != nil {
+		return Permit{}, err
+	}
+	i := slices.IndexFunc(vs, func(v semValue) bool { return v.fence == fence })
+	if i < 0 {
+		return Permit{}, ErrNotHeld
+	}
+	v := vs[i]
+	if err := nodeSemReleaseAsRead(ctx, s.scripts, key, v.digest, s.publish); err != nil {
+		return Permit{}, forcedErr(err)
+	}
+	return Permit{Key: key, Owner: v.owner, Limit: limit, Fence: v.fence, Granted: v.length}, nil
 }
 
 // SemInspect implements Semaphores.

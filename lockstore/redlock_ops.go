@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -355,14 +356,36 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 	if err := CheckRelease(key, token); err != nil {
 		return err
 	}
-	if err := r.set.refusing(); err != nil {
-		return err
+	_, err := r.release(ctx, key, digestHex(token), 0)
+	return err
+}
+
+// ForceRelease implements Forcer: Release, with the digest of the holder
+// a majority of the nodes read in place of the caller's token's.
+func (r *Redlock) ForceRelease(ctx context.Context, key string, fence int64) (Lease, error) {
+	if err := CheckForce(key, fence, false); err != nil {
+		return Lease{}, err
 	}
-	digest := digestHex(token)
+	v, err := r.release(ctx, key, "", fence)
+	if err != nil {
+		return Lease{}, forcedErr(err)
+	}
+	return Lease{Key: key, Owner: v.owner, Fence: v.fence, Granted: v.length}, nil
+}
+
+// release deletes digest's lease on key as read (Release), and returns
+// the value most of the nodes that held it carried. A forced release
+// passes digest "": the holder a majority of some list holds by the read
+// (confirmed values, as Inspect counts them), with fence when that is not
+// 0; from there on it is the caller's digest.
+func (r *Redlock) release(ctx context.Context, key, digest string, fence int64) (lockValue, error) {
+	if err := r.set.refusing(); err != nil {
+		return lockValue{}, err
+	}
 	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (lockValue, error) {
 		v, _, err := nodeInspect(ctx, n.batch, key)
 		switch {
-		case err != nil, v.digest == digest:
+		case err != nil, digest == "", v.digest == digest:
 		case v.digest == lingering(digest): // released before its hold-at-least end (rule L)
 			err = ErrNotHeld
 		default:
@@ -370,21 +393,83 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 		}
 		return v, err
 	})
+	forced := digest == ""
+	if forced {
+		var err error
+		if digest, err = r.holderRead(ctx, reads, fence); err != nil {
+			return lockValue{}, err
+		}
+		for i, v := range reads {
+			if v.err == nil && v.val.digest != digest {
+				reads[i].err = ErrTokenMismatch
+			}
+		}
+	}
 	t := tallyOwned(reads)
 	switch {
 	case ctx.Err() != nil:
-		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		return lockValue{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	case !r.q().any(t.okAt):
-		return t.decide(r)
+		return lockValue{}, t.decide(r)
 	}
 	held := make([]bool, len(reads))
 	for i, v := range reads {
 		held[i] = v.err == nil
 	}
 	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
-		return struct{}{}, releaseRead(ctx, n.batch, key, digest, reads[i].val)
+		// A forced release frees the key at once, whatever the holder's
+		// hold-at-least (rule L).
+		return struct{}{}, releaseRead(ctx, n.batch, key, digest, reads[i].val, !forced)
 	})
-	return released(ctx, r, t, dels, "lease")
+	return majorityValue(t.ok), released(ctx, r, t, dels, "lease")
+}
+
+// holderRead is the digest of the lease a forced release's reads found
+// held: the token whose confirmed values a majority of some list of
+// counted nodes carry, as Inspect finds it, with fence when that is not 0.
+// ErrNotHeld when no such lease can hold a majority, even counting the
+// nodes that did not answer; ErrUnavailable when one still could.
+func (r *Redlock) holderRead(ctx context.Context, reads []nodeResult[lockValue], fence int64) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	at := make(map[string][]bool) // by digest: the nodes that hold its lease
+	var values map[string][]lockValue
+	unknownAt := make([]bool, len(reads))
+	failed, quarantined := 0, 0
+	for i, v := range reads {
+		switch {
+		case !answered(v.err):
+			unknownAt[i] = true
+			failed++
+		case !v.counted:
+			unknownAt[i] = true
+			quarantined++
+		case v.err == nil && !v.val.provisional() && !strings.HasPrefix(v.val.digest, "L"):
+			// (A lingering value, rule L, is nobody's lease.)
+			d := v.val.digest
+			if at[d] == nil {
+				at[d] = make([]bool, len(reads))
+			}
+			at[d][i] = true
+			if values == nil {
+				values = make(map[string][]lockValue)
+			}
+			values[d] = append(values[d], v.val)
+		}
+	}
+	could := false // a lease of the fence asked for could hold a majority
+	for d, m := range at {
+		named := fence == 0 || majorityValue(values[d]).fence == fence
+		if named && r.q().any(m) {
+			return d, nil
+		}
+		could = could || (named && r.q().any(or(m, unknownAt)))
+	}
+	if !could && !r.q().any(unknownAt) {
+		return "", ErrNotHeld
+	}
+	return "", r.quorumError(failed, quarantined, 0)
 }
 
 // releaseRead deletes digest's lease on one node if it is still as read
@@ -393,9 +478,9 @@ func (r *Redlock) Release(ctx context.Context, key, token string) error {
 // extend moved it, it reads again and deletes what it finds, a few times:
 // the token holds a majority, and a release concurrent with an acquire of
 // the same token may take either order.
-func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v lockValue) error {
+func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v lockValue, honour bool) error {
 	for range releaseReads {
-		err := nodeRelease(ctx, c, key, digest, v, true)
+		err := nodeRelease(ctx, c, key, digest, v, honour)
 		if !errors.Is(err, errMoved) {
 			return err
 		}

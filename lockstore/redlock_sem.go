@@ -356,10 +356,37 @@ func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
 	if err := CheckRelease(key, token); err != nil {
 		return err
 	}
+	return r.semRelease(ctx, key, digestHex(token))
+}
+
+// SemForceRelease implements Forcer: SemRelease of the permit with fence,
+// the digest of its holder taken from a read of every node in place of the
+// caller's token's.
+func (r *Redlock) SemForceRelease(ctx context.Context, key string, fence int64) (Permit, error) {
+	if err := CheckForce(key, fence, true); err != nil {
+		return Permit{}, err
+	}
+	st, _, digests, err := r.semInspect(ctx, key)
+	if err != nil {
+		return Permit{}, err
+	}
+	i := slices.IndexFunc(st.Holders, func(p Permit) bool { return p.Fence == fence })
+	if i < 0 {
+		return Permit{}, ErrNotHeld
+	}
+	if err := r.semRelease(ctx, key, digests[fence]); err != nil {
+		return Permit{}, forcedErr(err)
+	}
+	p := st.Holders[i]
+	p.Left, p.ExpiresAt = 0, time.Time{}
+	return p, nil
+}
+
+// semRelease releases digest's permit on key (SemRelease).
+func (r *Redlock) semRelease(ctx context.Context, key, digest string) error {
 	if err := r.set.refusing(); err != nil {
 		return err
 	}
-	digest := digestHex(token)
 	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (semValue, error) {
 		return nodeSemRead(ctx, n.client, key, digest)
 	})
@@ -403,8 +430,14 @@ func (r *Redlock) SemInspect(ctx context.Context, key string) (SemaphoreState, e
 // than its ExpiresAt any permit's last node may let it go (watchLate, the
 // largest over permits).
 func (r *Redlock) SemInspectSpread(ctx context.Context, key string) (SemaphoreState, time.Duration, error) {
+	st, late, _, err := r.semInspect(ctx, key)
+	return st, late, err
+}
+
+// semInspect is SemInspectSpread, and the digest of each holder by fence.
+func (r *Redlock) semInspect(ctx context.Context, key string) (SemaphoreState, time.Duration, map[int64]string, error) {
 	if err := r.set.refusing(); err != nil {
-		return SemaphoreState{}, 0, err
+		return SemaphoreState{}, 0, nil, err
 	}
 	type read struct {
 		limit int
@@ -416,7 +449,7 @@ func (r *Redlock) SemInspectSpread(ctx context.Context, key string) (SemaphoreSt
 		return read{limit, vs}, err
 	})
 	if err := ctx.Err(); err != nil {
-		return SemaphoreState{}, 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return SemaphoreState{}, 0, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	type permitID struct {
 		slot   int
@@ -452,6 +485,7 @@ func (r *Redlock) SemInspectSpread(ctx context.Context, key string) (SemaphoreSt
 	}
 	st := SemaphoreState{Key: key, Limit: mostVoted(limits)}
 	var late time.Duration
+	digests := make(map[int64]string)
 	could := r.q().any(unknownAt) // a permit could hold a majority, counting the silent nodes
 	for id, vs := range found {
 		could = could || r.q().any(or(foundAt[id], unknownAt))
@@ -468,14 +502,15 @@ func (r *Redlock) SemInspectSpread(ctx context.Context, key string) (SemaphoreSt
 		p := Permit{Key: key, Owner: v.owner, Limit: st.Limit, Fence: v.fence,
 			Granted: v.length, Left: left, ExpiresAt: start.Add(left)}
 		st.Holders = append(st.Holders, p)
+		digests[p.Fence] = id.digest
 		late = max(late, watchLate(start, longest, p.ExpiresAt))
 	}
 	if len(st.Holders) > 0 {
 		SortHolders(st.Holders)
-		return st, late, nil
+		return st, late, digests, nil
 	}
 	if !could {
-		return SemaphoreState{}, 0, ErrNotHeld
+		return SemaphoreState{}, 0, nil, ErrNotHeld
 	}
-	return SemaphoreState{}, 0, r.quorumError(failed, quarantined, 0)
+	return SemaphoreState{}, 0, nil, r.quorumError(failed, quarantined, 0)
 }

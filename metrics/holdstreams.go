@@ -11,7 +11,7 @@ type holdStreams struct {
 
 // holdEndReasons are the reasons a hold ends, each exported at 0 from the
 // start, so that an increase() alert sees the first one.
-var holdEndReasons = []string{"released", "max-hold", "shutdown", "client-gone", "backend-unavailable", "expired", "taken"}
+var holdEndReasons = []string{"released", "max-hold", "shutdown", "client-gone", "backend-unavailable", "expired", "taken", "forced"}
 
 func newHoldStreams(reg prometheus.Registerer) *holdStreams {
 	h := &holdStreams{
@@ -21,7 +21,7 @@ func newHoldStreams(reg prometheus.Registerer) *holdStreams {
 		}),
 		ends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgw_hold_ends_total",
-			Help: "Holds ended, by reason: released (the holder's DELETE), max-hold, shutdown, client-gone (the client closed the stream), and the lost ones: backend-unavailable (no renewal confirmed in time), expired, taken.",
+			Help: "Holds ended, by reason: released (the holder's DELETE), max-hold, shutdown, client-gone (the client closed the stream), and the lost ones: backend-unavailable (no renewal confirmed in time), expired, taken, forced (an administrator's forced release).",
 		}, []string{"reason"}),
 	}
 	for _, r := range holdEndReasons {

@@ -6,7 +6,8 @@
 //
 // Labels never carry a lock key, a user or a token: those are unbounded,
 // and the last two are secrets. A Redlock node's address is a label: there
-// are a handful, fixed by configuration.
+// are a handful, fixed by configuration. So is, on forced releases alone,
+// the API-key user who made one: the keys file fixes the set (forced.go).
 package metrics
 
 import (
@@ -52,7 +53,8 @@ type Metrics struct {
 	addSeries sync.Mutex
 
 	holds   *holds
-	streams *holdStreams // holds on a stream (holdstreams.go)
+	streams *holdStreams           // holds on a stream (holdstreams.go)
+	forced  *prometheus.CounterVec // forced releases (forced.go)
 
 	// Semaphore permits' (semaphores.go), made by the first Semaphores call.
 	permitsOnce   sync.Once
@@ -133,6 +135,7 @@ func New() *Metrics {
 	reg.MustRegister(m.acquire, m.wait, m.hold, m.conflicts, m.gone, m.backend, m.refused, m.ratelimit, m.votes, m.requests,
 		m.replaced, m.crowded)
 	m.streams = newHoldStreams(reg)
+	m.forced = newForced(reg)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lockgw_leases_granted_live",
 		Help: "Leases this gateway granted that are neither released through it nor expired, as far as it knows (at most 131072 are tracked).",

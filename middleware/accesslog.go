@@ -2,6 +2,8 @@ package middleware
 
 import (
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -11,9 +13,11 @@ import (
 )
 
 // AccessLog writes one line per request: method, route pattern, status,
-// duration, bytes written and request id. It logs the route pattern
-// ("/locks/*"), not the path, and never a header, so tokens, API keys and
-// Authorization values cannot reach the log.
+// duration, bytes written and request id, and "force":true on a DELETE
+// that asked for a forced release (whatever it was answered: an audit
+// wants the refusals too). It logs the route pattern ("/locks/*"), not the
+// path, and never a header, so tokens, API keys and Authorization values
+// cannot reach the log.
 func AccessLog(log zerolog.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -29,6 +33,9 @@ func AccessLog(log zerolog.Logger) func(http.Handler) http.Handler {
 				if status >= 500 {
 					ev = log.Warn()
 				}
+				if r.Method == http.MethodDelete && r.URL.RawQuery != "" && forced(r.URL.RawQuery) {
+					ev.Bool("force", true)
+				}
 				var ms [24]byte
 				ev.Str("method", r.Method).
 					Str("route", route).
@@ -41,6 +48,12 @@ func AccessLog(log zerolog.Logger) func(http.Handler) http.Handler {
 			next.ServeHTTP(ww, r)
 		})
 	}
+}
+
+// forced: a DELETE's query asks for a forced release (force=true).
+func forced(rawQuery string) bool {
+	values, err := url.ParseQuery(rawQuery)
+	return err == nil && slices.Contains(values["force"], "true")
 }
 
 // routePattern is the chi route r matched ("/locks/*"), or "unmatched":

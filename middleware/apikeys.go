@@ -23,6 +23,11 @@ type APIKey struct {
 	Digest   [sha256.Size]byte
 	AllKeys  bool
 	Prefixes []string
+	// AdminAll and AdminPrefixes are the keys the user administers, a
+	// part of what it may lock (none when both are unset): it may release
+	// any lease under them without its token (a forced release).
+	AdminAll      bool
+	AdminPrefixes []string
 }
 
 // AllKeysPrefix, alone in a keys file's "prefixes", lets a user lock every
@@ -35,13 +40,15 @@ const AllKeysPrefix = "*"
 //
 //	{"users": [
 //	  {"user": "checkout", "key_sha256": "<64 hex digits>", "prefixes": ["sku/"]},
-//	  {"user": "ops", "key_sha256": "<64 hex digits>", "prefixes": ["*"]}
+//	  {"user": "ops", "key_sha256": "<64 hex digits>", "prefixes": ["*"], "admin_prefixes": ["jobs/"]}
 //	]}
 //
 // The file holds digests only (sha256sum of the key), so reading it does
 // not reveal a key. Every user names its prefixes; ["*"] (AllKeysPrefix)
 // is every key, and an entry that would allow every key by accident (no
-// "prefixes", [], or a "" prefix) is an error.
+// "prefixes", [], or a "" prefix) is an error. "admin_prefixes", optional,
+// follows the same rules and must lie within "prefixes": the keys whose
+// leases the user may release by force.
 func LoadAPIKeys(path string) ([]APIKey, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -52,6 +59,7 @@ func LoadAPIKeys(path string) ([]APIKey, error) {
 			User      string    `json:"user"`
 			KeySHA256 string    `json:"key_sha256"`
 			Prefixes  *[]string `json:"prefixes"` // nil: missing
+			Admin     *[]string `json:"admin_prefixes"`
 		} `json:"users"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
@@ -79,9 +87,17 @@ func LoadAPIKeys(path string) ([]APIKey, error) {
 		if u.Prefixes == nil {
 			return nil, fmt.Errorf(`%s: user %q has no "prefixes": list the lock-key prefixes it may use (["jobs/"]), or ["*"] for every key`, path, u.User)
 		}
-		k.AllKeys, k.Prefixes, err = prefixes(*u.Prefixes)
+		k.AllKeys, k.Prefixes, err = prefixes("prefixes", *u.Prefixes)
 		if err != nil {
 			return nil, fmt.Errorf("%s: user %q: %w", path, u.User, err)
+		}
+		if u.Admin != nil {
+			if k.AdminAll, k.AdminPrefixes, err = prefixes("admin_prefixes", *u.Admin); err != nil {
+				return nil, fmt.Errorf("%s: user %q: %w", path, u.User, err)
+			}
+			if err := adminWithin(k); err != nil {
+				return nil, fmt.Errorf("%s: user %q: %w", path, u.User, err)
+			}
 		}
 		copy(k.Digest[:], d)
 		keys = append(keys, k)
@@ -101,11 +117,12 @@ func keysFileError(raw []byte, err error) string {
 	}
 	if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		want := map[string]string{
-			"":                 "an object",
-			"users":            "a list of users",
-			"users.user":       "a string",
-			"users.key_sha256": "a string of 64 hex digits",
-			"users.prefixes":   "a list of strings",
+			"":                     "an object",
+			"users":                "a list of users",
+			"users.user":           "a string",
+			"users.key_sha256":     "a string of 64 hex digits",
+			"users.prefixes":       "a list of strings",
+			"users.admin_prefixes": "a list of strings",
 		}[e.Field]
 		if want == "" {
 			want = "something else"
@@ -121,7 +138,7 @@ func keysFileError(raw []byte, err error) string {
 		return "it is empty"
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return fmt.Sprintf("unknown field %s (a user has \"user\", \"key_sha256\" and \"prefixes\", the file \"users\" only)", name)
+		return fmt.Sprintf("unknown field %s (a user has \"user\", \"key_sha256\", \"prefixes\" and \"admin_prefixes\", the file \"users\" only)", name)
 	}
 	return strings.TrimPrefix(err.Error(), "json: ")
 }
@@ -149,32 +166,73 @@ func position(b []byte, off int64) (line, col int) {
 	return line, col
 }
 
-// prefixes reads a user's "prefixes": ["*"] alone is every key; anything
-// else is a list of non-empty prefixes.
-func prefixes(list []string) (all bool, _ []string, _ error) {
+// prefixes reads a user's "prefixes" or "admin_prefixes" (field): ["*"]
+// alone is every key; anything else is a list of non-empty prefixes.
+func prefixes(field string, list []string) (all bool, _ []string, _ error) {
 	switch {
-	case len(list) == 0:
+	case len(list) == 0 && field == "prefixes":
 		return false, nil, errors.New(`"prefixes" is empty; list the lock-key prefixes the user may use (["jobs/"]), or ["*"] for every key`)
+	case len(list) == 0:
+		return false, nil, fmt.Errorf(`%q is empty; list the lock-key prefixes the user administers (["jobs/"]), ["*"] for every key, or leave it out if none`, field)
 	case len(list) == 1 && list[0] == AllKeysPrefix:
 		return true, nil, nil
 	}
 	for _, p := range list {
 		switch p {
 		case "":
-			return false, nil, errors.New(`an empty prefix would match every key; write ["*"] if the user may lock every key`)
+			return false, nil, fmt.Errorf(`%q: an empty prefix would match every key; write ["*"] if that is meant`, field)
 		case AllKeysPrefix:
-			return false, nil, errors.New(`"*" (every key) cannot be listed with other prefixes`)
+			return false, nil, fmt.Errorf(`%q: "*" (every key) cannot be listed with other prefixes`, field)
 		}
 	}
 	return false, list, nil
+}
+
+// adminWithin refuses a user that would administer keys it may not lock:
+// each admin prefix must start with one of its prefixes (any, with
+// AllKeys), and ["*"] needs AllKeys.
+func adminWithin(k APIKey) error {
+	switch {
+	case k.AllKeys:
+		return nil
+	case k.AdminAll:
+		return errors.New(`"admin_prefixes" is ["*"] (every key), but "prefixes" is not: a user administers only keys it may lock`)
+	}
+	for _, a := range k.AdminPrefixes {
+		if !allowed(k.Prefixes, a) {
+			return fmt.Errorf(`admin prefix %q lies within none of its "prefixes" %q: a user administers only keys it may lock`, a, k.Prefixes)
+		}
+	}
+	return nil
 }
 
 type principalKey struct{}
 
 // GetPrincipal returns the user APIKeys authenticated, or "".
 func GetPrincipal(ctx context.Context) string {
-	p, _ := ctx.Value(principalKey{}).(string)
-	return p
+	p, _ := ctx.Value(principalKey{}).(*APIKey)
+	if p == nil {
+		return ""
+	}
+	return p.User
+}
+
+// Administers reports whether the user APIKeys authenticated administers
+// key (its "admin_prefixes" cover it): it may release the key's leases by
+// force. Never without API keys: then nobody has the role.
+func Administers(ctx context.Context, key string) bool {
+	p, _ := ctx.Value(principalKey{}).(*APIKey)
+	return p != nil && (p.AdminAll || allowed(p.AdminPrefixes, key))
+}
+
+// AdminScope is what the user APIKeys authenticated administers: every
+// key (all), the keys starting with one of prefixes, or nothing.
+func AdminScope(ctx context.Context) (all bool, prefixes []string) {
+	p, _ := ctx.Value(principalKey{}).(*APIKey)
+	if p == nil {
+		return false, nil
+	}
+	return p.AdminAll, p.AdminPrefixes
 }
 
 // APIKeysConfig is what APIKeys needs besides the keys.
@@ -230,7 +288,7 @@ func APIKeys(keys []APIKey, c APIKeysConfig) (func(http.Handler) http.Handler, e
 					return
 				}
 			}
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, user.User)))
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, user)))
 		})
 	}, nil
 }
@@ -255,6 +313,15 @@ func match(keys []APIKey, digest [sha256.Size]byte) *APIKey {
 // checkScope refuses a key whose scope is empty or would match every key
 // without saying so (AllKeys), whoever built it.
 func checkScope(k APIKey, check func(string) error) error {
+	if k.AdminAll && len(k.AdminPrefixes) > 0 {
+		return errors.New("AdminAll with admin prefixes: say one or the other")
+	}
+	if err := checkPrefixes(k.AdminPrefixes, check); err != nil {
+		return fmt.Errorf("admin %w", err)
+	}
+	if err := adminWithin(k); err != nil {
+		return err
+	}
 	if k.AllKeys {
 		if len(k.Prefixes) > 0 {
 			return errors.New("AllKeys with prefixes: say one or the other")
@@ -264,7 +331,13 @@ func checkScope(k APIKey, check func(string) error) error {
 	if len(k.Prefixes) == 0 {
 		return errors.New("no prefixes and not AllKeys: the user could lock nothing")
 	}
-	for _, p := range k.Prefixes {
+	return checkPrefixes(k.Prefixes, check)
+}
+
+// checkPrefixes refuses prefixes that would match every key by accident,
+// or (check) none.
+func checkPrefixes(prefixes []string, check func(string) error) error {
+	for _, p := range prefixes {
 		switch p {
 		case "":
 			return errors.New(`an empty prefix would match every key; set AllKeys (["*"] in a keys file) if the user may lock every key`)

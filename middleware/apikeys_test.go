@@ -206,3 +206,121 @@ func TestLoadAPIKeysShapeErrors(t *testing.T) {
 		assert.Contains(t, err.Error(), `the file is {"users": [{"user": "ops"`, body)
 	}
 }
+
+// TestLoadAPIKeysAdminPrefixes: "admin_prefixes" follows the rules of
+// "prefixes" and must lie within them; a file that breaks either is
+// refused, naming the user and the field.
+func TestLoadAPIKeysAdminPrefixes(t *testing.T) {
+	load := func(t *testing.T, user string) ([]middleware.APIKey, error) {
+		return middleware.LoadAPIKeys(writeKeys(t, `{"users":[`+user+`]}`))
+	}
+	entry := func(prefixes, admin string) string {
+		return `{"user":"ops","key_sha256":"` + digest("ops-key") + `","prefixes":` + prefixes + `,"admin_prefixes":` + admin + `}`
+	}
+	for name, tc := range map[string]struct{ prefixes, admin, want string }{
+		"empty":                 {`["jobs/"]`, `[]`, `"admin_prefixes" is empty`},
+		"empty prefix":          {`["jobs/"]`, `[""]`, `"admin_prefixes": an empty prefix`},
+		"star among prefixes":   {`["jobs/"]`, `["jobs/","*"]`, `"admin_prefixes": "*" (every key) cannot be listed`},
+		"outside the prefixes":  {`["jobs/"]`, `["cart/"]`, `admin prefix "cart/" lies within none`},
+		"wider than a prefix":   {`["jobs/nightly/"]`, `["jobs/"]`, `admin prefix "jobs/" lies within none`},
+		"star without all keys": {`["jobs/"]`, `["*"]`, `"admin_prefixes" is ["*"] (every key), but "prefixes" is not`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := load(t, entry(tc.prefixes, tc.admin))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), `user "ops"`)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+
+	for name, tc := range map[string]struct {
+		prefixes, admin string
+		all             bool
+		want            []string
+	}{
+		"inside":                {`["jobs/","cart/"]`, `["jobs/nightly/"]`, false, []string{"jobs/nightly/"}},
+		"equal":                 {`["jobs/"]`, `["jobs/"]`, false, []string{"jobs/"}},
+		"every key, all of it":  {`["*"]`, `["*"]`, true, nil},
+		"every key, some of it": {`["*"]`, `["jobs/"]`, false, []string{"jobs/"}},
+		"null: none, as absent": {`["jobs/"]`, `null`, false, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			keys, err := load(t, entry(tc.prefixes, tc.admin))
+			require.NoError(t, err)
+			assert.Equal(t, tc.all, keys[0].AdminAll)
+			assert.Equal(t, tc.want, keys[0].AdminPrefixes)
+		})
+	}
+
+	keys, err := load(t, `{"user":"a","key_sha256":"`+digest("a")+`","prefixes":["jobs/"]}`)
+	require.NoError(t, err)
+	assert.False(t, keys[0].AdminAll, "no admin_prefixes: administers nothing")
+	assert.Empty(t, keys[0].AdminPrefixes)
+}
+
+// TestAPIKeysAdministers: the admin role reaches the handler through the
+// request's context, for the keys it covers only; APIKeys refuses to be
+// built with an admin scope outside the user's own.
+func TestAPIKeysAdministers(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	deny := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusForbidden) })
+	lockKey := func(r *http.Request) (string, error) { return strings.TrimPrefix(r.URL.Path, "/locks/"), nil }
+	auth, err := middleware.APIKeys([]middleware.APIKey{
+		{User: "root", Digest: sha256.Sum256([]byte("root-key")), AllKeys: true, AdminAll: true},
+		{User: "ops", Digest: sha256.Sum256([]byte("ops-key")), Prefixes: []string{"jobs/", "cart/"}, AdminPrefixes: []string{"jobs/"}},
+		{User: "dev", Digest: sha256.Sum256([]byte("dev-key")), Prefixes: []string{"jobs/"}},
+	}, middleware.APIKeysConfig{LockKey: lockKey, Unauthorized: deny, Forbidden: deny})
+	require.NoError(t, err)
+	var administers bool
+	var all bool
+	var scope []string
+	h := auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := strings.TrimPrefix(r.URL.Path, "/locks/")
+		administers = middleware.Administers(r.Context(), key)
+		all, scope = middleware.AdminScope(r.Context())
+		ok.ServeHTTP(w, r)
+	}))
+	for _, tc := range []struct {
+		key, path   string
+		administers bool
+		all         bool
+		scope       []string
+	}{
+		{"root-key", "/locks/anything", true, true, nil},
+		{"ops-key", "/locks/jobs/nightly", true, false, []string{"jobs/"}},
+		{"ops-key", "/locks/cart/7", false, false, []string{"jobs/"}},
+		{"dev-key", "/locks/jobs/nightly", false, false, nil},
+	} {
+		req := httptest.NewRequest("DELETE", tc.path, nil)
+		req.Header.Set("Authorization", "Bearer "+tc.key)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusOK, rec.Code, tc.key+" "+tc.path)
+		assert.Equal(t, tc.administers, administers, tc.key+" "+tc.path)
+		assert.Equal(t, tc.all, all, tc.key)
+		assert.Equal(t, tc.scope, scope, tc.key)
+	}
+	assert.False(t, middleware.Administers(httptest.NewRequest("DELETE", "/locks/x", nil).Context(), "x"), "without API keys nobody administers")
+
+	for name, k := range map[string]middleware.APIKey{
+		"admin outside":           {User: "a", Prefixes: []string{"jobs/"}, AdminPrefixes: []string{"cart/"}},
+		"admin all, not all keys": {User: "a", Prefixes: []string{"jobs/"}, AdminAll: true},
+		"admin all and prefixes":  {User: "a", AllKeys: true, AdminAll: true, AdminPrefixes: []string{"x/"}},
+		"admin empty prefix":      {User: "a", AllKeys: true, AdminPrefixes: []string{""}},
+		"admin matching no key":   {User: "a", AllKeys: true, AdminPrefixes: []string{"/x/"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := middleware.APIKeys([]middleware.APIKey{k}, middleware.APIKeysConfig{
+				LockKey: lockKey, Unauthorized: deny, Forbidden: deny,
+				CheckPrefix: func(p string) error {
+					if strings.HasPrefix(p, "/") {
+						return errors.New("keys never start with /")
+					}
+					return nil
+				},
+			})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), `user "a"`)
+		})
+	}
+}

@@ -20,6 +20,13 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 		if err != nil {
 			return fmt.Errorf("--api-keys-file: %w", err)
 		}
+		var admins []string // who may release by force, counted from 0
+		for _, k := range keys {
+			if k.AdminAll || len(k.AdminPrefixes) > 0 {
+				admins = append(admins, k.User)
+			}
+		}
+		d.metrics.Administrators(admins)
 		d.auth, err = middleware.APIKeys(keys, middleware.APIKeysConfig{
 			LockKey:      handlers.KeyFromPath,
 			CheckPrefix:  handlers.CheckKeyPrefix,

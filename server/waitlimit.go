@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,6 +28,7 @@ type waitLimit struct {
 	// sems is the store's semaphores (nil when it has none): a waiting
 	// permit acquire takes a place like a lock's.
 	sems    lockstore.Semaphores
+	forcer  lockstore.Forcer // the store's forced releases (nil when it has none)
 	slots   chan struct{}
 	refuse  *handlers.Error
 	refused func()       // counts a refusal
@@ -35,9 +37,11 @@ type waitLimit struct {
 
 func newWaitLimit(store lockstore.Store, max int, refused func()) waitLimit {
 	sems, _ := store.(lockstore.Semaphores)
+	forcer, _ := store.(lockstore.Forcer)
 	return waitLimit{
 		Store:   store,
 		sems:    sems,
+		forcer:  forcer,
 		refused: refused,
 		slots:   make(chan struct{}, max),
 		refuse: &handlers.Error{
@@ -121,4 +125,26 @@ var _ lockstore.BatchSemExtender = waitLimit{}
 // SemExtendBatch is ExtendBatch for holds of permits.
 func (s waitLimit) SemExtendBatch(ctx context.Context, exts []lockstore.Extension) []lockstore.SemExtended {
 	return lockstore.SemExtendAll(ctx, s.sems, exts)
+}
+
+var _ lockstore.Forcer = waitLimit{}
+
+// errNoForce: the store cannot release by force (every backend can).
+var errNoForce = errors.New("server: the store cannot release by force")
+
+// ForceRelease passes a forced release through to the store: it never
+// waits.
+func (s waitLimit) ForceRelease(ctx context.Context, key string, fence int64) (lockstore.Lease, error) {
+	if s.forcer == nil {
+		return lockstore.Lease{}, errNoForce
+	}
+	return s.forcer.ForceRelease(ctx, key, fence)
+}
+
+// SemForceRelease passes a permit's forced release through to the store.
+func (s waitLimit) SemForceRelease(ctx context.Context, key string, fence int64) (lockstore.Permit, error) {
+	if s.forcer == nil {
+		return lockstore.Permit{}, errNoForce
+	}
+	return s.forcer.SemForceRelease(ctx, key, fence)
 }

@@ -338,11 +338,18 @@ func (m *Store) Release(ctx context.Context, key, token string) error {
 		m.changed(key)
 		return nil
 	}
+	m.release(l)
+	return nil
+}
+
+// release frees l, the lease a Release or a ForceRelease found holding
+// its key, and wakes the key's first waiter, whatever its hold-at-least:
+// a forced release frees the key at once. m.mu must be held.
+func (m *Store) release(l *lock) {
 	m.expiry.Remove(l.expires)
 	m.forget(l)
-	m.wakeHead(key)
-	m.changed(key)
-	return nil
+	m.wakeHead(l.key)
+	m.changed(l.key)
 }
 
 // Inspect implements lockstore.Store.

@@ -297,13 +297,20 @@ func (m *Store) SemRelease(ctx context.Context, key, token string) error {
 	if err != nil {
 		return err
 	}
+	ss.release(key, s, lockstore.TokenDigest(token), p)
+	return nil
+}
+
+// release frees p, the permit of digest on s (key) that a SemRelease or
+// a SemForceRelease found held, and wakes the first waiter. ss.mu must be
+// held.
+func (ss *semaphores) release(key string, s *semaphore, digest [32]byte, p *permit) {
 	ss.expiry.Remove(p.expires)
 	ss.live.Add(-1)
-	delete(s.permits, lockstore.TokenDigest(token))
+	delete(s.permits, digest)
 	s.wakeHead()
 	ss.signals.notify(key)
 	ss.tidy(key, s)
-	return nil
 }
 
 // SemInspect implements lockstore.Semaphores.
