@@ -108,6 +108,9 @@ type rlWorld struct {
 	opSeq            int
 	crashes          int
 	finishes         int // nodes a transition gave the new list
+	// begun is, by node of the previous list, when a transition first
+	// made it stop serving that list (rule T).
+	begun map[int]int64
 }
 
 type rlNode struct {
@@ -385,12 +388,40 @@ func (w *rlWorld) noteMark(n *rlNode, argv []string, val any) {
 	nk, _ := strconv.Atoi(argv[2])
 	args := argv[3+nk:]
 	reply, _ := val.([]any)
-	if len(args) < 5 || args[1] != "finish" || len(reply) == 0 || reply[0] != args[4]+">"+args[0] {
+	if len(args) < 6 || len(reply) == 0 {
 		return
 	}
 	now := w.now()
+	if args[1] == "begin" && args[5] == "1" && (reply[0] == args[4] || reply[0] == "") {
+		// A node of the previous list stopped serving it (or was found
+		// empty and marked so): the first time is when its settling began.
+		if w.begun == nil {
+			w.begun = map[int]int64{}
+		}
+		if _, ok := w.begun[n.id]; !ok {
+			w.begun[n.id] = now
+		}
+		return
+	}
+	if args[1] != "finish" || reply[0] != args[4]+">"+args[0] {
+		return
+	}
 	w.finishes++
 	w.hist.note(now, "", "  n%d: transition finished (the new list)", n.id)
+	// The claim's premise: a majority of the previous list's nodes began
+	// settling the longest lease (MaxTTL) ago at least.
+	prev := strings.Count(args[4], ",") + 1
+	settled := 0
+	for _, at := range w.begun {
+		if at <= now-w.maxTTL().Microseconds() {
+			settled++
+		}
+	}
+	if settled < prev/2+1 {
+		w.hist.violate("transition-settled", now, "", "n%d was given the new list when %d of the %d nodes of the previous list had begun settling %s ago or more: a majority must have",
+			n.id, settled, prev, w.maxTTL())
+		return
+	}
 	for _, r := range w.hist.reqs {
 		g := w.gws[r.gw]
 		if !g.old || (r.answer != "201" && r.answer != "200") || r.expires <= now {
