@@ -284,13 +284,17 @@ func holdFields(holding bool, fields ...*int64) error {
 		return nil
 	}
 	names := []string{"max_hold_ms", "lock_delay_ms"}
-	e := newError(problem.Validation, "the request has values out of range; see errors")
+	var e *Error // made only when refusing: every plain acquire passes here
 	for i, f := range fields {
-		if f != nil {
-			e.Fields = append(e.Fields, FieldError{Field: names[i], Message: "applies only to a hold (a PUT with Accept: text/event-stream)"})
+		if f == nil {
+			continue
 		}
+		if e == nil {
+			e = newError(problem.Validation, "the request has values out of range; see errors")
+		}
+		e.Fields = append(e.Fields, FieldError{Field: names[i], Message: "applies only to a hold (a PUT with Accept: text/event-stream)"})
 	}
-	if len(e.Fields) == 0 {
+	if e == nil {
 		return nil
 	}
 	return e
@@ -300,11 +304,13 @@ func holdFields(holding bool, fields ...*int64) error {
 // kind's URL prefix): its token as ETag, and for a new grant (201, else
 // 200 for a renewal, which it returns) its URL as Location.
 func grantHeaders(w http.ResponseWriter, prefix, key, token string, renewed bool) (status int) {
-	w.Header()[hdrETag] = []string{`"` + token + `"`}
 	if renewed {
+		w.Header()[hdrETag] = []string{`"` + token + `"`}
 		return http.StatusOK
 	}
-	w.Header()[hdrLocation] = []string{prefix + escapeKey(key)}
+	// One allocation for both values, as in writeBody.
+	v := []string{`"` + token + `"`, prefix + escapeKey(key)}
+	w.Header()[hdrETag], w.Header()[hdrLocation] = v[0:1:1], v[1:2:2]
 	return http.StatusCreated
 }
 

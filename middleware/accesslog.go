@@ -58,9 +58,15 @@ func forced(rawQuery string) bool {
 
 // routePattern is the chi route r matched ("/locks/*"), or "unmatched":
 // a pattern, never a path, so neither logs nor metric labels grow with keys.
-// chi builds the pattern anew on each call: it is asked once.
+// RoutePattern joins and trims the patterns anew on each call; chi (since
+// v5.2.2) stores the same string in r.Pattern when it routes r, which
+// AccessLog and Observe both see when no middleware between them and the
+// router replaced r.
 func routePattern(r *http.Request) string {
 	if rc := chi.RouteContext(r.Context()); rc != nil {
+		if len(rc.RoutePatterns) > 0 && r.Pattern != "" {
+			return r.Pattern
+		}
 		if p := rc.RoutePattern(); p != "" {
 			return p
 		}

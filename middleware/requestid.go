@@ -13,12 +13,20 @@ const RequestIDHeader = "X-Request-Id"
 
 type requestIDKey struct{}
 
-// requestID is what RequestID keeps of a request: its id, and the response
-// header's value, one allocation together; the context holds a pointer to
-// it (a string would be copied to the heap to fit in the context).
+// requestID is the request's context with its id, and the response
+// header's value: one allocation where context.WithValue would add a
+// second (and a string would be copied to the heap to fit in it).
 type requestID struct {
-	id     string
-	header [1]string
+	context.Context // the request's own, which answers every other key
+	id              string
+	header          [1]string
+}
+
+func (c *requestID) Value(key any) any {
+	if key == (requestIDKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // RequestID gives every request an id, echoed in the X-Request-Id response
@@ -28,7 +36,7 @@ type requestID struct {
 // inject text into our logs.
 func RequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rid := &requestID{}
+		rid := &requestID{Context: r.Context()}
 		// RequestIDHeader is canonical: indexing the Header directly
 		// skips Get's and Set's canonicalization of the name.
 		if v := r.Header[RequestIDHeader]; len(v) > 0 && validRequestID(v[0]) {
@@ -38,7 +46,7 @@ func RequestID(next http.Handler) http.Handler {
 		}
 		rid.header[0] = rid.id
 		w.Header()[RequestIDHeader] = rid.header[:]
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid)))
+		next.ServeHTTP(w, r.WithContext(rid))
 	})
 }
 

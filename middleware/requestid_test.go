@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
@@ -43,6 +44,27 @@ func TestRequestID(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRequestIDKeepsContext: the context RequestID hands on is the
+// request's own with the id added: its other values, its deadline and its
+// cancellation pass through.
+func TestRequestIDKeepsContext(t *testing.T) {
+	type key struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	var ctx context.Context
+	h := middleware.RequestID(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ctx = r.Context() }))
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(parent))
+
+	assert.Equal(t, "v", ctx.Value(key{}))
+	assert.Len(t, middleware.GetRequestID(ctx), 16)
+	assert.NoError(t, ctx.Err())
+	child, stop := context.WithCancel(ctx)
+	defer stop()
+	cancel()
+	<-child.Done() // a child of the request's context still ends with it
+	assert.ErrorIs(t, ctx.Err(), context.Canceled)
+	assert.Empty(t, middleware.GetRequestID(parent), "the id is the handed-on context's only")
 }
 
 // TestRequestIDHeaderCanonical: RequestID indexes the Header with the name

@@ -171,9 +171,11 @@ type ratio struct {
 	Note   string   `json:"note,omitempty"`
 }
 
-// ratios computes the targets: issue 17's table first, in its order and
-// with its goals, then the floods' and the gateways' memory (issues 13
-// and 5). They inform; they never fail a run.
+// ratios computes the targets: issue 17's table first, in its order, with
+// the goals issue 30 set for it (cycles/s ≥ 1.10 and p99 ≤ 1.0, where
+// issue 17 asked 0.90 and 1.1) and issue 30's Redis CPU row after it, then
+// the floods' and the gateways' memory (issues 13 and 5). They inform;
+// they never fail a run.
 func ratios(res results) []ratio {
 	rows, procs := res.Rows, res.Processes
 	get := func(id string) *row {
@@ -238,7 +240,7 @@ func ratios(res results) []ratio {
 			out[len(out)-1].Note = s
 		}
 	}
-	add("gateway / baseline, cycles/s", gw, base, perSec, true, 0.90)
+	add("gateway / baseline, cycles/s", gw, base, perSec, true, 1.10)
 	if gw != nil && base != nil && cpuTotal(gw) > 0 && cpuTotal(base) > 0 {
 		// On a CPU-bound machine, cycles/s go as the inverse of the CPU
 		// all processes spend per cycle; unlike cycles/s, that cost
@@ -248,13 +250,21 @@ func ratios(res results) []ratio {
 	}
 	add("gateway / baseline, CPU µs per cycle (gateway process)", gw, base, cpuRatio, false, 1.15)
 	note(cpuNote(gw, base))
-	add("gateway / baseline, p99", gw, base, p99, false, 1.1)
+	add("gateway / baseline, p99", gw, base, p99, false, 1.0)
 	add("gateway / etcd 3.4, cycles/s", gw, etcd, perSec, true, 3)
 	add("Redlock-"+redlockNodes(res)+" / single-Redis gateway, CPU per cycle", rl, gw, cpuRatio, false, 1.6)
 	note(cpuNote(rl, gw))
 	add("Redlock-"+redlockNodes(res)+" / gateway, cycles/s", rl, gw, perSec, true, 0.45)
 	add(fmt.Sprintf("contended (%d clients, one key) gateway / etcd blocking lock, grants/s", res.Settings.ContendedClients),
 		cgw, cetcd, perSec, true, 10)
+	// The gateway and the baseline run on the same redis-server, one row
+	// after the other: what Redis spends per cycle for each is the cost of
+	// what the gateway asks of it beyond the same scripts (the per-user
+	// cap, on by default, touches two more structures per cycle).
+	add("gateway / baseline, Redis CPU µs per cycle", gw, base, func(a, b *row) float64 { return redisCPU(a) / redisCPU(b) }, false, 1.1)
+	if gw != nil && base != nil {
+		note(fmt.Sprintf("%.0f / %.0f µs", redisCPU(gw), redisCPU(base)))
+	}
 	out = append(out, waiterRatios(res.Waiters)...)
 	for _, h := range res.Holds {
 		out = append(out, holdRatios(h)...)
@@ -298,6 +308,22 @@ func ratios(res results) []ratio {
 		out = append(out, r)
 	}
 	return out
+}
+
+// redisCPU is the CPU time per cycle of the Redis servers lockbench
+// started (by command name; idle ones fall under perCycle's bar), NaN
+// when there is none.
+func redisCPU(r *row) float64 {
+	us, found := 0.0, false
+	for name, v := range r.CPUPerCycle {
+		if name == "redis-server" || name == "valkey-server" {
+			us, found = us+v, true
+		}
+	}
+	if !found {
+		return math.NaN()
+	}
+	return us
 }
 
 func redlockNodes(res results) string { return strconv.Itoa(res.Settings.RedlockNodes) }
