@@ -577,6 +577,29 @@ type UnroutedProblem struct {
 	Type string `json:"type"`
 }
 
+// Whoami defines model for Whoami.
+type Whoami struct {
+	// AdminPrefixes The lock-key prefixes the user administers: it may release any lease of a key
+	// starting with one of them by force (`DELETE` with `force=true`). `["*"]` alone:
+	// every key; `[]`: none (always so with API keys off).
+	//
+	//
+	// Example: ["jobs/"]
+	AdminPrefixes []string `json:"admin_prefixes"`
+
+	// Prefixes The lock-key prefixes the user may use: a key starting with one of them. `["*"]`
+	// alone: every key (and always so with API keys off).
+	//
+	//
+	// Example: ["*"]
+	Prefixes []string `json:"prefixes"`
+
+	// User The API key's user, as the API keys file names it; absent when API keys are off.
+	//
+	// Example: ops
+	User *string `json:"user,omitempty"`
+}
+
 // Force defines model for Force.
 type Force = bool
 
@@ -996,6 +1019,14 @@ type AcquirePermitParams struct {
 	// are ignored.
 	Prefer *Prefer `json:"Prefer,omitempty"`
 
+	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
+	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
+	// server makes its own.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
+// WhoamiParams defines parameters for Whoami.
+type WhoamiParams struct {
 	// XRequestId Correlation id, echoed in the `X-Request-Id` response header and in problems'
 	// `request_id` when it is 1–64 characters of `A–Z a–z 0–9 . _ -`; otherwise the
 	// server makes its own.
@@ -1486,6 +1517,23 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
 	AcquirePermit(ctx context.Context, key Key, params *AcquirePermitParams, body AcquirePermitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Whoami What the caller's API key may do
+	//
+	// The user of the API key sent, the lock-key prefixes it may use and those it
+	// administers (may release by force), as the API keys file writes them: `["*"]`
+	// alone is every key. For a client to offer only what the gateway would allow
+	// (the dashboard shows a forced-release button only on keys the key administers);
+	// the gateway still checks every request. Never the key, its digest, or anything
+	// of another user.
+	//
+	// With API keys on, every known key may ask, whatever its prefixes; without one,
+	// or with an unknown one, it is `401`. With API keys off there is no user (no
+	// `user`): anyone may lock every key and nobody administers any, since a forced
+	// release is then refused to everyone: `{"prefixes":["*"],"admin_prefixes":[]}`.
+	//
+	// Corresponds with GET /whoami (the `Whoami` operationId).
+	Whoami(ctx context.Context, params *WhoamiParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetHealth Liveness
@@ -2067,6 +2115,33 @@ func (c *APIClient) AcquirePermitWithBody(ctx context.Context, key Key, params *
 // Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
 func (c *APIClient) AcquirePermit(ctx context.Context, key Key, params *AcquirePermitParams, body AcquirePermitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAcquirePermitRequest(c.Server, key, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Whoami What the caller's API key may do
+//
+// The user of the API key sent, the lock-key prefixes it may use and those it
+// administers (may release by force), as the API keys file writes them: `["*"]`
+// alone is every key. For a client to offer only what the gateway would allow
+// (the dashboard shows a forced-release button only on keys the key administers);
+// the gateway still checks every request. Never the key, its digest, or anything
+// of another user.
+//
+// With API keys on, every known key may ask, whatever its prefixes; without one,
+// or with an unknown one, it is `401`. With API keys off there is no user (no
+// `user`): anyone may lock every key and nobody administers any, since a forced
+// release is then refused to everyone: `{"prefixes":["*"],"admin_prefixes":[]}`.
+//
+// Corresponds with GET /whoami (the `Whoami` operationId).
+func (c *APIClient) Whoami(ctx context.Context, params *WhoamiParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWhoamiRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3227,6 +3302,48 @@ func NewAcquirePermitRequestWithBody(server string, key Key, params *AcquirePerm
 	return req, nil
 }
 
+// NewWhoamiRequest constructs an http.Request for the Whoami method
+func NewWhoamiRequest(server string, params *WhoamiParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/whoami")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestId != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *APIClient) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -3691,6 +3808,25 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /semaphores/{key} (the `AcquirePermit` operationId).
 	AcquirePermitWithResponse(ctx context.Context, key Key, params *AcquirePermitParams, body AcquirePermitJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquirePermitResponse, error)
+
+	// WhoamiWithResponse What the caller's API key may do
+	//
+	// The user of the API key sent, the lock-key prefixes it may use and those it
+	// administers (may release by force), as the API keys file writes them: `["*"]`
+	// alone is every key. For a client to offer only what the gateway would allow
+	// (the dashboard shows a forced-release button only on keys the key administers);
+	// the gateway still checks every request. Never the key, its digest, or anything
+	// of another user.
+	//
+	// With API keys on, every known key may ask, whatever its prefixes; without one,
+	// or with an unknown one, it is `401`. With API keys off there is no user (no
+	// `user`): anyone may lock every key and nobody administers any, since a forced
+	// release is then refused to everyone: `{"prefixes":["*"],"admin_prefixes":[]}`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /whoami (the `Whoami` operationId).
+	WhoamiWithResponse(ctx context.Context, params *WhoamiParams, reqEditors ...RequestEditorFn) (*WhoamiResponse, error)
 }
 
 // GetHealthResponse200Headers the declared response headers of an HTTP 200 response for GetHealth
@@ -6258,6 +6394,102 @@ func (r AcquirePermitResponse) ContentType() string {
 	return ""
 }
 
+// WhoamiResponse200Headers the declared response headers of an HTTP 200 response for Whoami
+type WhoamiResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// WhoamiResponse401Headers the declared response headers of an HTTP 401 response for Whoami
+type WhoamiResponse401Headers struct {
+	CacheControl    string
+	WWWAuthenticate string
+	XRequestId      string
+}
+
+// WhoamiResponse500Headers the declared response headers of an HTTP 500 response for Whoami
+type WhoamiResponse500Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// WhoamiResponseDefaultHeaders the declared response headers of an HTTP default response for Whoami
+type WhoamiResponseDefaultHeaders struct {
+	Allow      *string
+	RetryAfter *int
+	XRequestId string
+}
+
+type WhoamiResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Whoami
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *WhoamiResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *WhoamiResponse401Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *WhoamiResponse500Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *WhoamiResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r WhoamiResponse) GetJSON200() *Whoami {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r WhoamiResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r WhoamiResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r WhoamiResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r WhoamiResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WhoamiResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WhoamiResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WhoamiResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetHealthWithResponse Liveness
 //
 // The process serves HTTP. Does not look at the backend; see `/readyz`.
@@ -6791,6 +7023,31 @@ func (c *ClientWithResponses) AcquirePermitWithResponse(ctx context.Context, key
 		return nil, err
 	}
 	return ParseAcquirePermitResponse(rsp)
+}
+
+// WhoamiWithResponse What the caller's API key may do
+//
+// The user of the API key sent, the lock-key prefixes it may use and those it
+// administers (may release by force), as the API keys file writes them: `["*"]`
+// alone is every key. For a client to offer only what the gateway would allow
+// (the dashboard shows a forced-release button only on keys the key administers);
+// the gateway still checks every request. Never the key, its digest, or anything
+// of another user.
+//
+// With API keys on, every known key may ask, whatever its prefixes; without one,
+// or with an unknown one, it is `401`. With API keys off there is no user (no
+// `user`): anyone may lock every key and nobody administers any, since a forced
+// release is then refused to everyone: `{"prefixes":["*"],"admin_prefixes":[]}`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /whoami (the `Whoami` operationId).
+func (c *ClientWithResponses) WhoamiWithResponse(ctx context.Context, params *WhoamiParams, reqEditors ...RequestEditorFn) (*WhoamiResponse, error) {
+	rsp, err := c.Whoami(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWhoamiResponse(rsp)
 }
 
 // ParseGetHealthResponse parses an HTTP response from a GetHealthWithResponse call
@@ -11029,6 +11286,138 @@ func ParseAcquirePermitResponse(rsp *http.Response) (*AcquirePermitResponse, err
 		response.Headers503 = &headers
 	case true:
 		var headers AcquirePermitResponseDefaultHeaders
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseWhoamiResponse parses an HTTP response from a WhoamiWithResponse call
+func ParseWhoamiResponse(rsp *http.Response) (*WhoamiResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WhoamiResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Whoami
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers WhoamiResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers WhoamiResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 500:
+		var headers WhoamiResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case true:
+		var headers WhoamiResponseDefaultHeaders
 		if values := rsp.Header.Values("Allow"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -225,6 +226,32 @@ func Administers(ctx context.Context, key string) bool {
 	return p != nil && (p.AdminAll || allowed(p.AdminPrefixes, key))
 }
 
+// Access is what the user APIKeys authenticated may do, without its key
+// or digest: what GET /whoami tells the user itself.
+type Access struct {
+	User          string
+	AllKeys       bool     // may lock every key; else Prefixes
+	Prefixes      []string // the lock-key prefixes it may use
+	AdminAll      bool     // administers every key; else AdminPrefixes
+	AdminPrefixes []string // the prefixes it administers (none: nil)
+}
+
+// GetAccess returns what the user APIKeys authenticated may do; false
+// when no user was (no API keys on this route).
+func GetAccess(ctx context.Context) (Access, bool) {
+	p, _ := ctx.Value(principalKey{}).(*APIKey)
+	if p == nil {
+		return Access{}, false
+	}
+	return Access{
+		User:          p.User,
+		AllKeys:       p.AllKeys,
+		Prefixes:      slices.Clone(p.Prefixes),
+		AdminAll:      p.AdminAll,
+		AdminPrefixes: slices.Clone(p.AdminPrefixes),
+	}, true
+}
+
 // AdminScope is what the user APIKeys authenticated administers: every
 // key (all), the keys starting with one of prefixes, or nothing.
 func AdminScope(ctx context.Context) (all bool, prefixes []string) {
@@ -242,6 +269,10 @@ type APIKeysConfig struct {
 	// is about the whole service, not one lock (the profiler): only users
 	// allowed every key (AllKeys) pass.
 	LockKey func(r *http.Request) (string, error)
+	// AnyUser guards a route about the caller itself (GET /whoami), not
+	// about a lock: every known key passes, whatever its prefixes, and
+	// LockKey is not used.
+	AnyUser bool
 	// CheckPrefix, when set, says why no lock key can start with a prefix
 	// (a leading "/", a "*" meant as a wildcard): APIKeys then refuses to
 	// be built rather than answer 403 to everything that user sends.
@@ -278,7 +309,7 @@ func APIKeys(keys []APIKey, c APIKeysConfig) (func(http.Handler) http.Handler, e
 				c.Unauthorized.ServeHTTP(w, r)
 				return
 			}
-			if !user.AllKeys {
+			if !user.AllKeys && !c.AnyUser {
 				if c.LockKey == nil {
 					c.Forbidden.ServeHTTP(w, r)
 					return

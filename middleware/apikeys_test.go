@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -323,4 +324,56 @@ func TestAPIKeysAdministers(t *testing.T) {
 			assert.Contains(t, err.Error(), `user "a"`)
 		})
 	}
+}
+
+// TestAPIKeysAnyUser: a route about the caller itself (GET /whoami) lets
+// every known key through, whatever its prefixes, and hands the handler
+// what the key may do (GetAccess), which the handler cannot change for the
+// next request; an unknown key or none is still 401.
+func TestAPIKeysAnyUser(t *testing.T) {
+	status := func(code int) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(code) })
+	}
+	auth, err := middleware.APIKeys([]middleware.APIKey{
+		{User: "root", Digest: sha256.Sum256([]byte("root-key")), AllKeys: true, AdminAll: true},
+		{User: "ops", Digest: sha256.Sum256([]byte("ops-key")), Prefixes: []string{"jobs/", "cart/"}, AdminPrefixes: []string{"jobs/"}},
+		{User: "dev", Digest: sha256.Sum256([]byte("dev-key")), Prefixes: []string{"jobs/"}},
+	}, middleware.APIKeysConfig{AnyUser: true, Unauthorized: status(401), Forbidden: status(403)})
+	require.NoError(t, err)
+	var got middleware.Access
+	var found bool
+	h := auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, ok := middleware.GetAccess(r.Context())
+		got, found = a, ok
+		got.Prefixes = slices.Clone(a.Prefixes)
+		if len(a.Prefixes) > 0 {
+			a.Prefixes[0] = "changed/" // a copy: the key's own stay as loaded
+		}
+		w.WriteHeader(200)
+	}))
+	for _, tc := range []struct {
+		key    string
+		status int
+		want   middleware.Access
+	}{
+		{"root-key", 200, middleware.Access{User: "root", AllKeys: true, AdminAll: true}},
+		{"ops-key", 200, middleware.Access{User: "ops", Prefixes: []string{"jobs/", "cart/"}, AdminPrefixes: []string{"jobs/"}}},
+		{"ops-key", 200, middleware.Access{User: "ops", Prefixes: []string{"jobs/", "cart/"}, AdminPrefixes: []string{"jobs/"}}},
+		{"dev-key", 200, middleware.Access{User: "dev", Prefixes: []string{"jobs/"}}},
+		{"nope", 401, middleware.Access{}},
+		{"", 401, middleware.Access{}},
+	} {
+		got, found = middleware.Access{}, false
+		req := httptest.NewRequest("GET", "/whoami", nil)
+		if tc.key != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.key)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		assert.Equal(t, tc.status, rec.Code, tc.key)
+		assert.Equal(t, tc.status == 200, found, tc.key)
+		assert.Equal(t, tc.want, got, tc.key)
+	}
+	_, found = middleware.GetAccess(httptest.NewRequest("GET", "/whoami", nil).Context())
+	assert.False(t, found, "no user without API keys")
 }

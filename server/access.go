@@ -51,6 +51,17 @@ func addAccessControl(d *deps, cfg Config, store lockstore.Store) error {
 		if err != nil {
 			return err
 		}
+		// What a key may do is for every known key to ask, whatever its
+		// prefixes: the dashboard learns from it whether to offer a
+		// forced release.
+		d.whoAuth, err = middleware.APIKeys(keys, middleware.APIKeysConfig{
+			AnyUser:      true,
+			Unauthorized: handlers.Refuse(problem.Unauthorized, `send a valid API key as "Authorization: Bearer <key>"`),
+			Forbidden:    handlers.Refuse(problem.Forbidden, "every known API key may ask what it may do"), // never sent
+		})
+		if err != nil {
+			return err
+		}
 		if cfg.PProf {
 			// No LockKey: the profiler shows the whole process, every
 			// user's work, so only a user allowed every key may use it.

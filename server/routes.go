@@ -73,6 +73,14 @@ func addRoutes(r chi.Router, d deps) {
 		lock.Get("/semaphores/*", sems.Inspect().ServeHTTP)
 	}
 
+	// What the caller's API key may do: the dashboard offers a forced
+	// release only where the key administers the lock key.
+	who := r.With(middleware.NoStore)
+	if d.whoAuth != nil {
+		who = who.With(d.whoAuth)
+	}
+	who.Get("/whoami", handlers.Whoami(d.whoAuth != nil, d.log).ServeHTTP)
+
 	if d.lister != nil {
 		list := r.With(middleware.NoStore)
 		if d.listAuth != nil {

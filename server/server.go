@@ -52,7 +52,10 @@ type deps struct {
 	// listAuth is auth for listings, whose prefix must lie inside the
 	// user's prefixes; nil without API keys.
 	listAuth func(http.Handler) http.Handler
-	lister   lockstore.Lister
+	// whoAuth is auth for GET /whoami, which every known key may ask;
+	// nil without API keys.
+	whoAuth func(http.Handler) http.Handler
+	lister  lockstore.Lister
 	// pprofAuth guards the profiler: nil without API keys, when the
 	// configuration allows pprof on a loopback address only.
 	pprofAuth func(http.Handler) http.Handler

@@ -200,6 +200,9 @@ func TestDashboard(t *testing.T) {
 	lease := r.JSON(t)
 	took := within(t, b, time.Second, row(key)+` !== null`, "the lock just taken")
 	t.Logf("the lock showed %v after its grant", took)
+	// Without API keys nobody may release by force: no button.
+	within(t, b, time.Second, `document.body.dataset.access === 'known'`, "what the page may do")
+	assert.Zero(t, eval[float64](t, b, `document.querySelectorAll('button.force').length`), "no release button without API keys")
 	cells := eval[[]string](t, b, `Array.from(`+row(key)+`.cells, (td) => td.textContent)`)
 	require.Len(t, cells, 5)
 	assert.Equal(t, key, cells[0])
@@ -392,4 +395,121 @@ func TestDashboardWithAPIKey(t *testing.T) {
 func sha256Hex(s string) string {
 	d := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(d[:])
+}
+
+// TestDashboardForcedRelease: a page whose API key administers jobs/
+// ("admin_prefixes") shows a release button on each lock and permit under
+// jobs/ and on nothing else; the button asks first (Cancel releases
+// nothing), then sends the forced release of the fence it shows: the lock
+// is gone (GET 404) and its next holder's fence is higher, a permit goes
+// and its sibling stays, and a lease gone before the confirmation is
+// reported as such. A page with a key that administers nothing shows no
+// button at all.
+func TestDashboardForcedRelease(t *testing.T) {
+	const opsKey, devKey = "ops-key-5e2a91c07d", "dev-key-83b4f6a1e2"
+	file := filepath.Join(t.TempDir(), "keys.json")
+	users, err := json.Marshal(map[string]any{"users": []map[string]any{
+		{"user": "ops", "key_sha256": sha256Hex(opsKey), "prefixes": []string{"*"}, "admin_prefixes": []string{"jobs/"}},
+		{"user": "dev", "key_sha256": sha256Hex(devKey), "prefixes": []string{"*"}},
+	}})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(file, users, 0o600))
+	g := apitest.Start(t, map[string]string{"LOCKGW_API_KEYS_FILE": file, "LOCKGW_UI": "true"})
+	c := apitest.NewClient(g.URL)
+	dev := []string{"Authorization", "Bearer " + devKey}
+	put := func(path, body string) map[string]any {
+		t.Helper()
+		r := c.Do(t, "PUT", path, []byte(body), append(apitest.JSON, dev...)...)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		return r.JSON(t)
+	}
+	fence := func(m map[string]any) int64 { return int64(m["fence"].(float64)) }
+	crashed := put("/locks/jobs/nightly", `{"ttl_ms":3600000,"owner":"crashed-7"}`)
+	put("/locks/other/backup", `{"ttl_ms":3600000,"owner":"backup"}`)
+	p1 := put("/semaphores/jobs/pool", `{"limit":2,"ttl_ms":3600000,"owner":"p-one"}`)
+	p2 := put("/semaphores/jobs/pool", `{"limit":2,"ttl_ms":3600000,"owner":"p-two"}`)
+
+	b := newBrowser(t)
+	b.do(t, chromedp.Navigate(g.URL+"/ui/"))
+	within(t, b, 3*time.Second, `document.getElementById('message').textContent.includes('needs an API key')`, "that it needs a key")
+	b.do(t, chromedp.SendKeys("#apikey", opsKey), chromedp.Click(`#key-form button`))
+	sem := fmt.Sprintf(`document.querySelector('#semaphores tr[data-key=%q]')`, "jobs/pool")
+	within(t, b, 3*time.Second, `document.body.dataset.access === 'known' && `+row("jobs/nightly")+`?.querySelector('button.force') != null && `+
+		sem+`?.querySelectorAll('button.force').length === 2 && `+row("other/backup")+` !== null`, "release buttons with the admin key")
+
+	// A real button, named for its key and fence, on administered keys only.
+	button := row("jobs/nightly") + `.querySelector('button.force')`
+	assert.Equal(t, "BUTTON/button", eval[string](t, b, button+`.tagName + '/' + `+button+`.type`))
+	assert.Equal(t, fmt.Sprintf("Release the lock jobs/nightly (fence %d) by force", fence(crashed)), eval[string](t, b, button+`.getAttribute('aria-label')`))
+	assert.False(t, eval[bool](t, b, row("other/backup")+`.querySelector('button') !== null`), "no button on a key ops does not administer")
+	assert.False(t, eval[bool](t, b, `document.querySelector('#locks th.force').hidden`), "the column has a header")
+
+	// The table is redrawn on every read; a focused button keeps the focus.
+	eval[any](t, b, button+`.focus(), 0`)
+	time.Sleep(1200 * time.Millisecond) // past two reads at the least
+	assert.True(t, eval[bool](t, b, `document.activeElement === `+button), "the focus survives the redraws")
+
+	// Cancel releases nothing.
+	dialogOpen := `document.getElementById('force-dialog').open`
+	b.click(t, `#locks tr[data-key="jobs/nightly"] button.force`)
+	within(t, b, time.Second, dialogOpen, "the confirmation")
+	text := eval[string](t, b, `document.getElementById('force-text').textContent`)
+	assert.Contains(t, text, "jobs/nightly")
+	assert.Contains(t, text, fmt.Sprint(fence(crashed)))
+	assert.Contains(t, text, "crashed-7")
+	assert.True(t, eval[bool](t, b, `document.getElementById('follow').hidden`), "the button's click does not follow the lock")
+	b.click(t, `#force-cancel`)
+	within(t, b, time.Second, `!`+dialogOpen, "the confirmation closed")
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, http.StatusOK, c.Do(t, "GET", "/locks/jobs/nightly", nil, dev...).Status, "Cancel released nothing")
+
+	// Release: the lock is gone, its next holder's fence is higher.
+	b.click(t, `#locks tr[data-key="jobs/nightly"] button.force`)
+	within(t, b, time.Second, dialogOpen, "the confirmation")
+	b.click(t, `#force-confirm`)
+	result := `document.getElementById('force-result').textContent`
+	within(t, b, 2*time.Second, result+`.includes('Released the lock jobs/nightly')`, "the release's outcome")
+	assert.Equal(t, http.StatusNotFound, c.Do(t, "GET", "/locks/jobs/nightly", nil, dev...).Status, "released")
+	within(t, b, 2*time.Second, row("jobs/nightly")+` === null`, "the released lock gone from the list")
+	next := put("/locks/jobs/nightly", `{"ttl_ms":60000,"owner":"worker-9"}`)
+	assert.Greater(t, fence(next), fence(crashed), "the next holder's fence is higher")
+	assert.Contains(t, g.Logs.String(), `"forced release"`)
+
+	// A permit: the one of the fence clicked goes, the other stays.
+	permit := fmt.Sprintf(`#semaphores tr[data-key="jobs/pool"] button.force[data-fence="%d"]`, fence(p1))
+	b.click(t, permit)
+	within(t, b, time.Second, dialogOpen, "the permit's confirmation")
+	b.click(t, `#force-confirm`)
+	within(t, b, 2*time.Second, result+`.includes('Released the permit jobs/pool (fence `+fmt.Sprint(fence(p1))+`)')`, "the permit's outcome")
+	r := c.Do(t, "GET", "/semaphores/jobs/pool", nil, dev...)
+	require.Equal(t, http.StatusOK, r.Status)
+	holders := r.JSON(t)["holders"].([]any)
+	require.Len(t, holders, 1)
+	assert.Equal(t, float64(fence(p2)), holders[0].(map[string]any)["fence"], "the other permit stays")
+
+	// A lease gone between the click and the confirmation: nothing released, and said so.
+	within(t, b, 2*time.Second, row("jobs/nightly")+`?.querySelector('button.force') != null`, "the new holder's button")
+	b.click(t, `#locks tr[data-key="jobs/nightly"] button.force`)
+	within(t, b, time.Second, dialogOpen, "the confirmation")
+	require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", "/locks/jobs/nightly", nil, append(dev, "Lock-Token", next["token"].(string))...).Status)
+	b.click(t, `#force-confirm`)
+	within(t, b, 2*time.Second, result+`.includes('Already gone')`, "that it was already gone")
+	assert.Contains(t, eval[string](t, b, result), "nothing was released", "the problem's detail")
+
+	// The 401s before the key came and the 404 of the lease already gone
+	// are the browser's network log; nothing else may be an error.
+	for _, e := range b.errors() {
+		assert.True(t, strings.Contains(e, "401") || strings.Contains(e, "404"), "console error: %s", e)
+	}
+
+	// A key that administers nothing: no button, no column, on a fresh page.
+	put("/locks/jobs/weekly", `{"ttl_ms":60000,"owner":"w"}`)
+	b.do(t, chromedp.Navigate(g.URL+"/ui/"))
+	within(t, b, 3*time.Second, `document.getElementById('message').textContent.includes('needs an API key')`, "that it needs a key")
+	b.do(t, chromedp.SendKeys("#apikey", devKey), chromedp.Click(`#key-form button`))
+	within(t, b, 3*time.Second, `document.body.dataset.access === 'known' && `+row("jobs/weekly")+` !== null && `+sem+` !== null`, "the listing with dev's key")
+	time.Sleep(time.Second) // a few more reads
+	assert.Zero(t, eval[float64](t, b, `document.querySelectorAll('button.force').length`), "no release button without the role")
+	assert.True(t, eval[bool](t, b, `document.querySelector('#locks th.force').hidden`))
+	assert.Equal(t, 5, int(eval[float64](t, b, row("jobs/weekly")+`.cells.length`)))
 }

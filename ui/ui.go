@@ -1,8 +1,10 @@
 // Package ui is the gateway's live dashboard at /ui/: one page, embedded
 // in the binary (no build step, nothing fetched from elsewhere, so it
 // works offline), that reads the public API from the browser (GET /locks,
-// GET /readyz) and updates itself. It holds no state on the server and
-// never sees a token: listings have none.
+// GET /readyz) and updates itself; with an API key that administers lock
+// keys (GET /whoami), it offers their forced release (DELETE ?force=true).
+// It holds no state on the server and never sees a token: listings have
+// none.
 package ui
 
 import (

@@ -6,7 +6,15 @@
 // the Content-Security-Policy forbids inline scripts besides. The API key,
 // when the gateway asks for one, lives in one variable of this page: it
 // is never stored (no cookie, no localStorage), never put in a URL, and
-// sent only with the listing, the one call that needs it.
+// sent only to this gateway, in the Authorization header of the calls
+// that need it: the listings, GET /whoami, a followed lock's stream and a
+// forced release.
+//
+// A forced release (docs/api.md, "Releasing a lease by force") is offered
+// only on the keys the page's API key administers, as GET /whoami tells
+// it: a "release" button on each such lock and permit, which asks first.
+// The gateway decides all the same; the page only spares a key without
+// the role a button that would be refused.
 'use strict';
 
 (() => {
@@ -37,6 +45,13 @@
   let nodesSeen = new Map(); // addr → state
   let backendName = '';
   let rateSamples = []; // {at, counts: {decision: total}} from /metrics
+  // What the page's key administers (GET /whoami "admin_prefixes"): every
+  // key, or those starting with one of adminPrefixes. Nothing until the
+  // gateway says otherwise, and nothing without API keys.
+  let adminAll = false;
+  let adminPrefixes = [];
+  let accessGen = 0; // bumped when the key changes: a late /whoami is dropped
+  let pendingForce = null; // {kind, key, fence, owner} the dialog asks about
 
   const $ = (id) => document.getElementById(id);
 
@@ -130,6 +145,43 @@
     listTimer = setTimeout(pollLocks, wait);
   }
 
+  // --- what the page's key may do: GET /whoami ---
+
+  async function loadAccess() {
+    const gen = ++accessGen;
+    adminAll = false;
+    adminPrefixes = [];
+    document.body.dataset.access = 'asking'; // 'known' once answered, for tests
+    let all = false;
+    let prefixes = [];
+    try {
+      const { status, body } = await getJSON('/whoami', true);
+      // 401 without a key (or a wrong one), 404 from a gateway without
+      // /whoami: no role, no button.
+      if (status === 200 && body && Array.isArray(body.admin_prefixes)) {
+        const list = body.admin_prefixes.filter((p) => typeof p === 'string' && p !== '');
+        all = list.length === 1 && list[0] === '*';
+        prefixes = all ? [] : list;
+      }
+    } catch (_) {
+      // The gateway does not answer: the listing says so.
+    }
+    if (gen !== accessGen) return;
+    adminAll = all;
+    adminPrefixes = prefixes;
+    render();
+    renderSems();
+    document.body.dataset.access = 'known';
+  }
+
+  function mayForce() {
+    return adminAll || adminPrefixes.length > 0;
+  }
+
+  function administers(key) {
+    return adminAll || adminPrefixes.some((p) => key.startsWith(p));
+  }
+
   function restartLocks() {
     generation++;
     clearTimeout(listTimer);
@@ -184,6 +236,7 @@
 
   function render() {
     const tbody = $('locks').tBodies[0];
+    const focused = focusedForce(tbody);
     const rows = [];
     for (const { item, readAt, fresh } of locks.values()) {
       const tr = el('tr', undefined, fresh ? 'new' : '');
@@ -199,9 +252,16 @@
       if (item.held_by_stream) ttl.dataset.renewed = 'true';
       tr.append(ttl);
       tr.append(el('td', String(item.waiters), 'num'));
+      if (mayForce()) {
+        const td = el('td', undefined, 'force');
+        if (administers(item.key)) td.append(forceButton('lock', item.key, item.fence, item.owner));
+        tr.append(td);
+      }
       rows.push(tr);
     }
     tbody.replaceChildren(...rows);
+    refocusForce(tbody, focused);
+    $('locks').tHead.querySelector('th.force').hidden = !mayForce();
     $('count').textContent = listed ? `(${locks.size})` : '';
     tick();
   }
@@ -239,6 +299,8 @@
   }
 
   function renderSems() {
+    const tbody = $('semaphores').tBodies[0];
+    const focused = focusedForce(tbody);
     const rows = [];
     for (const { item, readAt, fresh } of sems.values()) {
       const tr = el('tr', undefined, fresh ? 'new' : '');
@@ -250,6 +312,7 @@
         const holder = el('span', `${i > 0 ? ', ' : ''}${h.owner || '—'} (${h.fence})`, 'holder');
         if (h.held_by_stream) holder.append(streamMark());
         holders.append(holder);
+        if (administers(item.key)) holders.append(' ', forceButton('permit', item.key, h.fence, h.owner));
       });
       tr.append(holders);
       // A permit a stream holds does not free itself: the first to go is
@@ -263,7 +326,8 @@
       tr.append(el('td', String(item.waiters), 'num'));
       rows.push(tr);
     }
-    $('semaphores').tBodies[0].replaceChildren(...rows);
+    tbody.replaceChildren(...rows);
+    refocusForce(tbody, focused);
     $('sem-count').textContent = sems.size ? `(${sems.size})` : '';
     tick();
   }
@@ -278,6 +342,88 @@
       td.classList.toggle('gone', left <= 0);
     }
     $('updated').textContent = lastRead ? `read ${((now - lastRead) / 1000).toFixed(1)} s ago` : '';
+  }
+
+  // --- forced release: DELETE ?force=true&fence=N ---
+
+  // forceButton is the button that offers to release one lease (kind
+  // 'lock') or permit ('permit') by force; it names the lease its row
+  // shows, by fence, so a lease that replaced it is never released.
+  function forceButton(kind, key, fence, owner) {
+    const b = el('button', 'release', 'force');
+    b.type = 'button';
+    b.setAttribute('aria-label', `Release the ${kind} ${key} (fence ${fence}) by force`);
+    b.dataset.kind = kind;
+    b.dataset.key = key;
+    b.dataset.fence = String(fence);
+    b.dataset.owner = owner || '';
+    return b;
+  }
+
+  // The tables are redrawn on every read: a button that had the focus
+  // gets it back in the new rows, so that a keyboard does not lose it.
+  function focusedForce(tbody) {
+    const a = document.activeElement;
+    return a && a.matches('button.force') && tbody.contains(a) ? { ...a.dataset } : null;
+  }
+
+  function refocusForce(tbody, d) {
+    if (!d) return;
+    const b = Array.from(tbody.querySelectorAll('button.force')).find((x) =>
+      x.dataset.kind === d.kind && x.dataset.key === d.key && x.dataset.fence === d.fence);
+    if (b) b.focus();
+  }
+
+  function askForce(button) {
+    const d = button.dataset;
+    pendingForce = { kind: d.kind, key: d.key, fence: d.fence, owner: d.owner };
+    const what = d.kind === 'permit' ? 'the permit of fence ' + d.fence + ' of the semaphore' : 'the lock';
+    $('force-text').textContent = `Release ${what} ${d.key}${d.kind === 'lock' ? ' (fence ' + d.fence + ')' : ''}` +
+      `${d.owner ? ', held by ' + d.owner : ''}, without its token?`;
+    $('force-dialog').showModal();
+  }
+
+  function showForceResult(ok, text) {
+    const p = $('force-result');
+    p.textContent = `${new Date().toLocaleTimeString()} ${text}`;
+    p.className = 'result ' + (ok ? 'ok' : 'bad');
+    p.hidden = false;
+  }
+
+  async function forceRelease(t) {
+    const path = (t.kind === 'permit' ? '/semaphores/' : '/locks/') + escapeKey(t.key) +
+      '?force=true&fence=' + encodeURIComponent(t.fence);
+    const headers = { Accept: 'application/json, application/problem+json' };
+    if (apiKey) headers.Authorization = 'Bearer ' + apiKey;
+    const what = `${t.kind} ${t.key} (fence ${t.fence})`;
+    let r;
+    try {
+      r = await fetch(path, { method: 'DELETE', headers, cache: 'no-store', credentials: 'omit' });
+    } catch (_) {
+      showForceResult(false, `Not released: the gateway does not answer (${what}).`);
+      return;
+    }
+    if (r.status === 204) {
+      showForceResult(true, `Released the ${what}.`);
+      event('forced', 'holder', `${t.key} fence ${t.fence}`);
+      return;
+    }
+    let problem = null;
+    try {
+      problem = await r.json();
+    } catch (_) {
+      problem = null;
+    }
+    const detail = (problem && (problem.detail || problem.title)) || `the gateway answered ${r.status}`;
+    if (r.status === 404) {
+      showForceResult(false, `Already gone, nothing released (${what}): ${detail}`);
+    } else {
+      showForceResult(false, `Not released (${what}, ${r.status}): ${detail}`);
+    }
+  }
+
+  function escapeKey(key) {
+    return key.split('/').map(encodeURIComponent).join('/');
   }
 
   // --- the backend: /readyz ---
@@ -391,14 +537,36 @@
       apiKey = input.value.trim();
       input.value = ''; // out of the DOM: the variable is the only copy
       input.placeholder = apiKey ? 'key in use (this page only)' : 'only if the gateway asks';
+      if ($('force-dialog').open) $('force-dialog').close(); // it asked for the old key
+      loadAccess();
       restartLocks();
     });
-    // A click on a held lock follows it through its watch stream (watch.js).
+    // A click on a held lock follows it through its watch stream (watch.js);
+    // one on its release button asks to release it by force.
     $('locks').addEventListener('click', (e) => {
+      const button = e.target.closest('button.force');
+      if (button) {
+        askForce(button);
+        return;
+      }
       const tr = e.target.closest('tr[data-key]');
       if (tr) window.lockgwFollow(tr.dataset.key, apiKey);
     });
+    $('semaphores').addEventListener('click', (e) => {
+      const button = e.target.closest('button.force');
+      if (button) askForce(button);
+    });
+    $('force-dialog').addEventListener('close', () => {
+      pendingForce = null;
+    });
+    $('force-cancel').addEventListener('click', () => $('force-dialog').close());
+    $('force-confirm').addEventListener('click', () => {
+      const t = pendingForce;
+      $('force-dialog').close();
+      if (t) forceRelease(t);
+    });
     setInterval(tick, 100);
+    loadAccess();
     pollReady();
     pollLocks();
     pollMetrics();
