@@ -103,11 +103,11 @@ type held struct {
 	extend  func(ctx context.Context, ttl time.Duration) error
 }
 
-// holdLock streams a lock's hold (see hold). user is whom the lease
+// holdLock starts a lock's hold (see hold). user is whom the lease
 // counts against ("" for nobody).
-func (h *Locks) holdLock(w http.ResponseWriter, r *http.Request, status int, lease lockstore.Lease, user string, opts holdOptions) {
+func (h *Locks) holdLock(w http.ResponseWriter, r *http.Request, status int, lease lockstore.Lease, user string, opts holdOptions) *holdStream {
 	ext := lockstore.Extension{Key: lease.Key, Token: lease.Token, User: user, TTL: lease.Granted}
-	h.hold(w, r, status, held{
+	return h.hold(w, r, status, &held{
 		key: lease.Key, token: lease.Token, fence: lease.Fence, owner: lease.Owner,
 		ttl: lease.Granted, expiresAt: lease.ExpiresAt, grant: newLeaseBody(lease),
 		renew: func(at time.Time) <-chan renewal { return h.renewer.renew(at, ext) },
@@ -121,10 +121,10 @@ func (h *Locks) holdLock(w http.ResponseWriter, r *http.Request, status int, lea
 	}, opts)
 }
 
-// holdPermit streams a permit's hold (see hold).
-func (h *Semaphores) holdPermit(w http.ResponseWriter, r *http.Request, status int, p lockstore.Permit, opts holdOptions) {
+// holdPermit starts a permit's hold (see hold).
+func (h *Semaphores) holdPermit(w http.ResponseWriter, r *http.Request, status int, p lockstore.Permit, opts holdOptions) *holdStream {
 	ext := lockstore.Extension{Key: p.Key, Token: p.Token, TTL: p.Granted}
-	h.hold(w, r, status, held{
+	return h.hold(w, r, status, &held{
 		key: p.Key, token: p.Token, fence: p.Fence, owner: p.Owner,
 		ttl: p.Granted, expiresAt: p.ExpiresAt, grant: newPermitBody(p), permit: true,
 		renew:   func(at time.Time) <-chan renewal { return h.permits.renew(at, ext) },
@@ -136,142 +136,260 @@ func (h *Semaphores) holdPermit(w http.ResponseWriter, r *http.Request, status i
 	}, opts)
 }
 
-// hold streams the life of a lease or a permit to the client (see above)
-// until it ends. status is the grant's (201, or 200 when the token
-// already held it).
-func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease held, opts holdOptions) {
-	key, ttl := lease.key, lease.ttl
-	rc := http.NewResponseController(w)
+// holdStream is an open hold: what its loop (run) needs, in one
+// allocation.
+//
+// Memory (issue 28: 10 000 holds on one gateway): the request's goroutine
+// stays parked in run for the whole hold, and a goroutine keeps the
+// largest stack it ever needed (an acquire through go-redis takes it to
+// 16 KiB) unless the collector finds less than a quarter of it in use
+// (about 3.2 KiB of 16, less its nosplit allowance), when it halves it.
+// net/http's and the middlewares' frames take most of that quarter, so
+// the hold parks in a small frame: the handler returns from the acquire
+// and from hold before it calls run, run's frame is a select and little
+// else, and everything else (writes, ends, timers) is in methods it
+// calls, whose frames come and go. One timer serves the heartbeat, the
+// lost deadline and max_hold, and the stream's state lives here rather
+// than in closures and the variables they capture.
+type holdStream struct {
+	h     *Locks
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	r     *http.Request
+	lease *held
+	opts  holdOptions
+	open  *openHold
+	ended string // the end's reason, for the metric
+
+	// The one pending renewal (hold_renewer.go) and its span.
+	renewed  <-chan renewal
+	span     trace.Span
+	tracer   trace.Tracer
+	interval time.Duration
+
+	// What the timer waits for: the next heartbeat, the moment to say
+	// lost (no renewal confirmed in time), max_hold's end (zero: none).
+	// Monotonic readings, as the timers these stand for were.
+	timer               *time.Timer
+	beatAt, lostAt, cap time.Time
+}
+
+// hold starts streaming the life of a lease or a permit to the client
+// (see above): it sends the acquired event and returns the stream for the
+// handler to run until it ends, or nil when it ended already. status is
+// the grant's (201, or 200 when the token already held it).
+//
+// The handler calls run itself, after hold and the acquire returned, so
+// that the request's goroutine parks in run's frame alone (holdStream).
+func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease *held, opts holdOptions) *holdStream {
+	s := &holdStream{h: h, w: w, r: r, lease: lease, opts: opts, ended: holdClientGone, rc: http.NewResponseController(w)}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: pass events on at once
 	w.WriteHeader(status)
-	write := func(event string, data any) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(2 * sseHeartbeat))
-		var err error
-		if event == "" {
-			_, err = fmt.Fprint(w, ": heartbeat\n\n")
-		} else {
-			_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, jsonLine(data))
-		}
-		return err == nil && rc.Flush() == nil
-	}
 	h.obs.HoldStarted()
-	ended := holdClientGone
-	defer func() { h.obs.HoldEnded(ended) }()
-	// over reports whether the last end the holder was told has come. From
-	// then on the holder has stopped by its own clock, and the stream
-	// says nothing more: a lost said now would come after the end it must
-	// precede. That happens when this goroutine could not run past the end
-	// (the process stopped, its host frozen, a write that stalled): the
-	// stream then closes without a final event.
-	over := func() bool { return !time.Now().Before(lease.expiresAt.Truncate(time.Millisecond)) } // as told: whole ms
-	end := func(event, reason string) {
-		ended = reason
-		if over() {
-			return
-		}
-		write(event, holdEnd{Key: key, Reason: reason, Fence: lease.fence, ExpiresAt: timestamp(lease.expiresAt)})
-	}
 	// Listed as held by a stream from before the holder can know its
 	// token, so that its DELETE through this gateway always finds it.
-	open := h.open.add(lease.permit, key, lease.token, lease.fence)
-	defer h.open.remove(open)
-	if !write("acquired", lease.grant) {
+	s.open = h.open.add(lease.permit, lease.key, lease.token, lease.fence)
+	ok := s.write("acquired", lease.grant)
+	lease.grant = nil // sent: nothing keeps it
+	if !ok {
 		h.letGo(lease, opts.lockDelay)
-		return
+		s.finish()
+		return nil
 	}
-
-	heartbeat := time.NewTicker(sseHeartbeat)
-	defer heartbeat.Stop()
+	start := time.Now()
+	s.beatAt = start.Add(sseHeartbeat)
 	maxHold := h.limits.MaxHold
 	if opts.maxHold > 0 && (maxHold == 0 || opts.maxHold < maxHold) {
 		maxHold = opts.maxHold
 	}
-	var capped <-chan time.Time
 	if maxHold > 0 {
-		t := time.NewTimer(maxHold)
-		defer t.Stop()
-		capped = t.C
+		s.cap = start.Add(maxHold)
 	}
-
 	// One renewal at a time, sent with other holds' by the renewer (in a
 	// batch where the store allows), so that the deadline below fires on
 	// time even while a renewal waits for the backend.
-	interval := ttl / 3
+	s.interval = lease.ttl / 3
 	// Each renewal is a span under the hold's request span (a no-op when
 	// the request is not traced): from when it is due to its outcome.
-	tracer := trace.SpanFromContext(r.Context()).TracerProvider().Tracer("github.com/lockgateway/lockgateway/handlers")
-	var span trace.Span
-	renew := func(at time.Time) <-chan renewal {
-		_, span = tracer.Start(r.Context(), "hold renewal", trace.WithTimestamp(at))
-		return lease.renew(at)
-	}
-	defer func() { // the one pending when the hold ends (a no-op on an ended span)
-		span.SetAttributes(attribute.String("lockgw.hold.renewal", "hold-ended"))
-		span.End()
-	}()
-	renewed := renew(time.Now().Add(interval))
-	lost := time.NewTimer(time.Until(lease.expiresAt.Add(-lostMargin(ttl))))
-	defer lost.Stop()
+	s.tracer = trace.SpanFromContext(r.Context()).TracerProvider().Tracer("github.com/lockgateway/lockgateway/handlers")
+	s.renew(time.Now().Add(s.interval))
+	s.setLost()
+	s.timer = time.NewTimer(time.Until(s.next()))
+	return s
+}
 
+// run waits for what ends or feeds the stream until the hold ends. Keep
+// its frame small (see holdStream): the request's goroutine is parked
+// here for the whole hold.
+func (s *holdStream) run() {
+	defer s.finish()
+	done := s.r.Context().Done()
 	for {
 		select {
-		case got := <-renewed:
-			span.SetAttributes(attribute.String("lockgw.hold.renewal", renewalOutcome(got.err)))
-			span.End()
-			switch {
-			case got.err == nil && over():
-				// Renewed, but too late to tell: the holder stopped at the
-				// end it was told, and nobody works under this lease.
-				h.releaseHeld(lease)
-				ended = holdExpired
-				return
-			case got.err == nil:
-				if got.expires.After(lease.expiresAt) {
-					lease.expiresAt = got.expires
-				}
-				lost.Reset(time.Until(lease.expiresAt.Add(-lostMargin(ttl))))
-				renewed = renew(time.Now().Add(interval))
-				if !lease.permit {
-					h.obs.Extended(lease.token, lease.expiresAt)
-				}
-				if !write("renewed", renewedBody{Key: key, Fence: lease.fence, Owner: lease.owner, TTLms: ttl.Milliseconds(), ExpiresAt: timestamp(lease.expiresAt)}) {
-					h.letGo(lease, opts.lockDelay)
-					return
-				}
-			case errors.Is(got.err, lockstore.ErrNotHeld), errors.Is(got.err, lockstore.ErrTokenMismatch):
-				end(leaseGone(lease, got.err, open))
-				return
-			default: // try again soon, while the lease lasts
-				renewed = renew(time.Now().Add(max(interval/4, 10*time.Millisecond)))
-			}
-		case <-lost.C:
-			// No renewal was confirmed in time: the holder must stop now,
-			// before its lease may end. The lease is left to its TTL (a
-			// renewal still on its way may yet land).
-			end("lost", holdUnavailable)
-			return
-		case <-open.released:
-			end(open.freed())
-			return
-		case <-heartbeat.C:
-			if !write("", nil) {
-				h.letGo(lease, opts.lockDelay)
+		case got := <-s.renewed:
+			if !s.renewal(got) {
 				return
 			}
-		case <-capped:
-			h.releaseHeld(lease)
-			end("ended", holdMaxHold)
+		case <-s.timer.C:
+			if !s.due() {
+				return
+			}
+		case <-s.open.released:
+			s.end(s.open.freed())
 			return
-		case <-h.stopping:
-			h.releaseHeld(lease)
-			end("ended", holdShutdown)
+		case <-s.h.stopping:
+			s.h.releaseHeld(s.lease)
+			s.end("ended", holdShutdown)
 			return
-		case <-r.Context().Done():
-			h.letGo(lease, opts.lockDelay)
+		case <-done:
+			s.h.letGo(s.lease, s.opts.lockDelay)
 			return
 		}
 	}
+}
+
+// finish is what a hold does last, however it ended.
+//
+//go:noinline
+func (s *holdStream) finish() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	if s.span != nil { // the one pending when the hold ends (a no-op on an ended span)
+		s.span.SetAttributes(attribute.String("lockgw.hold.renewal", "hold-ended"))
+		s.span.End()
+	}
+	s.h.open.remove(s.open)
+	s.h.obs.HoldEnded(s.ended)
+}
+
+// write sends an event (a heartbeat comment when event is "") and reports
+// whether it left.
+//
+//go:noinline
+func (s *holdStream) write(event string, data any) bool {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(2 * sseHeartbeat))
+	var err error
+	if event == "" {
+		_, err = fmt.Fprint(s.w, ": heartbeat\n\n")
+	} else {
+		_, err = fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, jsonLine(data))
+	}
+	return err == nil && s.rc.Flush() == nil
+}
+
+// over reports whether the last end the holder was told has come. From
+// then on the holder has stopped by its own clock, and the stream says
+// nothing more: a lost said now would come after the end it must
+// precede. That happens when this goroutine could not run past the end
+// (the process stopped, its host frozen, a write that stalled): the
+// stream then closes without a final event.
+func (s *holdStream) over() bool {
+	return !time.Now().Before(s.lease.expiresAt.Truncate(time.Millisecond)) // as told: whole ms
+}
+
+// end sends the final event (unless over) and notes the reason.
+//
+//go:noinline
+func (s *holdStream) end(event, reason string) {
+	s.ended = reason
+	if s.over() {
+		return
+	}
+	l := s.lease
+	s.write(event, holdEnd{Key: l.key, Reason: reason, Fence: l.fence, ExpiresAt: timestamp(l.expiresAt)})
+}
+
+// renew asks for the next renewal at at, under a span of its own.
+func (s *holdStream) renew(at time.Time) {
+	_, s.span = s.tracer.Start(s.r.Context(), "hold renewal", trace.WithTimestamp(at))
+	s.renewed = s.lease.renew(at)
+}
+
+// setLost sets when a hold whose renewals failed says lost: its lease's
+// safe end less lostMargin.
+func (s *holdStream) setLost() {
+	s.lostAt = time.Now().Add(time.Until(s.lease.expiresAt.Add(-lostMargin(s.lease.ttl))))
+}
+
+// next is the earliest thing the timer waits for.
+func (s *holdStream) next() time.Time {
+	t := s.beatAt
+	if s.lostAt.Before(t) {
+		t = s.lostAt
+	}
+	if !s.cap.IsZero() && s.cap.Before(t) {
+		t = s.cap
+	}
+	return t
+}
+
+// renewal acts on a renewal's outcome and reports whether the hold goes on.
+//
+//go:noinline
+func (s *holdStream) renewal(got renewal) bool {
+	s.span.SetAttributes(attribute.String("lockgw.hold.renewal", renewalOutcome(got.err)))
+	s.span.End()
+	lease := s.lease
+	switch {
+	case got.err == nil && s.over():
+		// Renewed, but too late to tell: the holder stopped at the
+		// end it was told, and nobody works under this lease.
+		s.h.releaseHeld(lease)
+		s.ended = holdExpired
+		return false
+	case got.err == nil:
+		if got.expires.After(lease.expiresAt) {
+			lease.expiresAt = got.expires
+		}
+		s.setLost()
+		s.timer.Reset(time.Until(s.next()))
+		s.renew(time.Now().Add(s.interval))
+		if !lease.permit {
+			s.h.obs.Extended(lease.token, lease.expiresAt)
+		}
+		if !s.write("renewed", renewedBody{Key: lease.key, Fence: lease.fence, Owner: lease.owner, TTLms: lease.ttl.Milliseconds(), ExpiresAt: timestamp(lease.expiresAt)}) {
+			s.h.letGo(lease, s.opts.lockDelay)
+			return false
+		}
+	case errors.Is(got.err, lockstore.ErrNotHeld), errors.Is(got.err, lockstore.ErrTokenMismatch):
+		s.end(leaseGone(lease, got.err, s.open))
+		return false
+	default: // try again soon, while the lease lasts
+		s.renew(time.Now().Add(max(s.interval/4, 10*time.Millisecond)))
+	}
+	return true
+}
+
+// due acts on what the timer found due and reports whether the hold goes
+// on.
+//
+//go:noinline
+func (s *holdStream) due() bool {
+	now := time.Now()
+	switch {
+	case !now.Before(s.lostAt):
+		// No renewal was confirmed in time: the holder must stop now,
+		// before its lease may end. The lease is left to its TTL (a
+		// renewal still on its way may yet land).
+		s.end("lost", holdUnavailable)
+		return false
+	case !s.cap.IsZero() && !now.Before(s.cap):
+		s.h.releaseHeld(s.lease)
+		s.end("ended", holdMaxHold)
+		return false
+	case !now.Before(s.beatAt):
+		if !s.write("", nil) {
+			s.h.letGo(s.lease, s.opts.lockDelay)
+			return false
+		}
+		for !s.beatAt.After(now) { // as a ticker: ticks missed are dropped
+			s.beatAt = s.beatAt.Add(sseHeartbeat)
+		}
+	}
+	s.timer.Reset(time.Until(s.next()))
+	return true
 }
 
 // leaseGone is the final event and its reason of a hold whose renewal
@@ -282,7 +400,7 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease h
 // expires_at the holder was told) was freed by its token, the one thing
 // that frees a lease early, through this gateway or another: released.
 // (A permit is never taken by another token.) Past its end, it expired.
-func leaseGone(lease held, err error, open *openHold) (event, reason string) {
+func leaseGone(lease *held, err error, open *openHold) (event, reason string) {
 	select {
 	case <-open.released: // a DELETE through this gateway, whatever came since
 		return open.freed()
@@ -320,7 +438,7 @@ type renewal struct {
 // once, or with a lock delay kept that much longer (extended, never
 // shortened), so that nobody else takes the key while a holder that
 // vanished may still be at work.
-func (h *Locks) letGo(lease held, lockDelay time.Duration) {
+func (h *Locks) letGo(lease *held, lockDelay time.Duration) {
 	if lockDelay <= 0 {
 		h.releaseHeld(lease)
 		return
@@ -334,7 +452,7 @@ func (h *Locks) letGo(lease held, lockDelay time.Duration) {
 
 // releaseHeld releases a hold's lease with a context of its own (the
 // request's may be what ended).
-func (h *Locks) releaseHeld(lease held) {
+func (h *Locks) releaseHeld(lease *held) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.backendTimeout())
 	defer cancel()
 	err := lease.release(ctx)

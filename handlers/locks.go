@@ -178,96 +178,111 @@ const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // Acquire serves PUT /locks/{key}: take a lease, waiting up to wait_ms.
 func (h *Locks) Acquire() http.Handler {
-	type request struct {
-		TTLms  *int64  `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
-		WaitMs *int64  `json:"wait_ms" validate:"omitnil,gte=0,maxwait"`
-		Owner  *string `json:"owner" validate:"omitnil,max=128,printable"`
-		// The key stays held this long after the grant, whatever releases
-		// it sooner (docs/safety.md, rule L).
-		HoldAtLeastMs *int64 `json:"hold_at_least_ms" validate:"omitnil,gte=1,maxttl"`
-		// A hold's own (Accept: text/event-stream; hold.go).
-		MaxHoldMs   *int64 `json:"max_hold_ms" validate:"omitnil,gte=1"`
-		LockDelayMs *int64 `json:"lock_delay_ms" validate:"omitnil,gte=0,maxttl"`
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req request
-		key, token, err := h.parse(w, r, false, &req)
-		if err != nil {
-			WriteError(w, r, h.log, err)
+		if !wantsStream(r) {
+			h.acquireLock(w, r)
 			return
 		}
-		holding := wantsStream(r)
-		if err := holdFields(holding, req.MaxHoldMs, req.LockDelayMs); err != nil {
-			WriteError(w, r, h.log, err)
-			return
+		// A hold's acquire runs aside (see aside), and the hold here, once
+		// that goroutine and its frames are gone (holdStream).
+		if s := aside(func() *holdStream { return h.acquireLock(w, r) }); s != nil {
+			s.run()
 		}
-		ar := lockstore.AcquireRequest{TTL: h.limits.DefaultTTL}
-		if holding && h.limits.HoldTTL > 0 {
-			ar.TTL = h.limits.HoldTTL
-		}
-		if h.limits.MaxLocksPerUser > 0 {
-			user, ok := h.limits.User(r)
-			if !ok {
-				WriteError(w, r, h.log, errUnidentified)
-				return
-			}
-			ar.Quota = lockstore.Quota{User: user, Max: h.limits.MaxLocksPerUser}
-		}
-		ours := token == "" // a token the client cannot learn unless we answer
-		if ours {
-			token = lockstore.NewToken()
-		}
-		ar.Token = token
-		if req.TTLms != nil {
-			ar.TTL = time.Duration(*req.TTLms) * time.Millisecond
-		}
-		if req.Owner != nil {
-			ar.Owner = *req.Owner
-		}
-		ar.HoldAtLeast = millis(req.HoldAtLeastMs)
-		if ar.Wait, err = h.wait(w, r, req.WaitMs); err != nil {
-			WriteError(w, r, h.log, err)
-			return
-		}
-
-		start := time.Now()
-		lease, err := h.acquire(r.Context(), key, ar)
-		outcome := acquireOutcome(lease, err)
-		// A waiting acquire refused a place to wait never waited.
-		h.obs.Acquired(outcome, time.Since(start), ar.Wait > 0 && outcome != "too_many_waiters")
-		if refused, ok := errors.AsType[*lockstore.RefusedError](err); ok {
-			h.obs.Refused("acquire", refused.Reason)
-		}
-		// A token the client chose is its own to act on, whatever happens
-		// here: the client may already have retried with it and been told
-		// it holds the lease. Ours must reach the client with the answer, or
-		// the lease must go.
-		switch {
-		case err != nil && ours && outcomeUnknown(err) && clientGone(r):
-			// The grant may still land, late, and nobody could release it.
-			go h.releaseLate(key, token, ar.Quota.User)
-			WriteError(w, r, h.log, err)
-			return
-		case err != nil && ours && outcomeUnknown(err):
-			WriteError(w, r, h.log, withToken(err, token))
-			return
-		case err != nil:
-			WriteError(w, r, h.log, err)
-			return
-		case ours && !lease.Renewed && clientGone(r):
-			// The client left while we took the lock: it will never learn
-			// the token, so nobody could release it before it expires.
-			h.releaseAbandoned(key, token, ar.Quota.User)
-			return
-		}
-		h.obs.Granted(token, lease.ExpiresAt)
-		status := grantHeaders(w, LocksPrefix, key, token, lease.Renewed)
-		if holding {
-			h.holdLock(w, r, status, lease, ar.Quota.User, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs)})
-			return
-		}
-		encodeLease(w, status, newLeaseBody(lease))
 	})
+}
+
+type acquireLockRequest struct {
+	TTLms  *int64  `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
+	WaitMs *int64  `json:"wait_ms" validate:"omitnil,gte=0,maxwait"`
+	Owner  *string `json:"owner" validate:"omitnil,max=128,printable"`
+	// The key stays held this long after the grant, whatever releases
+	// it sooner (docs/safety.md, rule L).
+	HoldAtLeastMs *int64 `json:"hold_at_least_ms" validate:"omitnil,gte=1,maxttl"`
+	// A hold's own (Accept: text/event-stream; hold.go).
+	MaxHoldMs   *int64 `json:"max_hold_ms" validate:"omitnil,gte=1"`
+	LockDelayMs *int64 `json:"lock_delay_ms" validate:"omitnil,gte=0,maxttl"`
+}
+
+// acquireLock answers an acquire, or starts its hold and returns it for
+// the handler to run.
+func (h *Locks) acquireLock(w http.ResponseWriter, r *http.Request) *holdStream {
+	var req acquireLockRequest
+	key, token, err := h.parse(w, r, false, &req)
+	if err != nil {
+		WriteError(w, r, h.log, err)
+		return nil
+	}
+	holding := wantsStream(r)
+	if err := holdFields(holding, req.MaxHoldMs, req.LockDelayMs); err != nil {
+		WriteError(w, r, h.log, err)
+		return nil
+	}
+	ar := lockstore.AcquireRequest{TTL: h.limits.DefaultTTL}
+	if holding && h.limits.HoldTTL > 0 {
+		ar.TTL = h.limits.HoldTTL
+	}
+	if h.limits.MaxLocksPerUser > 0 {
+		user, ok := h.limits.User(r)
+		if !ok {
+			WriteError(w, r, h.log, errUnidentified)
+			return nil
+		}
+		ar.Quota = lockstore.Quota{User: user, Max: h.limits.MaxLocksPerUser}
+	}
+	ours := token == "" // a token the client cannot learn unless we answer
+	if ours {
+		token = lockstore.NewToken()
+	}
+	ar.Token = token
+	if req.TTLms != nil {
+		ar.TTL = time.Duration(*req.TTLms) * time.Millisecond
+	}
+	if req.Owner != nil {
+		ar.Owner = *req.Owner
+	}
+	ar.HoldAtLeast = millis(req.HoldAtLeastMs)
+	if ar.Wait, err = h.wait(w, r, req.WaitMs); err != nil {
+		WriteError(w, r, h.log, err)
+		return nil
+	}
+
+	start := time.Now()
+	lease, err := h.acquire(r.Context(), key, ar)
+	outcome := acquireOutcome(lease, err)
+	// A waiting acquire refused a place to wait never waited.
+	h.obs.Acquired(outcome, time.Since(start), ar.Wait > 0 && outcome != "too_many_waiters")
+	if refused, ok := errors.AsType[*lockstore.RefusedError](err); ok {
+		h.obs.Refused("acquire", refused.Reason)
+	}
+	// A token the client chose is its own to act on, whatever happens
+	// here: the client may already have retried with it and been told
+	// it holds the lease. Ours must reach the client with the answer, or
+	// the lease must go.
+	switch {
+	case err != nil && ours && outcomeUnknown(err) && clientGone(r):
+		// The grant may still land, late, and nobody could release it.
+		go h.releaseLate(key, token, ar.Quota.User)
+		WriteError(w, r, h.log, err)
+		return nil
+	case err != nil && ours && outcomeUnknown(err):
+		WriteError(w, r, h.log, withToken(err, token))
+		return nil
+	case err != nil:
+		WriteError(w, r, h.log, err)
+		return nil
+	case ours && !lease.Renewed && clientGone(r):
+		// The client left while we took the lock: it will never learn
+		// the token, so nobody could release it before it expires.
+		h.releaseAbandoned(key, token, ar.Quota.User)
+		return nil
+	}
+	h.obs.Granted(token, lease.ExpiresAt)
+	status := grantHeaders(w, LocksPrefix, key, token, lease.Renewed)
+	if holding {
+		return h.holdLock(w, r, status, lease, ar.Quota.User, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs)})
+	}
+	encodeLease(w, status, newLeaseBody(lease))
+	return nil
 }
 
 // millis is an optional request field in ms as a duration (0 when absent).

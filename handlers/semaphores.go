@@ -61,73 +61,87 @@ func semError(err error) error {
 // Acquire serves PUT /semaphores/{key}: take a permit, waiting up to
 // wait_ms (or Prefer: wait) in line with the other waiters.
 func (h *Semaphores) Acquire() http.Handler {
-	type request struct {
-		Limit  *int64  `json:"limit" validate:"required,gte=1,lte=10000"`
-		TTLms  *int64  `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
-		WaitMs *int64  `json:"wait_ms" validate:"omitnil,gte=0,maxwait"`
-		Owner  *string `json:"owner" validate:"omitnil,max=128,printable"`
-		// A hold's own (Accept: text/event-stream; hold.go), as for locks.
-		MaxHoldMs   *int64 `json:"max_hold_ms" validate:"omitnil,gte=1"`
-		LockDelayMs *int64 `json:"lock_delay_ms" validate:"omitnil,gte=0,maxttl"`
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req request
-		key, token, err := h.parse(w, r, false, &req)
-		if err != nil {
-			WriteError(w, r, h.log, err)
+		// A hold runs here, as a lock's (Locks.Acquire).
+		if !wantsStream(r) {
+			h.acquirePermit(w, r)
 			return
 		}
-		holding := wantsStream(r)
-		if err := holdFields(holding, req.MaxHoldMs, req.LockDelayMs); err != nil {
-			WriteError(w, r, h.log, err)
-			return
+		if s := aside(func() *holdStream { return h.acquirePermit(w, r) }); s != nil {
+			s.run()
 		}
-		ours := token == ""
-		if ours {
-			token = lockstore.NewToken()
-		}
-		pr := lockstore.PermitRequest{Token: token, TTL: h.limits.DefaultTTL, Limit: int(*req.Limit)}
-		if holding && h.limits.HoldTTL > 0 {
-			pr.TTL = h.limits.HoldTTL
-		}
-		if req.TTLms != nil {
-			pr.TTL = time.Duration(*req.TTLms) * time.Millisecond
-		}
-		if req.Owner != nil {
-			pr.Owner = *req.Owner
-		}
-		if pr.Wait, err = h.wait(w, r, req.WaitMs); err != nil {
-			WriteError(w, r, h.log, err)
-			return
-		}
-		p, err := h.acquire(r.Context(), key, pr)
-		release := func(ctx context.Context) error { return h.sems.SemRelease(ctx, key, token) }
-		switch {
-		case err != nil && ours && outcomeUnknown(err) && clientGone(r):
-			// As for a lock: the grant may still land, late, and nobody
-			// could release it.
-			go h.releaseLateWith("permit", release)
-			WriteError(w, r, h.log, err)
-			return
-		case err != nil && ours && outcomeUnknown(err):
-			// As for a lock: the client gets the token to retry or release.
-			WriteError(w, r, h.log, withToken(err, token))
-			return
-		case err != nil:
-			WriteError(w, r, h.log, err)
-			return
-		case ours && !p.Renewed && clientGone(r):
-			// Nobody could release it: give it back at once, as a lock.
-			h.releaseAbandonedWith("permit", release)
-			return
-		}
-		status := grantHeaders(w, SemaphoresPrefix, key, token, p.Renewed)
-		if holding {
-			h.holdPermit(w, r, status, p, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs)})
-			return
-		}
-		encode(w, status, "application/json", newPermitBody(p))
 	})
+}
+
+type acquirePermitRequest struct {
+	Limit  *int64  `json:"limit" validate:"required,gte=1,lte=10000"`
+	TTLms  *int64  `json:"ttl_ms" validate:"omitnil,gte=10,maxttl"`
+	WaitMs *int64  `json:"wait_ms" validate:"omitnil,gte=0,maxwait"`
+	Owner  *string `json:"owner" validate:"omitnil,max=128,printable"`
+	// A hold's own (Accept: text/event-stream; hold.go), as for locks.
+	MaxHoldMs   *int64 `json:"max_hold_ms" validate:"omitnil,gte=1"`
+	LockDelayMs *int64 `json:"lock_delay_ms" validate:"omitnil,gte=0,maxttl"`
+}
+
+// acquirePermit answers an acquire, or starts its hold and returns it for
+// the handler to run.
+func (h *Semaphores) acquirePermit(w http.ResponseWriter, r *http.Request) *holdStream {
+	var req acquirePermitRequest
+	key, token, err := h.parse(w, r, false, &req)
+	if err != nil {
+		WriteError(w, r, h.log, err)
+		return nil
+	}
+	holding := wantsStream(r)
+	if err := holdFields(holding, req.MaxHoldMs, req.LockDelayMs); err != nil {
+		WriteError(w, r, h.log, err)
+		return nil
+	}
+	ours := token == ""
+	if ours {
+		token = lockstore.NewToken()
+	}
+	pr := lockstore.PermitRequest{Token: token, TTL: h.limits.DefaultTTL, Limit: int(*req.Limit)}
+	if holding && h.limits.HoldTTL > 0 {
+		pr.TTL = h.limits.HoldTTL
+	}
+	if req.TTLms != nil {
+		pr.TTL = time.Duration(*req.TTLms) * time.Millisecond
+	}
+	if req.Owner != nil {
+		pr.Owner = *req.Owner
+	}
+	if pr.Wait, err = h.wait(w, r, req.WaitMs); err != nil {
+		WriteError(w, r, h.log, err)
+		return nil
+	}
+	p, err := h.acquire(r.Context(), key, pr)
+	release := func(ctx context.Context) error { return h.sems.SemRelease(ctx, key, token) }
+	switch {
+	case err != nil && ours && outcomeUnknown(err) && clientGone(r):
+		// As for a lock: the grant may still land, late, and nobody
+		// could release it.
+		go h.releaseLateWith("permit", release)
+		WriteError(w, r, h.log, err)
+		return nil
+	case err != nil && ours && outcomeUnknown(err):
+		// As for a lock: the client gets the token to retry or release.
+		WriteError(w, r, h.log, withToken(err, token))
+		return nil
+	case err != nil:
+		WriteError(w, r, h.log, err)
+		return nil
+	case ours && !p.Renewed && clientGone(r):
+		// Nobody could release it: give it back at once, as a lock.
+		h.releaseAbandonedWith("permit", release)
+		return nil
+	}
+	status := grantHeaders(w, SemaphoresPrefix, key, token, p.Renewed)
+	if holding {
+		return h.holdPermit(w, r, status, p, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs)})
+	}
+	encode(w, status, "application/json", newPermitBody(p))
+	return nil
 }
 
 // acquire is Locks.acquire for a permit.
