@@ -49,3 +49,37 @@ func TestRoundFenceIgnoresStaleCopy(t *testing.T) {
 	assert.Equal(t, "x", makerOf("~x.y.z"), "the first round of an older gateway's field made it")
 	assert.Equal(t, "x", makerOf("~x"))
 }
+
+// TestConfirmRoundRenewalDespiteOwnEqualVote: the token's permit (or lease)
+// is confirmed on a majority by an earlier call's round E; this call's
+// round x makes new provisional values on the other nodes, one of them by
+// chance with the same fence (a node's counter + 1). The round is a
+// renewal: x's own provisional value does not make it this call's new
+// grant. Before, it did, and a permit was answered 201 with E's fence,
+// below a holder answered in between (the simulator, seed 2280).
+func TestConfirmRoundRenewalDespiteOwnEqualVote(t *testing.T) {
+	r := &Redlock{}
+	five := quorums{newQuorumList([]bool{true, true, true, true, true})}
+	r.quorums.Store(&five)
+	const old, later = 100, 200
+	values := []roundValue{
+		{has: true, counted: true, fence: old, confirmed: true, maker: "E", floor: later + 1},
+		{has: true, counted: true, fence: old, confirmed: true, maker: "E", floor: later + 1},
+		{has: true, counted: true, fence: later + 7, maker: "x"},
+		{has: true, counted: true, fence: old, maker: "x"}, // x's vote, by chance E's fence
+		{has: true, counted: true, fence: old, confirmed: true, maker: "E"},
+	}
+	g := r.confirmRound(t.Context(), values, []string{"x"}, nil)
+	assert.True(t, g.renewal, "the permit E confirmed on a majority, renewed: 200")
+	assert.Equal(t, int64(old), g.fence)
+
+	// When x itself had confirmed it (an earlier round of this call), it is
+	// the call's new grant.
+	for i := range values {
+		if values[i].confirmed {
+			values[i].maker = "x"
+		}
+	}
+	g = r.confirmRound(t.Context(), values, []string{"x"}, nil)
+	assert.False(t, g.renewal, "confirmed by this call's own earlier round: 201")
+}

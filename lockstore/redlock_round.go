@@ -54,8 +54,14 @@ func (r *Redlock) confirmRound(ctx context.Context, values []roundValue, rounds 
 			if !g.hasOwner {
 				g.owner, g.hasOwner = v.owner, true // a renewal keeps the stored owner
 			}
-			if g.renewal && slices.Contains(rounds, v.maker) {
-				g.renewal = false // an earlier round of this call made it
+			// An earlier round of this call confirmed the lease before it
+			// failed: the call's new grant, not a renewal. Only confirmed
+			// values say so: this round's own provisional value may carry
+			// the same fence by chance (a node's counter + 1, as the
+			// simulator found: a renewal answered 201 with the old fence,
+			// below a later holder's).
+			if g.renewal && v.confirmed && slices.Contains(rounds, v.maker) {
+				g.renewal = false
 			}
 		}
 	}
