@@ -158,7 +158,7 @@ func TestRedlockForceDeletesOnlyAsRead(t *testing.T) {
 		next, err := s.Acquire(ctx, key, AcquireRequest{Token: NewToken(), TTL: time.Minute})
 		require.NoError(t, err)
 		for i, srv := range srvs {
-			require.ErrorIs(t, releaseRead(ctx, srv.Client(), key, reads[i].digest, reads[i], true), ErrTokenMismatch, "node %d", i)
+			require.ErrorIs(t, releaseRead(ctx, srv.Client(), key, reads[i].digest, reads[i], true, true), ErrTokenMismatch, "node %d", i)
 		}
 		l, err := s.Inspect(ctx, key)
 		require.NoError(t, err, "the new holder's lease stays")

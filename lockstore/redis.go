@@ -298,8 +298,15 @@ func (s *Redis) release(ctx context.Context, key, digest string, fence int64) (l
 		if err := releaseCode(code); !errors.Is(err, errMoved) {
 			return v, err
 		}
+		pinned := v.fence
 		if v, _, err = nodeInspect(ctx, s.scripts, key); err != nil {
 			return lockValue{}, err
+		}
+		if forced && v.digest == digest && v.fence != pinned {
+			// The lease read ended; the holder's token took the key
+			// again since (a new grant, a new fence): not the lease this
+			// forced release read or named (review fix).
+			return lockValue{}, ErrNotHeld
 		}
 	}
 	return lockValue{}, fmt.Errorf("%w: the lease kept changing while it was released (a renewal or an extend of the same token at the same time); release again", ErrUnavailable)

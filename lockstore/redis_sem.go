@@ -236,7 +236,7 @@ func (s *Redis) SemRelease(ctx context.Context, key, token string) error {
 	if err := CheckRelease(key, token); err != nil {
 		return err
 	}
-	return nodeSemReleaseAsRead(ctx, s.scripts, key, digestHex(token), s.publish)
+	return nodeSemReleaseAsRead(ctx, s.scripts, key, digestHex(token), s.publish, 0)
 }
 
 // SemForceRelease implements Forcer: SemRelease of the permit with fence,
@@ -254,7 +254,7 @@ func (s *Redis) SemForceRelease(ctx context.Context, key string, fence int64) (P
 		return Permit{}, ErrNotHeld
 	}
 	v := vs[i]
-	if err := nodeSemReleaseAsRead(ctx, s.scripts, key, v.digest, s.publish); err != nil {
+	if err := nodeSemReleaseAsRead(ctx, s.scripts, key, v.digest, s.publish, fence); err != nil {
 		return Permit{}, forcedErr(err)
 	}
 	return Permit{Key: key, Owner: v.owner, Limit: limit, Fence: v.fence, Granted: v.length}, nil
@@ -437,11 +437,16 @@ func semExtendReply(reply []any) (semValue, error) {
 // rule V2): it reads the permit, then deletes it only as read. When a
 // write of the same token changed it in between, it reads again, a few
 // times.
-func nodeSemReleaseAsRead(ctx context.Context, c redis.Scripter, key, digest, publish string) error {
+func nodeSemReleaseAsRead(ctx context.Context, c redis.Scripter, key, digest, publish string, fence int64) error {
 	for range releaseReads {
 		v, err := nodeSemRead(ctx, c, key, digest)
 		if err != nil {
 			return err
+		}
+		if fence != 0 && v.fence != fence {
+			// A forced release of the permit of fence: the token's permit
+			// now is another (review fix).
+			return ErrNotHeld
 		}
 		if err := nodeSemRelease(ctx, c, key, digest, publish, v); !errors.Is(err, errMoved) {
 			return err

@@ -419,7 +419,7 @@ func (r *Redlock) release(ctx context.Context, key, digest string, fence int64) 
 	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
 		// A forced release frees the key at once, whatever the holder's
 		// hold-at-least (rule L).
-		return struct{}{}, releaseRead(ctx, n.batch, key, digest, reads[i].val, !forced)
+		return struct{}{}, releaseRead(ctx, n.batch, key, digest, reads[i].val, !forced, forced)
 	})
 	return majorityValue(t.ok), released(ctx, r, t, dels, "lease")
 }
@@ -478,17 +478,23 @@ func (r *Redlock) holderRead(ctx context.Context, reads []nodeResult[lockValue],
 // extend moved it, it reads again and deletes what it finds, a few times:
 // the token holds a majority, and a release concurrent with an acquire of
 // the same token may take either order.
-func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v lockValue, honour bool) error {
+// pin (a forced release): a value read again must carry the fence first
+// read, or it is a new grant of the token, not the lease read (review fix).
+func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v lockValue, honour, pin bool) error {
 	for range releaseReads {
 		err := nodeRelease(ctx, c, key, digest, v, honour)
 		if !errors.Is(err, errMoved) {
 			return err
 		}
+		fence := v.fence
 		if v, _, err = nodeInspect(ctx, c, key); err != nil {
 			return err
 		}
 		if v.digest != digest {
 			return ErrTokenMismatch
+		}
+		if pin && v.fence != fence {
+			return ErrNotHeld
 		}
 	}
 	return errMoved

@@ -356,7 +356,7 @@ func (r *Redlock) SemRelease(ctx context.Context, key, token string) error {
 	if err := CheckRelease(key, token); err != nil {
 		return err
 	}
-	return r.semRelease(ctx, key, digestHex(token))
+	return r.semRelease(ctx, key, digestHex(token), 0)
 }
 
 // SemForceRelease implements Forcer: SemRelease of the permit with fence,
@@ -374,7 +374,7 @@ func (r *Redlock) SemForceRelease(ctx context.Context, key string, fence int64) 
 	if i < 0 {
 		return Permit{}, ErrNotHeld
 	}
-	if err := r.semRelease(ctx, key, digests[fence]); err != nil {
+	if err := r.semRelease(ctx, key, digests[fence], fence); err != nil {
 		return Permit{}, forcedErr(err)
 	}
 	p := st.Holders[i]
@@ -383,12 +383,18 @@ func (r *Redlock) SemForceRelease(ctx context.Context, key string, fence int64) 
 }
 
 // semRelease releases digest's permit on key (SemRelease).
-func (r *Redlock) semRelease(ctx context.Context, key, digest string) error {
+// fence, when not 0 (a forced release), pins the permit: a node whose
+// permit of digest has another fence is not released (review fix).
+func (r *Redlock) semRelease(ctx context.Context, key, digest string, fence int64) error {
 	if err := r.set.refusing(); err != nil {
 		return err
 	}
 	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (semValue, error) {
-		return nodeSemRead(ctx, n.client, key, digest)
+		v, err := nodeSemRead(ctx, n.client, key, digest)
+		if err == nil && fence != 0 && v.fence != fence {
+			err = ErrNotHeld
+		}
+		return v, err
 	})
 	t := tallyOwned(reads)
 	switch {
@@ -410,6 +416,9 @@ func (r *Redlock) semRelease(ctx context.Context, key, digest string) error {
 			}
 			if v, err = nodeSemRead(ctx, n.client, key, digest); err != nil {
 				return struct{}{}, err
+			}
+			if fence != 0 && v.fence != fence {
+				return struct{}{}, ErrNotHeld
 			}
 		}
 		return struct{}{}, errMoved
