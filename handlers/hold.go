@@ -56,6 +56,10 @@ const (
 type holdOptions struct {
 	maxHold   time.Duration // 0: only the server's cap
 	lockDelay time.Duration // 0: release at once when the client goes
+	// atLeast: the lock's hold_at_least_ms. A client gone with a lock
+	// delay keeps the lease (extended, not released) at least until then
+	// from the grant's answer, as a release would keep it (rule L).
+	atLeast time.Duration
 }
 
 // holdEnd is the body of a hold's final event.
@@ -101,6 +105,9 @@ type held struct {
 	// release lets the lease go; extend sets it to ttl from now.
 	release func(ctx context.Context) error
 	extend  func(ctx context.Context, ttl time.Duration) error
+	// atLeastUntil: a lock granted with hold_at_least_ms is kept from
+	// every token until then (at least), whatever ends the hold.
+	atLeastUntil time.Time
 }
 
 // holdLock starts a lock's hold (see hold). user is whom the lease
@@ -118,6 +125,7 @@ func (h *Locks) holdLock(w http.ResponseWriter, r *http.Request, status int, lea
 			_, err := h.store.Extend(userContext(c, user), lease.Key, lease.Token, ttl)
 			return err
 		},
+		atLeastUntil: time.Now().Add(opts.atLeast), // after the grant's answer: no earlier than its end
 	}, opts)
 }
 
@@ -443,6 +451,10 @@ func (h *Locks) letGo(lease *held, lockDelay time.Duration) {
 		h.releaseHeld(lease)
 		return
 	}
+	// An extend does what a release would not: it keeps the lease to
+	// now+lockDelay only, so a lock held at least until some time is
+	// extended to then at least (rule L: the end of a hold is a release).
+	lockDelay = max(lockDelay, time.Until(lease.atLeastUntil).Round(time.Millisecond)+time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), h.backendTimeout())
 	defer cancel()
 	if err := lease.extend(ctx, lockDelay); err != nil && !errors.Is(err, lockstore.ErrNotHeld) {

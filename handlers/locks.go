@@ -279,7 +279,7 @@ func (h *Locks) acquireLock(w http.ResponseWriter, r *http.Request) *holdStream 
 	h.obs.Granted(token, lease.ExpiresAt)
 	status := grantHeaders(w, LocksPrefix, key, token, lease.Renewed)
 	if holding {
-		return h.holdLock(w, r, status, lease, ar.Quota.User, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs)})
+		return h.holdLock(w, r, status, lease, ar.Quota.User, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs), atLeast: millis(req.HoldAtLeastMs)})
 	}
 	encodeLease(w, status, newLeaseBody(lease))
 	return nil
