@@ -598,7 +598,7 @@ func releaseCall(key, digest, publish string, v lockValue, honour bool) (keys []
 	if honour {
 		h = "1"
 	}
-	args = []any{digest, channel(key), FenceMargin.Milliseconds(), publish, v.raw, v.expiry, h}
+	args = []any{digest, channel(key), FenceMargin.Milliseconds(), publish, v.raw, v.expiry, h, v.linger.Milliseconds()}
 	return []string{lockKey(key), queueKey(key), fenceKey(key)}, args
 }
 
@@ -616,6 +616,9 @@ func nodeInspect(ctx context.Context, c redis.Scripter, key string) (lockValue, 
 	v, err := parseLockValue(reply[0])
 	pttl, _ := reply[1].(int64)
 	v.expiry, _ = reply[2].(int64)
+	if now := v.expiry - pttl; v.atLeast > now && pttl >= 0 { // the node's clock at the read
+		v.atLeastLeft = time.Duration(v.atLeast-now) * time.Millisecond
+	}
 	return v, pttlDuration(pttl), err
 }
 
@@ -670,6 +673,15 @@ type lockValue struct {
 	// atLeast is the hold-at-least end, Unix ms by the node's clock (0:
 	// none): a release before it leaves a lingering value (rule L).
 	atLeast int64
+	// atLeastLeft is how long atLeast is still ahead of the node's clock
+	// as nodeInspect read it (0: none or passed).
+	atLeastLeft time.Duration
+	// linger, for a release (release.lua ARGV[8]): before T, or when the
+	// value carries none, leave a lingering value at least this long. A
+	// Redlock release passes the longest atLeastLeft its reads found, so
+	// that a node whose copy of the lease lacks the grant's end (a
+	// renewal wrote it there) still keeps the key (review fix, rule L).
+	linger time.Duration
 }
 
 // provisional says whether v is a Redlock round's value that no round

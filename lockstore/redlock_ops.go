@@ -413,13 +413,20 @@ func (r *Redlock) release(ctx context.Context, key, digest string, fence int64) 
 		return lockValue{}, t.decide(r)
 	}
 	held := make([]bool, len(reads))
+	var linger time.Duration // the longest hold-at-least left on the nodes read
 	for i, v := range reads {
 		held[i] = v.err == nil
+		if held[i] && !forced {
+			linger = max(linger, v.val.atLeastLeft)
+		}
 	}
 	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
 		// A forced release frees the key at once, whatever the holder's
-		// hold-at-least (rule L).
-		return struct{}{}, releaseRead(ctx, n.batch, key, digest, reads[i].val, !forced, forced)
+		// hold-at-least (rule L). A release keeps it on every node it
+		// releases at least as long as on any node read (review fix).
+		v := reads[i].val
+		v.linger = linger
+		return struct{}{}, releaseRead(ctx, n.batch, key, digest, v, !forced, forced)
 	})
 	return majorityValue(t.ok), released(ctx, r, t, dels, "lease")
 }
@@ -486,10 +493,11 @@ func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v lo
 		if !errors.Is(err, errMoved) {
 			return err
 		}
-		fence := v.fence
+		fence, linger := v.fence, v.linger
 		if v, _, err = nodeInspect(ctx, c, key); err != nil {
 			return err
 		}
+		v.linger = linger
 		if v.digest != digest {
 			return ErrTokenMismatch
 		}

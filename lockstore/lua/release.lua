@@ -22,6 +22,11 @@
 --          first character replaced by "L", until T, in place of deleting
 --          (docs/safety.md, rule L); "0" (a failed Redlock round's clean-up:
 --          never answered as a grant): delete
+-- ARGV[8]  (with ARGV[7] "1") linger at least this many ms from now, T or
+--          no T: Redlock's longest hold-at-least left among the nodes its
+--          release read, so that a node whose copy lacks the grant's T
+--          (a renewal wrote it there) keeps the key too; "0" or absent:
+--          only T
 --
 -- A release deletes only the lease it read: the same value and the same
 -- expiry. Every write to a lease changes one of them and no pair comes
@@ -71,6 +76,9 @@ end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local until_ms = ARGV[7] == '1' and tonumber(string.match(cur, ':\1(%d+):') or '0') or 0
+if ARGV[7] == '1' and (tonumber(ARGV[8] or '0') or 0) > 0 then
+  until_ms = math.max(until_ms, now_ms + tonumber(ARGV[8]))
+end
 if until_ms > now_ms then
   redis.call('SET', KEYS[1], 'L' .. string.sub(cur, 2), 'PX', string.format('%.0f', until_ms - now_ms))
 else
