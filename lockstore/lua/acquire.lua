@@ -51,8 +51,8 @@
 -- ARGV[13] how to tell waiters: PUBLISH, or on a Cluster SPUBLISH (sharded
 --          pub/sub, Redis 7), so that the notification stays on this key's
 --          shard; ARGV[7] shares the lock's hash tag, so a script may
--- ARGV[14] hold at least, ms (0: no): a new grant records its end T = now +
---          ARGV[14] ahead of the owner, "\1<T>:<owner>", which every script
+-- ARGV[14] hold at least, ms (0: no): a new grant records its end T (now
+--          plus this) ahead of the owner, "\1<T>:<owner>", which every script
 --          that rewrites the value keeps; a release before T leaves the key
 --          held until T (release.lua; docs/safety.md, rule L)
 -- KEYS[5]  (absent without a quota, and on a Cluster, where a user's

@@ -191,9 +191,10 @@ func acquireValues(digest string, ttl time.Duration) []any {
 func releaseValues(digest, value string, expiry int64) []any {
 	// digest, (channel: from the header), fence margin, how to tell the
 	// next waiter (a single Redis: PUBLISH), and the lease as read (its
-	// value and expiry), which is all a release deletes, and whether to
-	// honour a hold-at-least (none is asked for)
-	return []any{digest, "", fenceMargin.Milliseconds(), "PUBLISH", value, expiry, "1"}
+	// value and expiry), which is all a release deletes, whether to
+	// honour a hold-at-least and Redlock's least lingering (none is asked
+	// for)
+	return []any{digest, "", fenceMargin.Milliseconds(), "PUBLISH", value, expiry, "1", 0}
 }
 
 func (s script) run(ctx context.Context, c *redis.Client, key string, values []any) *redis.Cmd {
