@@ -21,6 +21,7 @@ import (
 	"github.com/go-playground/validator/v10"
 	"github.com/rs/zerolog"
 
+	"github.com/lockgateway/lockgateway/internal/aside"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/problem"
 )
@@ -185,7 +186,7 @@ func (h *Locks) Acquire() http.Handler {
 		}
 		// A hold's acquire runs aside (see aside), and the hold here, once
 		// that goroutine and its frames are gone (holdStream).
-		if s := aside(func() *holdStream { return h.acquireLock(w, r) }); s != nil {
+		if s := aside.Run(func() *holdStream { return h.acquireLock(w, r) }); s != nil {
 			s.run()
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/lockgateway/lockgateway/internal/aside"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/problem"
 )
@@ -67,7 +68,7 @@ func (h *Semaphores) Acquire() http.Handler {
 			h.acquirePermit(w, r)
 			return
 		}
-		if s := aside(func() *holdStream { return h.acquirePermit(w, r) }); s != nil {
+		if s := aside.Run(func() *holdStream { return h.acquirePermit(w, r) }); s != nil {
 			s.run()
 		}
 	})

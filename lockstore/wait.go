@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgateway/lockgateway/internal/aside"
 	"github.com/lockgateway/lockgateway/internal/sleep"
 )
 
@@ -30,12 +31,12 @@ const (
 // notification was lost. Between those it runs no script at all.
 //
 // Its goroutine (the request's) only sleeps: the tries, and the Redis
-// calls that queue the caller, run aside (aside.go) on the wait's state,
+// calls that queue the caller, run aside (internal/aside) on the wait's state,
 // which is on the heap, so that the stack it parks with stays small.
 func (s *Redis) acquireWaiting(ctx context.Context, key string, req *AcquireRequest) (Lease, error) {
 	q := &waiting{s: s, ctx: ctx, key: key, req: req}
 	defer q.leave()
-	p := aside(q.first)
+	p := aside.Run(q.first)
 	for !p.done {
 		if p.told {
 			if _, ok := sleep.Until(ctx, p.d, q.wake); !ok {
@@ -44,7 +45,7 @@ func (s *Redis) acquireWaiting(ctx context.Context, key string, req *AcquireRequ
 		} else if !sleep.For(ctx, p.d) {
 			return Lease{}, ctx.Err()
 		}
-		p = aside(q.try)
+		p = aside.Run(q.try)
 	}
 	return q.lease, q.err
 }
