@@ -178,15 +178,18 @@ func timestamp(t time.Time) string {
 const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // Acquire serves PUT /locks/{key}: take a lease, waiting up to wait_ms.
-func (h *Locks) Acquire() http.Handler {
+func (h *Locks) Acquire() http.Handler { return serveAcquire(h.acquireLock) }
+
+// serveAcquire serves an acquire of a lock or a permit: a hold's acquire
+// runs aside (internal/aside), and the hold here, once that goroutine and
+// its frames are gone (holdStream).
+func serveAcquire(acquire func(http.ResponseWriter, *http.Request) *holdStream) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !wantsStream(r) {
-			h.acquireLock(w, r)
+			acquire(w, r)
 			return
 		}
-		// A hold's acquire runs aside (see aside), and the hold here, once
-		// that goroutine and its frames are gone (holdStream).
-		if s := aside.Run(func() *holdStream { return h.acquireLock(w, r) }); s != nil {
+		if s := aside.Run(func() *holdStream { return acquire(w, r) }); s != nil {
 			s.run()
 		}
 	})

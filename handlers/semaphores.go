@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lockgateway/lockgateway/internal/aside"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/problem"
 )
@@ -61,18 +60,7 @@ func semError(err error) error {
 
 // Acquire serves PUT /semaphores/{key}: take a permit, waiting up to
 // wait_ms (or Prefer: wait) in line with the other waiters.
-func (h *Semaphores) Acquire() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A hold runs here, as a lock's (Locks.Acquire).
-		if !wantsStream(r) {
-			h.acquirePermit(w, r)
-			return
-		}
-		if s := aside.Run(func() *holdStream { return h.acquirePermit(w, r) }); s != nil {
-			s.run()
-		}
-	})
-}
+func (h *Semaphores) Acquire() http.Handler { return serveAcquire(h.acquirePermit) }
 
 type acquirePermitRequest struct {
 	Limit  *int64  `json:"limit" validate:"required,gte=1,lte=10000"`
