@@ -205,8 +205,11 @@ func nameNodes(nodes []*redis.Options, names []string, which string) ([]string, 
 		if names != nil {
 			n = strings.TrimSpace(names[i])
 		}
-		if n == "" || strings.ContainsAny(n, ", >?") || slices.Contains(out, n) {
-			return nil, fmt.Errorf("lockstore: redlock %snode name %q: names must be distinct, not empty, without commas, spaces, '>' or '?'", which, n)
+		if slices.Contains(out, n) {
+			return nil, fmt.Errorf("lockstore: redlock %snode %s is listed twice: each node once, under one name", which, n)
+		}
+		if n == "" || strings.ContainsAny(n, ", >?") {
+			return nil, fmt.Errorf("lockstore: redlock %snode name %q: names must not be empty, nor hold commas, spaces, '>' or '?'", which, n)
 		}
 		out = append(out, n)
 	}

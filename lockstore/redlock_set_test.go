@@ -405,13 +405,19 @@ func TestRedlockNodeListTransition(t *testing.T) {
 	assert.Greater(t, transLease.Fence, oldLease.Fence)
 	require.NoError(t, trans.Release(ctx, "before", "old-holder"), "a lease of the old list is released through the transition gateway")
 
-	// The new gateway waits for the finish.
+	// The new gateway waits for the finish. (On a loaded machine the
+	// steps above can take longer than the settle: what was answered while
+	// no node carried the new list yet must be a refusal.)
 	newer := openRedlock(t, newURLs, opts)
 	_, err = newer.Acquire(ctx, "new", lockstore.AcquireRequest{Token: "new-holder", TTL: time.Second})
-	require.ErrorIs(t, err, lockstore.ErrUnavailable, "before the transition finished")
-	err = newer.Ping(ctx)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "is in a transition from the node list")
+	pingErr := newer.Ping(ctx)
+	if marker(t, a) != newList && marker(t, b) != newList && marker(t, d) != newList {
+		require.ErrorIs(t, err, lockstore.ErrUnavailable, "before the transition finished")
+		require.Error(t, pingErr)
+		assert.Contains(t, pingErr.Error(), "is in a transition from the node list")
+	} else {
+		t.Logf("the transition finished before the new gateway's first request (%s after begin): its refusal is not checked", time.Since(began))
+	}
 
 	// Finish: the new list on a, b and d once the settle keys on a
 	// majority of {a,b,c} are gone, never sooner.

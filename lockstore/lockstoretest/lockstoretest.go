@@ -66,9 +66,16 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
+// acquire takes key with a fresh token, retrying with it a few times when
+// the store answers unavailable, as a client retries a 503 (a Redlock
+// round on a loaded machine may confirm too slowly for a short TTL).
 func acquire(t *testing.T, s lockstore.Store, key string, ttl time.Duration) lockstore.Lease {
 	t.Helper()
-	l, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: ttl})
+	req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: ttl}
+	l, err := s.Acquire(ctx(t), key, req)
+	for i := 0; i < 5 && errors.Is(err, lockstore.ErrUnavailable); i++ {
+		l, err = s.Acquire(ctx(t), key, req)
+	}
 	require.NoError(t, err)
 	return l
 }
