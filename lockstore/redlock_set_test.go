@@ -362,7 +362,9 @@ func TestRedlockSameListFreshPasses(t *testing.T) {
 // counts throughout, by majorities of both lists, so it meets both.
 func TestRedlockNodeListTransition(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	// A context per call: on a loaded machine the steps together can
+	// take longer than one call's deadline.
+	ctx := func() context.Context { return testCtx(t) }
 	srvs := startNodes(t, 4)
 	a, b, c, d := srvs[0], srvs[1], srvs[2], srvs[3]
 	const maxTTL = 1500 * time.Millisecond
@@ -370,8 +372,8 @@ func TestRedlockNodeListTransition(t *testing.T) {
 	oldURLs, newURLs := []string{a.URL(), b.URL(), c.URL()}, []string{a.URL(), b.URL(), d.URL()}
 	oldList, newList := strings.Join(sortedNames(a, b, c), ","), strings.Join(sortedNames(a, b, d), ",")
 	old := openRedlock(t, oldURLs, opts)
-	require.NoError(t, old.Ping(ctx))
-	oldLease, err := old.Acquire(ctx, "before", lockstore.AcquireRequest{Token: "old-holder", TTL: maxTTL})
+	require.NoError(t, old.Ping(ctx()))
+	oldLease, err := old.Acquire(ctx(), "before", lockstore.AcquireRequest{Token: "old-holder", TTL: maxTTL})
 	require.NoError(t, err)
 
 	began := time.Now()
@@ -385,32 +387,32 @@ func TestRedlockNodeListTransition(t *testing.T) {
 	}
 
 	// Begin refuses the old gateway, naming the transition.
-	_, err = old.Acquire(ctx, "other", lockstore.AcquireRequest{Token: "old-late", TTL: time.Second})
+	_, err = old.Acquire(ctx(), "other", lockstore.AcquireRequest{Token: "old-late", TTL: time.Second})
 	require.ErrorIs(t, err, lockstore.ErrRefused, "the old list counts no more once the transition began")
-	err = old.Ping(ctx)
+	err = old.Ping(ctx())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "is in a transition from this gateway's node list")
 
 	// The transition gateway sees the old lease (a majority of the old
 	// list), and grants beside it by majorities of both lists; d sits out
 	// its quarantine (it carried no marker), so {a,b} are those majorities.
-	_, err = trans.Acquire(ctx, "before", lockstore.AcquireRequest{Token: "trans-holder", TTL: time.Second})
+	_, err = trans.Acquire(ctx(), "before", lockstore.AcquireRequest{Token: "trans-holder", TTL: time.Second})
 	var held *lockstore.HeldError
 	require.ErrorAs(t, err, &held, "a lease of the old list is held for the transition gateway")
-	l, err := trans.Inspect(ctx, "before")
+	l, err := trans.Inspect(ctx(), "before")
 	require.NoError(t, err)
 	assert.Equal(t, oldLease.Fence, l.Fence)
-	transLease, err := trans.Acquire(ctx, "during", lockstore.AcquireRequest{Token: "trans-holder", TTL: time.Minute})
+	transLease, err := trans.Acquire(ctx(), "during", lockstore.AcquireRequest{Token: "trans-holder", TTL: time.Minute})
 	require.NoError(t, err)
 	assert.Greater(t, transLease.Fence, oldLease.Fence)
-	require.NoError(t, trans.Release(ctx, "before", "old-holder"), "a lease of the old list is released through the transition gateway")
+	require.NoError(t, trans.Release(ctx(), "before", "old-holder"), "a lease of the old list is released through the transition gateway")
 
 	// The new gateway waits for the finish. (On a loaded machine the
 	// steps above can take longer than the settle: what was answered while
 	// no node carried the new list yet must be a refusal.)
 	newer := openRedlock(t, newURLs, opts)
-	_, err = newer.Acquire(ctx, "new", lockstore.AcquireRequest{Token: "new-holder", TTL: time.Second})
-	pingErr := newer.Ping(ctx)
+	_, err = newer.Acquire(ctx(), "new", lockstore.AcquireRequest{Token: "new-holder", TTL: time.Second})
+	pingErr := newer.Ping(ctx())
 	if marker(t, a) != newList && marker(t, b) != newList && marker(t, d) != newList {
 		require.ErrorIs(t, err, lockstore.ErrUnavailable, "before the transition finished")
 		require.Error(t, pingErr)
@@ -433,38 +435,40 @@ func TestRedlockNodeListTransition(t *testing.T) {
 
 	// Now the new gateway counts, and meets the transition gateway's
 	// lease on the new list's majority.
-	require.Eventually(t, func() bool { return newer.Ping(ctx) == nil }, 5*time.Second, 50*time.Millisecond)
-	_, err = newer.Acquire(ctx, "during", lockstore.AcquireRequest{Token: "new-holder", TTL: time.Second})
+	require.Eventually(t, func() bool { return newer.Ping(ctx()) == nil }, 5*time.Second, 50*time.Millisecond)
+	_, err = newer.Acquire(ctx(), "during", lockstore.AcquireRequest{Token: "new-holder", TTL: time.Second})
 	require.ErrorAs(t, err, &held, "the transition gateway's lease holds a majority of the new list")
-	newLease, err := newer.Acquire(ctx, "after", lockstore.AcquireRequest{Token: "new-holder", TTL: time.Minute})
+	newLease, err := newer.Acquire(ctx(), "after", lockstore.AcquireRequest{Token: "new-holder", TTL: time.Minute})
 	require.NoError(t, err)
-	_, err = trans.Acquire(ctx, "after", lockstore.AcquireRequest{Token: "trans-holder", TTL: time.Second})
+	_, err = trans.Acquire(ctx(), "after", lockstore.AcquireRequest{Token: "trans-holder", TTL: time.Second})
 	require.ErrorAs(t, err, &held, "and the other way round")
 	assert.Greater(t, newLease.Fence, transLease.Fence)
-	_, err = old.Acquire(ctx, "old-again", lockstore.AcquireRequest{Token: "old-late", TTL: time.Second})
+	_, err = old.Acquire(ctx(), "old-again", lockstore.AcquireRequest{Token: "old-late", TTL: time.Second})
 	require.ErrorIs(t, err, lockstore.ErrRefused, "the old list never counts again")
-	require.NoError(t, newer.Release(ctx, "during", "trans-holder"))
-	require.NoError(t, trans.Release(ctx, "after", "new-holder"))
+	require.NoError(t, newer.Release(ctx(), "during", "trans-holder"))
+	require.NoError(t, trans.Release(ctx(), "after", "new-holder"))
 }
 
 // A transition gateway whose previous list is not what the nodes serve
 // grants nothing and says why.
 func TestRedlockTransitionFromAnotherList(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	// A context per call: on a loaded machine the steps together can
+	// take longer than one call's deadline.
+	ctx := func() context.Context { return testCtx(t) }
 	srvs := startNodes(t, 4)
 	a, b, c, d := srvs[0], srvs[1], srvs[2], srvs[3]
 	opts := lockstore.RedlockOptions{NodeTimeout: roomy}
 	serving := openRedlock(t, []string{a.URL(), b.URL(), c.URL()}, opts)
-	require.NoError(t, serving.Ping(ctx))
+	require.NoError(t, serving.Ping(ctx()))
 	topts := opts
 	topts.PreviousURLs = []string{a.URL(), b.URL(), d.URL()}
 	trans := openRedlock(t, []string{a.URL(), c.URL(), d.URL()}, topts)
-	_, err := trans.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "x", TTL: time.Second})
+	_, err := trans.Acquire(ctx(), "k", lockstore.AcquireRequest{Token: "x", TTL: time.Second})
 	require.ErrorIs(t, err, lockstore.ErrRefused)
-	err = trans.Ping(ctx)
+	err = trans.Ping(ctx())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "the previous list must be the one the nodes serve")
-	require.NoError(t, serving.Ping(ctx), "the nodes' list is untouched")
+	require.NoError(t, serving.Ping(ctx()), "the nodes' list is untouched")
 	assert.Equal(t, strings.Join(sortedNames(a, b, c), ","), marker(t, a))
 }

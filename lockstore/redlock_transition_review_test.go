@@ -1,6 +1,7 @@
 package lockstore_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -27,23 +28,25 @@ import (
 // not finish while X's lease may live, and the new gateway grants nothing.
 func TestRedlockTransitionSettleOutlivesOldMaxTTL(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	// A context per call: on a loaded machine the steps together can
+	// take longer than one call's deadline.
+	ctx := func() context.Context { return testCtx(t) }
 	srvs := startNodes(t, 4)
 	a, b, c, d := srvs[0], srvs[1], srvs[2], srvs[3]
 	oldURLs, newURLs := []string{a.URL(), b.URL(), c.URL()}, []string{a.URL(), b.URL(), d.URL()}
 	newList := strings.Join(sortedNames(a, b, d), ",")
 
 	old := openRedlock(t, oldURLs, lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: time.Minute})
-	require.NoError(t, old.Ping(ctx))
+	require.NoError(t, old.Ping(ctx()))
 	a.Pause()
-	x, err := old.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "old-holder-XXXXXXXXXXXX", TTL: 20 * time.Second})
+	x, err := old.Acquire(ctx(), "k", lockstore.AcquireRequest{Token: "old-holder-XXXXXXXXXXXX", TTL: 20 * time.Second})
 	a.Resume()
 	require.NoError(t, err, "b and c are a majority of the old list")
 
 	const short = time.Second // the new deployment's LOCKGW_MAX_TTL
 	topts := lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: short, PreviousURLs: oldURLs}
 	trans := openRedlock(t, newURLs, topts)
-	_, err = trans.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "trans-holder-XXXXXXXXXX", TTL: short})
+	_, err = trans.Acquire(ctx(), "k", lockstore.AcquireRequest{Token: "trans-holder-XXXXXXXXXX", TTL: short})
 	var held *lockstore.HeldError
 	require.ErrorAs(t, err, &held, "the transition gateway sees X's lease on a majority of O")
 
@@ -51,7 +54,7 @@ func TestRedlockTransitionSettleOutlivesOldMaxTTL(t *testing.T) {
 	// Three of the transition gateway's settle periods, and its marking
 	// passes (one a second) with them.
 	for deadline := time.Now().Add(3 * short); time.Now().Before(deadline); {
-		y, err := newer.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "new-holder-XXXXXXXXXXXX", TTL: short})
+		y, err := newer.Acquire(ctx(), "k", lockstore.AcquireRequest{Token: "new-holder-XXXXXXXXXXXX", TTL: short})
 		if err == nil {
 			t.Fatalf("two holders of k: X (fence %d) holds until %s, %s from now; Y (fence %d) was granted until %s",
 				x.Fence, x.ExpiresAt.Format(time.RFC3339Nano), time.Until(x.ExpiresAt).Round(time.Millisecond),
@@ -73,31 +76,33 @@ func TestRedlockTransitionSettleOutlivesOldMaxTTL(t *testing.T) {
 // retry keeps its fence".
 func TestRedlockTransitionRetryOfOldLease(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	// A context per call: on a loaded machine the steps together can
+	// take longer than one call's deadline.
+	ctx := func() context.Context { return testCtx(t) }
 	srvs := startNodes(t, 4)
 	a, b, c, d := srvs[0], srvs[1], srvs[2], srvs[3]
 	oldURLs, newURLs := []string{a.URL(), b.URL(), c.URL()}, []string{a.URL(), b.URL(), d.URL()}
 	opts := lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: time.Minute}
 
 	old := openRedlock(t, oldURLs, opts)
-	require.NoError(t, old.Ping(ctx))
+	require.NoError(t, old.Ping(ctx()))
 	a.Pause()
-	x, err := old.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "old-holder-XXXXXXXXXXXX", TTL: 30 * time.Second})
+	x, err := old.Acquire(ctx(), "k", lockstore.AcquireRequest{Token: "old-holder-XXXXXXXXXXXX", TTL: 30 * time.Second})
 	a.Resume()
 	require.NoError(t, err)
 
 	topts := opts
 	topts.PreviousURLs = oldURLs
 	trans := openRedlock(t, newURLs, topts)
-	l, err := trans.Inspect(ctx, "k")
+	l, err := trans.Inspect(ctx(), "k")
 	require.NoError(t, err)
 	require.Equal(t, x.Fence, l.Fence, "the transition gateway reads X's lease")
 
-	again, err := trans.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "old-holder-XXXXXXXXXXXX", TTL: 30 * time.Second})
+	again, err := trans.Acquire(ctx(), "k", lockstore.AcquireRequest{Token: "old-holder-XXXXXXXXXXXX", TTL: 30 * time.Second})
 	require.NoError(t, err, "the holder's PUT takes its key across both lists (rule T)")
 	assert.False(t, again.Renewed, "a new grant (201): the lease held no majority of the new list")
 	assert.Greater(t, again.Fence, x.Fence, "with a fence above the old lease's")
-	_, err = trans.Extend(ctx, "k", "old-holder-XXXXXXXXXXXX", 30*time.Second)
+	_, err = trans.Extend(ctx(), "k", "old-holder-XXXXXXXXXXXX", 30*time.Second)
 	require.NoError(t, err, "it now holds a majority of both lists: an extend through the transition gateway succeeds")
 }
 
@@ -112,29 +117,31 @@ func TestRedlockTransitionRetryOfOldLease(t *testing.T) {
 // the new list alone, as the new gateways do.
 func TestRedlockTransitionReleasedThroughNewGateway(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	// A context per call: on a loaded machine the steps together can
+	// take longer than one call's deadline.
+	ctx := func() context.Context { return testCtx(t) }
 	srvs := startNodes(t, 4)
 	a, b, c, d := srvs[0], srvs[1], srvs[2], srvs[3]
 	oldURLs, newURLs := []string{a.URL(), b.URL(), c.URL()}, []string{a.URL(), b.URL(), d.URL()}
 	newList := strings.Join(sortedNames(a, b, d), ",")
 	const maxTTL = 2 * time.Second
 	old := openRedlock(t, oldURLs, lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: maxTTL})
-	require.NoError(t, old.Ping(ctx))
+	require.NoError(t, old.Ping(ctx()))
 	trans := openRedlock(t, newURLs, lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: maxTTL, PreviousURLs: oldURLs})
 	require.Eventually(t, func() bool { return marker(t, a) == newList && marker(t, d) == newList },
 		8*time.Second, 20*time.Millisecond)
 	newer := openRedlock(t, newURLs, lockstore.RedlockOptions{NodeTimeout: roomy, MaxTTL: maxTTL})
-	require.Eventually(t, func() bool { return newer.Ping(ctx) == nil && trans.Ping(ctx) == nil }, 5*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return newer.Ping(ctx()) == nil && trans.Ping(ctx()) == nil }, 5*time.Second, 50*time.Millisecond)
 
-	x, err := trans.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "x-holder-XXXXXXXXXXXXXX", TTL: maxTTL})
+	x, err := trans.Acquire(ctx(), "k", lockstore.AcquireRequest{Token: "x-holder-XXXXXXXXXXXXXX", TTL: maxTTL})
 	require.NoError(t, err)
 	b.Pause()
-	err = newer.Release(ctx, "k", x.Token)
+	err = newer.Release(ctx(), "k", x.Token)
 	b.Resume()
 	require.NoError(t, err, "204: deleted on a and d, a majority of the new list")
 
-	l, err := trans.Inspect(ctx, "k")
+	l, err := trans.Inspect(ctx(), "k")
 	assert.ErrorIs(t, err, lockstore.ErrNotHeld, "released (204), yet the transition gateway reads it held: %+v", l)
-	_, err = trans.Acquire(ctx, "k", lockstore.AcquireRequest{Token: "y-holder-XXXXXXXXXXXXXX", TTL: maxTTL})
+	_, err = trans.Acquire(ctx(), "k", lockstore.AcquireRequest{Token: "y-holder-XXXXXXXXXXXXXX", TTL: maxTTL})
 	assert.NoError(t, err, "released (204), yet the transition gateway refuses the key to another token")
 }
