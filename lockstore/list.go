@@ -52,11 +52,6 @@ type ListPage struct {
 	Next string
 }
 
-var (
-	_ Lister = (*Redis)(nil)
-	_ Lister = (*Redlock)(nil)
-)
-
 // MaxListLimit is the largest ListQuery.Limit a store accepts: it bounds
 // what one page holds in memory.
 const MaxListLimit = 1000

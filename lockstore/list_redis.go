@@ -26,6 +26,8 @@ var (
 // per page, on every master.
 const listScanCount = 1000
 
+var _ Lister = (*Redis)(nil)
+
 // List implements Lister: SCAN (never KEYS) of every master's keyspace for
 // lock keys under the prefix, keeping the Limit+1 smallest after the
 // cursor, then one read (list.lua) of each of the page's locks, pipelined.

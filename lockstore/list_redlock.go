@@ -8,6 +8,8 @@ import (
 	"github.com/lockgateway/lockgateway/lockstore/internal/listing"
 )
 
+var _ Lister = (*Redlock)(nil)
+
 // List implements Lister: what a majority of the nodes holds. Each node
 // that counts (not down, not quarantined) is SCANned as Redis.List scans
 // one, keeping its Limit+1 smallest keys; below the smallest last key of

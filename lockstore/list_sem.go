@@ -29,13 +29,10 @@ type SemPage struct {
 	Next  string
 }
 
-var (
-	_ SemLister = (*Redis)(nil)
-	_ SemLister = (*Redlock)(nil)
-)
-
 // semKeyspace names a semaphore by its permits hash.
 var semKeyspace = keyspace{tag: semTag, suffix: ":permits"}
+
+var _ SemLister = (*Redis)(nil)
 
 // ListSemaphores implements SemLister: SCAN of every master for permit
 // hashes under the prefix, as Redis.List, then SemInspect of each and its
@@ -66,6 +63,8 @@ func (s *Redis) ListSemaphores(ctx context.Context, q ListQuery) (SemPage, error
 	}
 	return SemPage{Items: items, Next: next}, nil
 }
+
+var _ SemLister = (*Redlock)(nil)
 
 // ListSemaphores implements SemLister: the keys a quorum of the nodes has
 // (majorityKeys), each then inspected as SemInspect does, by quorum.

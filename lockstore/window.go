@@ -22,9 +22,9 @@ type Windows interface {
 	TakeWindow(ctx context.Context, key, id string, window time.Duration) (time.Duration, error)
 }
 
-var (
-	_ Windows = (*Redis)(nil)
+var _ Windows = (*Redis)(nil)
 
+var (
 	//go:embed lua/window.lua
 	windowLua    string
 	windowScript = redis.NewScript(windowLua)
