@@ -62,7 +62,7 @@ test-short:
 # Tools the tests need beyond Go:
 #  - redis-server: the Redis and Redlock tests run real servers (Debian puts
 #    it in /usr/bin). REDIS_SERVER=/path/to/redis-server skips the install.
-#  - valkey-server: the same suites run on Valkey too (lockstore/valkey_test.go).
+#  - valkey-server: the same suites run on Valkey too (lockstore/redis/valkey_test.go).
 #    Debian 12 has it in bookworm-backports only: as root on bookworm, the
 #    backports source is added when missing, and only valkey-server comes
 #    from it (-t bookworm-backports); Debian 13 and later have it in main.
@@ -176,4 +176,4 @@ sdk-check:
 SIM_DURATION ?= 1m
 .PHONY: sim
 sim:
-	$(GO) test ./lockstore -run 'TestSimRedis$$|TestSimRedlock$$' -count=1 -timeout 0 -v -sim.duration $(SIM_DURATION) -sim.first "$$(date +%s)000"
+	$(GO) test ./lockstore/redis ./lockstore/redlock -run 'TestSimRedis$$|TestSimRedlock$$' -count=1 -timeout 0 -v -sim.duration $(SIM_DURATION) -sim.first "$$(date +%s)000"

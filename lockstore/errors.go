@@ -52,10 +52,10 @@ type RefusedError struct {
 	// Reason is Redis's error code in lower case: "oom", "readonly",
 	// "misconf", "noreplicas" or "busy".
 	Reason string
-	msg    string
+	Msg    string
 }
 
-func (e *RefusedError) Error() string { return ErrRefused.Error() + ": " + e.msg }
+func (e *RefusedError) Error() string { return ErrRefused.Error() + ": " + e.Msg }
 
 // Is makes errors.Is true for ErrRefused and ErrUnavailable: callers that
 // only know "the backend cannot serve this now" treat it like an outage.

@@ -51,7 +51,7 @@ func CheckForce(key string, fence int64, permit bool) error {
 // forcedErr is a forced release's answer for what a Release would answer
 // ErrTokenMismatch: the holder it read let go of the key, and another
 // holds it now. The lease it was to release is gone; nothing was released.
-func forcedErr(err error) error {
+func ForcedErr(err error) error {
 	if errors.Is(err, ErrTokenMismatch) {
 		return fmt.Errorf("%w: the lease read ended before it was deleted, and another holds the key", ErrNotHeld)
 	}

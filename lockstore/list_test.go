@@ -6,45 +6,47 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/lockgateway/lockgateway/lockstore/internal/backendtest"
 
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/lockstoretest"
 	"github.com/lockgateway/lockgateway/lockstore/memory"
+	"github.com/lockgateway/lockgateway/lockstore/redlock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRedisList(t *testing.T) {
-	s := newRedisStore(t, redistest.Start(t))
+	s := backendtest.NewRedis(t, redistest.Start(t))
 	lockstoretest.RunList(t, func(t *testing.T) lockstore.Store { return s }, true)
 }
 
 func TestRedisClusterList(t *testing.T) {
-	s := newClusterStore(t, redistest.StartCluster(t, 3))
+	s := backendtest.NewCluster(t, redistest.StartCluster(t, 3))
 	lockstoretest.RunList(t, func(t *testing.T) lockstore.Store { return s }, true)
 }
 
 func TestRedlockList(t *testing.T) {
-	s := openRedlock(t, urlsOf(startNodes(t, 3)), lockstore.RedlockOptions{NodeTimeout: roomy})
+	s := backendtest.OpenRedlock(t, backendtest.URLs(backendtest.StartNodes(t, 3)), redlock.Options{NodeTimeout: backendtest.Roomy})
 	lockstoretest.RunList(t, func(t *testing.T) lockstore.Store { return s }, false)
 }
 
 // A Redlock listing shows what a majority holds: a lease on one node of
 // three is not listed, one on two is, and so it stays with a node down.
 func TestRedlockListMajority(t *testing.T) {
-	srvs := startNodes(t, 3)
-	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
-	ctx := testCtx(t)
+	srvs := backendtest.StartNodes(t, 3)
+	s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: backendtest.Roomy})
+	ctx := backendtest.Ctx(t)
 	_, err := s.Acquire(ctx, "maj/held", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute, Owner: "w"})
 	require.NoError(t, err)
-	plant(t, srvs[0], "maj/minority", lockstore.NewToken(), time.Minute)
+	backendtest.Plant(t, srvs[0], "maj/minority", lockstore.NewToken(), time.Minute)
 	two := lockstore.NewToken()
-	plant(t, srvs[1], "maj/two", two, time.Minute)
-	plant(t, srvs[2], "maj/two", two, time.Minute)
+	backendtest.Plant(t, srvs[1], "maj/two", two, time.Minute)
+	backendtest.Plant(t, srvs[2], "maj/two", two, time.Minute)
 	split := []string{lockstore.NewToken(), lockstore.NewToken(), lockstore.NewToken()}
 	for i, srv := range srvs { // three holders, none with a majority
-		plant(t, srv, "maj/split", split[i], time.Minute)
+		backendtest.Plant(t, srv, "maj/split", split[i], time.Minute)
 	}
 
 	list := func() []string {
@@ -69,11 +71,11 @@ func TestRedlockListMajority(t *testing.T) {
 // the page ends where that node's keys stop being known, and the listing
 // still returns every majority key.
 func TestRedlockListMinorityKeysBeforeMajorityKeys(t *testing.T) {
-	srvs := startNodes(t, 3)
-	s := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
-	ctx := testCtx(t)
+	srvs := backendtest.StartNodes(t, 3)
+	s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: backendtest.Roomy})
+	ctx := backendtest.Ctx(t)
 	for i := range 30 {
-		plant(t, srvs[0], "mix/a"+string(rune('a'+i%26))+string(rune('a'+i/26)), lockstore.NewToken(), time.Minute)
+		backendtest.Plant(t, srvs[0], "mix/a"+string(rune('a'+i%26))+string(rune('a'+i/26)), lockstore.NewToken(), time.Minute)
 	}
 	_, err := s.Acquire(ctx, "mix/z", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
 	require.NoError(t, err)
@@ -104,7 +106,7 @@ func BenchmarkList(b *testing.B) {
 	q := lockstore.ListQuery{Prefix: "bench/", Limit: 100}
 	b.Run("memory", func(b *testing.B) {
 		s := memory.New()
-		ctx := testCtx(b)
+		ctx := backendtest.Ctx(b)
 		for i := range others + 100 {
 			key := fmt.Sprintf("other/%d", i)
 			if i < 100 {
@@ -122,15 +124,15 @@ func BenchmarkList(b *testing.B) {
 	})
 	b.Run("redis", func(b *testing.B) {
 		srv := redistest.Start(b)
-		s := newRedisStore(b, srv)
-		ctx := testCtx(b)
+		s := backendtest.NewRedis(b, srv)
+		ctx := backendtest.Ctx(b)
 		pipe := srv.Client().Pipeline()
 		for i := range others + 100 {
 			key := fmt.Sprintf("other/%d", i)
 			if i < 100 {
 				key = fmt.Sprintf("bench/%d", i)
 			}
-			pipe.Set(ctx, "lockgw:{"+key+"}:lock", value(lockstore.NewToken(), int64(i+1), "o"), time.Hour)
+			pipe.Set(ctx, "lockgw:{"+key+"}:lock", backendtest.LockValue(lockstore.NewToken(), int64(i+1), "o"), time.Hour)
 			pipe.Set(ctx, "lockgw:{"+key+"}:fence", i+1, time.Hour) // a lock leaves its counter too
 		}
 		_, err := pipe.Exec(ctx)
@@ -160,10 +162,10 @@ func BenchmarkList(b *testing.B) {
 func TestListLeavesOutRateLimitWindows(t *testing.T) {
 	for name, s := range map[string]lockstore.Store{
 		"memory":  memory.New(),
-		"redlock": openRedlock(t, urlsOf(startNodes(t, 3)), lockstore.RedlockOptions{NodeTimeout: roomy}),
+		"redlock": backendtest.OpenRedlock(t, backendtest.URLs(backendtest.StartNodes(t, 3)), redlock.Options{NodeTimeout: backendtest.Roomy}),
 	} {
 		t.Run(name, func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := backendtest.Ctx(t)
 			windows, ok := s.(lockstore.Windows)
 			if !ok {
 				windows = lockstore.LockWindows(s)
@@ -182,16 +184,16 @@ func TestListLeavesOutRateLimitWindows(t *testing.T) {
 }
 
 func TestRedisSemList(t *testing.T) {
-	s := newRedisStore(t, redistest.Start(t))
+	s := backendtest.NewRedis(t, redistest.Start(t))
 	lockstoretest.RunSemList(t, func(t *testing.T) lockstore.Semaphores { return s }, true)
 }
 
 func TestRedisClusterSemList(t *testing.T) {
-	s := newClusterStore(t, redistest.StartCluster(t, 3))
+	s := backendtest.NewCluster(t, redistest.StartCluster(t, 3))
 	lockstoretest.RunSemList(t, func(t *testing.T) lockstore.Semaphores { return s }, true)
 }
 
 func TestRedlockSemList(t *testing.T) {
-	s := openRedlock(t, urlsOf(startNodes(t, 3)), lockstore.RedlockOptions{NodeTimeout: roomy})
+	s := backendtest.OpenRedlock(t, backendtest.URLs(backendtest.StartNodes(t, 3)), redlock.Options{NodeTimeout: backendtest.Roomy})
 	lockstoretest.RunSemList(t, func(t *testing.T) lockstore.Semaphores { return s }, false)
 }

@@ -92,13 +92,13 @@ func ExtendAll(ctx context.Context, s Store, exts []Extension) []Extended {
 		return b.ExtendBatch(ctx, exts)
 	}
 	out := make([]Extended, len(exts))
-	extendEach(ctx, s, exts, out, nil)
+	ExtendEach(ctx, s, exts, out, nil)
 	return out
 }
 
 // extendEach runs s.Extend for exts[i], for every i in which (all when
 // which is nil), at once, with each extension's user as the quota hint.
-func extendEach(ctx context.Context, s Store, exts []Extension, out []Extended, which []int) {
+func ExtendEach(ctx context.Context, s Store, exts []Extension, out []Extended, which []int) {
 	atOnce(len(exts), which, func(i int) {
 		e, ectx := exts[i], ctx
 		if e.User != "" {

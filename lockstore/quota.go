@@ -33,7 +33,7 @@ func WithUser(ctx context.Context, user string) context.Context {
 	return context.WithValue(ctx, userKey{}, user)
 }
 
-func userHint(ctx context.Context) string {
+func UserHint(ctx context.Context) string {
 	u, _ := ctx.Value(userKey{}).(string)
 	return u
 }
@@ -51,4 +51,4 @@ func CheckQuota(q Quota) error {
 // ":") and inside a hash tag ("{…}").
 var userEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "{", "%7B", "}", "%7D")
 
-func escapeUser(user string) string { return userEscaper.Replace(user) }
+func EscapeUser(user string) string { return userEscaper.Replace(user) }

@@ -27,13 +27,13 @@ func SemExtendAll(ctx context.Context, s Semaphores, exts []Extension) []SemExte
 		return b.SemExtendBatch(ctx, exts)
 	}
 	out := make([]SemExtended, len(exts))
-	semExtendEach(ctx, s, exts, out, nil)
+	SemExtendEach(ctx, s, exts, out, nil)
 	return out
 }
 
 // semExtendEach runs s.SemExtend for exts[i], for every i in which (all
 // when which is nil), at once.
-func semExtendEach(ctx context.Context, s Semaphores, exts []Extension, out []SemExtended, which []int) {
+func SemExtendEach(ctx context.Context, s Semaphores, exts []Extension, out []SemExtended, which []int) {
 	atOnce(len(exts), which, func(i int) {
 		out[i].Permit, out[i].Err = s.SemExtend(ctx, exts[i].Key, exts[i].Token, exts[i].TTL)
 	})

@@ -6,13 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/lockgateway/lockgateway/lockstore/internal/backendtest"
 
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/lockstoretest"
 	"github.com/lockgateway/lockgateway/lockstore/memory"
+	"github.com/lockgateway/lockgateway/lockstore/redlock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The semaphore suite on every backend. Where the backend is shared
@@ -21,20 +23,20 @@ import (
 
 func TestRedisSemaphores(t *testing.T) {
 	srv := redistest.Start(t)
-	lockstoretest.RunSemaphores(t, func(t *testing.T) lockstore.Semaphores { return newRedisStore(t, srv) }, true)
+	lockstoretest.RunSemaphores(t, func(t *testing.T) lockstore.Semaphores { return backendtest.NewRedis(t, srv) }, true)
 }
 
 func TestRedisClusterSemaphores(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	lockstoretest.RunSemaphores(t, func(t *testing.T) lockstore.Semaphores { return newClusterStore(t, c) }, true)
+	lockstoretest.RunSemaphores(t, func(t *testing.T) lockstore.Semaphores { return backendtest.NewCluster(t, c) }, true)
 }
 
 // Redlock waits without a queue: no FIFO.
 func TestRedlockSemaphores(t *testing.T) {
 	t.Parallel()
-	urls := urlsOf(startNodes(t, 5))
+	urls := backendtest.URLs(backendtest.StartNodes(t, 5))
 	lockstoretest.RunSemaphores(t, func(t *testing.T) lockstore.Semaphores {
-		return openRedlock(t, urls, lockstore.RedlockOptions{NodeTimeout: roomy})
+		return backendtest.OpenRedlock(t, urls, redlock.Options{NodeTimeout: backendtest.Roomy})
 	}, false)
 }
 
@@ -47,7 +49,7 @@ func BenchmarkSemaphoreCycle(b *testing.B) {
 	stores := map[string]interface {
 		lockstore.Store
 		lockstore.Semaphores
-	}{"memory": memory.New(), "redis": newRedisStore(b, srv)}
+	}{"memory": memory.New(), "redis": backendtest.NewRedis(b, srv)}
 	for _, name := range []string{"memory", "redis"} {
 		s := stores[name]
 		ctx := context.Background()
@@ -91,7 +93,7 @@ func BenchmarkSemaphoreCycle(b *testing.B) {
 // for a permit.
 func TestRedisPermitWaiterRidesOutAnOutage(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newRedisStore(t, srv)
+	s := backendtest.NewRedis(t, srv)
 	ctx := context.Background()
 	req := func(wait time.Duration) lockstore.PermitRequest {
 		return lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Second, Limit: 1, Wait: wait}
@@ -118,8 +120,8 @@ func TestRedisPermitWaiterRidesOutAnOutage(t *testing.T) {
 // one. Both are held here, with waiters, while every key is read.
 func TestSemaphoreAndLockKeysApart(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newRedisStore(t, srv)
-	ctx := testCtx(t)
+	s := backendtest.NewRedis(t, srv)
+	ctx := backendtest.Ctx(t)
 
 	l, err := s.Acquire(ctx, "sem:x", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second})
 	require.NoError(t, err)

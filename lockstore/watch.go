@@ -39,7 +39,7 @@ type Signaler interface {
 // Waiter ids (tickets, "<gateway>.<id>" in base64url) never contain ":".
 // Payloads the scripts publish for watchers start with "!", so they never
 // name a waiter or equal "*".
-const watchPrefix = "watch:"
+const WatchPrefix = "watch:"
 
 // Kind tells a Hub how to watch one kind of key.
 type Kind[S any] struct {
@@ -324,16 +324,6 @@ func SameLock(a, b LockState) bool {
 	return d <= a.Slack+2*time.Millisecond && -d <= b.Slack+2*time.Millisecond
 }
 
-// watchLate is how much later than expiresAt, a Redlock read's earliest
-// end (its nodes' shortest time left less the drift allowance, from start),
-// the last node it counted may let the grant go: its longest time left
-// plus the drift allowance. With the read's round trip (the nodes measured
-// their time left at some moment within it), every counted node's expiry
-// lies in [expiresAt, expiresAt+round trip+watchLate] on this clock.
-func watchLate(start time.Time, longest time.Duration, expiresAt time.Time) time.Duration {
-	return max(start.Add(longest+drift(longest)).Sub(expiresAt), 0)
-}
-
 // Poll intervals of the lock hub: the backend's signal carries changes at
 // once, so the poll is only the safety net for a lost message (a Redis
 // subscription that was re-established); a Spreader's nodes (Redlock's)
@@ -407,22 +397,4 @@ func NewLockHub(store Store, timeout time.Duration) *Hub[LockState] {
 		k.Poll = watchPollSpread
 	}
 	return NewHub(k)
-}
-
-// Signal implements Signaler with the key's pub/sub channel: releases
-// (the scripts have always published them, for waiters) and grants and
-// extends (published for watchers, payloads "!acquired", "!extended").
-func (s *Redis) Signal(ctx context.Context, key string, wake chan struct{}) (func(), error) {
-	id := watchPrefix + NewToken()
-	if err := s.notifier.listen(ctx, channel(key), id, wake); err != nil {
-		return nil, err
-	}
-	return func() { s.notifier.stop(channel(key), id) }, nil
-}
-
-// Signal implements Signaler with the key's channel on every node: a
-// change on any node is worth a majority read. A node that cannot be
-// reached only means fewer signals; the hub's poll covers them.
-func (r *Redlock) Signal(ctx context.Context, key string, wake chan struct{}) (func(), error) {
-	return r.listenAs(ctx, channel(key), watchPrefix+NewToken(), wake), nil
 }

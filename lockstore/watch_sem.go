@@ -112,18 +112,3 @@ func NewSemHub(store Semaphores, timeout time.Duration) *Hub[SemState] {
 	}
 	return NewHub(k)
 }
-
-// SemSignal implements SemSignaler with the semaphore's channel.
-func (s *Redis) SemSignal(ctx context.Context, key string, wake chan struct{}) (func(), error) {
-	id := watchPrefix + NewToken()
-	if err := s.notifier.listen(ctx, semChannel(key), id, wake); err != nil {
-		return nil, err
-	}
-	return func() { s.notifier.stop(semChannel(key), id) }, nil
-}
-
-// SemSignal implements SemSignaler with the semaphore's channel on every
-// node.
-func (r *Redlock) SemSignal(ctx context.Context, key string, wake chan struct{}) (func(), error) {
-	return r.listenAs(ctx, semChannel(key), watchPrefix+NewToken(), wake), nil
-}

@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/lockgateway/lockgateway/lockstore/internal/backendtest"
 
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/memory"
+	"github.com/lockgateway/lockgateway/lockstore/redlock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // testSemHub: the hub reports permits granted, extended, released and
@@ -79,10 +81,10 @@ func testSemHub(t *testing.T, store lockstore.Semaphores) {
 
 func TestSemHubMemory(t *testing.T) { testSemHub(t, memory.New()) }
 
-func TestSemHubRedis(t *testing.T) { testSemHub(t, newRedisStore(t, redistest.Start(t))) }
+func TestSemHubRedis(t *testing.T) { testSemHub(t, backendtest.NewRedis(t, redistest.Start(t))) }
 
 func TestSemHubRedlock(t *testing.T) {
-	testSemHub(t, openRedlock(t, urlsOf(startNodes(t, 3)), lockstore.RedlockOptions{NodeTimeout: 500 * time.Millisecond}))
+	testSemHub(t, backendtest.OpenRedlock(t, backendtest.URLs(backendtest.StartNodes(t, 3)), redlock.Options{NodeTimeout: 500 * time.Millisecond}))
 }
 
 // skewPermits sets every permit of semaphore key on srv to expire after
@@ -109,9 +111,9 @@ return 0`
 // watcher's "extended").
 func TestSemHubRedlockNodesExpireApart(t *testing.T) {
 	t.Parallel()
-	srvs := startNodes(t, 5)
-	store := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
-	ctx := testCtx(t)
+	srvs := backendtest.StartNodes(t, 5)
+	store := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: backendtest.Roomy})
+	ctx := backendtest.Ctx(t)
 	for round := range 3 {
 		key := fmt.Sprintf("apart-%d", round)
 		token := lockstore.NewToken()

@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/lockgateway/lockgateway/lockstore/internal/backendtest"
 
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/memory"
+	"github.com/lockgateway/lockgateway/lockstore/redlock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // counter is a key kind whose state is a number the test sets, with a
@@ -230,10 +232,10 @@ func testLockHub(t *testing.T, store lockstore.Store) {
 
 func TestLockHubMemory(t *testing.T) { testLockHub(t, memory.New()) }
 
-func TestLockHubRedis(t *testing.T) { testLockHub(t, newRedisStore(t, redistest.Start(t))) }
+func TestLockHubRedis(t *testing.T) { testLockHub(t, backendtest.NewRedis(t, redistest.Start(t))) }
 
 func TestLockHubRedlock(t *testing.T) {
-	testLockHub(t, openRedlock(t, urlsOf(startNodes(t, 3)), lockstore.RedlockOptions{NodeTimeout: 500 * time.Millisecond}))
+	testLockHub(t, backendtest.OpenRedlock(t, backendtest.URLs(backendtest.StartNodes(t, 3)), redlock.Options{NodeTimeout: 500 * time.Millisecond}))
 }
 
 // A Redlock lease's nodes let it go a few ms apart (the grant reached
@@ -248,9 +250,9 @@ func TestLockHubRedlock(t *testing.T) {
 // token, as a client would.
 func TestLockHubRedlockNodesExpireApart(t *testing.T) {
 	t.Parallel()
-	srvs := startNodes(t, 5)
-	store := openRedlock(t, urlsOf(srvs), lockstore.RedlockOptions{NodeTimeout: roomy})
-	ctx := testCtx(t)
+	srvs := backendtest.StartNodes(t, 5)
+	store := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: backendtest.Roomy})
+	ctx := backendtest.Ctx(t)
 	for round := range 3 {
 		key := fmt.Sprintf("apart-%d", round)
 		token := lockstore.NewToken()

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Windows is the primitive behind per-user rate limits: a lease nobody
@@ -21,14 +19,6 @@ import (
 type Windows interface {
 	TakeWindow(ctx context.Context, key, id string, window time.Duration) (time.Duration, error)
 }
-
-var _ Windows = (*Redis)(nil)
-
-var (
-	//go:embed lua/window.lua
-	windowLua    string
-	windowScript = redis.NewScript(windowLua)
-)
 
 // windowPrefix keeps windows out of the lock keyspace: lock keys can never
 // hold a NUL byte.
@@ -52,17 +42,3 @@ func (w lockWindows) TakeWindow(ctx context.Context, key, id string, window time
 	}
 	return 0, err
 }
-
-// TakeWindow implements Windows with one script and no fence counter.
-func (s *Redis) TakeWindow(ctx context.Context, key, id string, window time.Duration) (time.Duration, error) {
-	if err := CheckAcquire(key, AcquireRequest{Token: id, TTL: window}); err != nil {
-		return 0, err
-	}
-	ms, err := windowScript.Run(ctx, s.client, []string{windowKey(key)}, id, window.Milliseconds()).Int64()
-	if err != nil {
-		return 0, redisErr(err)
-	}
-	return time.Duration(ms) * time.Millisecond, nil
-}
-
-func windowKey(key string) string { return "lockgw:{" + key + "}:window" }

@@ -1,13 +1,12 @@
 package metrics
 
 import (
+	"github.com/lockgateway/lockgateway/lockstore/redlock"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/lockgateway/lockgateway/lockstore"
 )
 
 // Votes are the votes a Redlock node casts in an acquire round
-// (lockstore.RedlockOptions.OnVote).
+// (redlock.Options.OnVote).
 var Votes = []string{"granted", "held", "timeout", "refused", "failed", "quarantined"}
 
 // RedlockNodes exports each Redlock node's state, read from nodes when
@@ -15,7 +14,7 @@ var Votes = []string{"granted", "held", "timeout", "refused", "failed", "quarant
 // and lockgw_redlock_node_quarantined (seen to restart, it does not count
 // in quorums yet). Its votes' series start at 0, so that the first
 // timeout or quarantine is an increase an alert sees.
-func (m *Metrics) RedlockNodes(nodes func() []lockstore.NodeStatus) {
+func (m *Metrics) RedlockNodes(nodes func() []redlock.NodeStatus) {
 	for _, n := range nodes() {
 		for _, v := range Votes {
 			m.votes.WithLabelValues(n.Addr, v)
@@ -29,7 +28,7 @@ func (m *Metrics) RedlockNodes(nodes func() []lockstore.NodeStatus) {
 }
 
 type redlockNodes struct {
-	nodes           func() []lockstore.NodeStatus
+	nodes           func() []redlock.NodeStatus
 	up, quarantined *prometheus.Desc
 }
 

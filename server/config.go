@@ -14,9 +14,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lockgateway/lockgateway/lockstore/redis"
+
 	"github.com/rs/zerolog"
 
-	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/ratelimit"
 )
 
@@ -27,7 +28,7 @@ type Config struct {
 	MetricsAddr    string // "" serves /metrics on Addr
 	Backend        string
 	RedisURL       string
-	RedisMode      lockstore.RedisMode
+	RedisMode      redis.Mode
 	RedlockURLs    []string
 	RedlockTimeout time.Duration
 	// RedlockNames name the nodes in the node list they remember, in the
@@ -127,11 +128,11 @@ var settings = []setting{
 	{"tls-key", "", "PEM private key file of --tls-cert", text(func(c *Config) *string { return &c.TLSKey })},
 	{"metrics-addr", "", "serve /metrics on this address only (e.g. 127.0.0.1:9090), not on --addr", text(func(c *Config) *string { return &c.MetricsAddr })},
 	{"redis-url", "redis://127.0.0.1:6379/0", "Redis URL for the redis backend, in the form --redis-mode takes", text(func(c *Config) *string { return &c.RedisURL })},
-	{"redis-mode", string(lockstore.RedisSingle), "how the redis backend reaches Redis: single, sentinel or cluster", func(c *Config, v string) error {
-		if !slices.Contains(lockstore.RedisModes, lockstore.RedisMode(v)) {
+	{"redis-mode", string(redis.Single), "how the redis backend reaches Redis: single, sentinel or cluster", func(c *Config, v string) error {
+		if !slices.Contains(redis.Modes, redis.Mode(v)) {
 			return fmt.Errorf("unknown Redis mode %q (want single, sentinel or cluster)", v)
 		}
-		c.RedisMode = lockstore.RedisMode(v)
+		c.RedisMode = redis.Mode(v)
 		return nil
 	}},
 	{"redis-wait-replicas", "0", "redis backend: answer a grant or extend only once this many replicas acknowledged it (Redis WAIT, within --backend-timeout), else 503; 0 answers at once", func(c *Config, v string) error {
@@ -142,7 +143,7 @@ var settings = []setting{
 		case n > 0 && c.Backend != BackendRedis:
 			// Ignored, it would promise a safety the backend does not give.
 			return fmt.Errorf("%d: only the redis backend waits for replicas, and the backend is %s; set LOCKGW_BACKEND=redis, or use 0", n, c.Backend)
-		case n > 0 && c.RedisMode == lockstore.RedisCluster:
+		case n > 0 && c.RedisMode == redis.Cluster:
 			return fmt.Errorf("%d: waiting for replicas works with --redis-mode single or sentinel, not cluster; use 0", n)
 		}
 		c.RedisWaitReplicas = n
@@ -453,7 +454,7 @@ func check(c *Config, src map[string]string, set func(name string) bool) []error
 	}
 	switch c.Backend {
 	case BackendRedis:
-		if c.RedisMode == lockstore.RedisSingle {
+		if c.RedisMode == redis.Single {
 			if err := checkRedisURL(c.RedisURL); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", src["redis-url"], err))
 			}

@@ -267,7 +267,7 @@ func TestRedlockLivenessColdBurst(t *testing.T) {
 	// reported failure is a burst that meets cold pools: requests queue for
 	// connections still being dialled. So when every node had at least half
 	// of the connections the warm-up opens (its pool less the 16 it leaves
-	// for arrivals, lockstore/redlock.go; on a loaded machine a few of
+	// for arrivals, lockstore/redlock/redlock.go; on a loaded machine a few of
 	// those dials time out) open when the burst began, or the warm burst
 	// fails too, the failure is not that one: the machine is too busy for
 	// this node timeout (parallel tests, another package's tests, two

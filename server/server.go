@@ -15,6 +15,9 @@ import (
 	"net/netip"
 	"time"
 
+	lockredis "github.com/lockgateway/lockgateway/lockstore/redis"
+	"github.com/lockgateway/lockgateway/lockstore/redlock"
+
 	"github.com/go-chi/chi/v5"
 	chimw "github.com/go-chi/chi/v5/middleware"
 	"github.com/redis/go-redis/v9"
@@ -36,10 +39,10 @@ type deps struct {
 	store   lockstore.Store
 	sems    lockstore.Semaphores // nil: no /semaphores routes
 	backend string
-	nodes   func() []lockstore.NodeStatus // nil unless the backend has several nodes
+	nodes   func() []redlock.NodeStatus // nil unless the backend has several nodes
 	// topology is the redis backend's mode and shards for /readyz; nil
 	// for the others.
-	topology func(context.Context) lockstore.Topology
+	topology func(context.Context) lockredis.Topology
 	limits   handlers.Limits
 	log      zerolog.Logger
 	spec     []byte
@@ -172,7 +175,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		tracing:      tp,
 		uiAuto:       cfg.uiAuto,
 	}
-	if t, ok := store.(lockstore.Topologist); ok {
+	if t, ok := store.(lockredis.Topologist); ok {
 		d.topology = t.Topology
 	}
 	if waiting.sems != nil {
@@ -366,18 +369,18 @@ func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func()) {
 	return zerolog.New(out).Level(cfg.LogLevel).Hook(&stampHook{}), func() { _ = out.Close() }
 }
 
-// openStore builds the configured backend. lockstore.OpenRedis and
-// OpenRedlock give their clients the options the stores rely on.
-func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics, t trace.Tracer) (lockstore.Store, func() []lockstore.NodeStatus, error) {
+// openStore builds the configured backend. redis.Open and
+// redlock.Open give their clients the options the stores rely on.
+func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics, t trace.Tracer) (lockstore.Store, func() []redlock.NodeStatus, error) {
 	switch cfg.Backend {
 	case BackendRedis:
-		store, err := lockstore.OpenRedis(cfg.RedisURL, lockstore.RedisOptions{Mode: cfg.RedisMode, Timeout: cfg.BackendTimeout, WaitReplicas: cfg.RedisWaitReplicas, Tracer: t})
+		store, err := lockredis.Open(cfg.RedisURL, lockredis.Options{Mode: cfg.RedisMode, Timeout: cfg.BackendTimeout, WaitReplicas: cfg.RedisWaitReplicas, Tracer: t})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--redis-url: %s: %w", redactURL(cfg.RedisURL), err)
 		}
 		return store, nil, nil
 	case BackendRedlock:
-		rl, err := lockstore.OpenRedlock(cfg.RedlockURLs, lockstore.RedlockOptions{
+		rl, err := redlock.Open(cfg.RedlockURLs, redlock.Options{
 			NodeTimeout:       cfg.RedlockTimeout,
 			NodeNames:         cfg.RedlockNames,
 			PreviousURLs:      cfg.RedlockPreviousURLs,

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgateway/lockgateway/lockstore/redlock"
+
 	"github.com/go-chi/chi/v5"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -112,7 +114,7 @@ func addGateway(c *chaos.Cluster, spec gatewaySpec) int {
 }
 
 // unguardedGateway serves the lock routes in this process over a Redlock
-// opened with lockstore.RedlockOptions.DisableRestartGuard, which the
+// opened with redlock.Options.DisableRestartGuard, which the
 // gateway's configuration does not expose: no run_id memory, and a node
 // found without its marker is joined without rule Q's quarantine. It is
 // what a restarted node counting too early looks like, for the control of
@@ -122,7 +124,7 @@ func unguardedGateway(t testing.TB, env map[string]string) string {
 	require.NoError(t, err)
 	nodeTimeout, err := time.ParseDuration(env["LOCKGW_REDLOCK_NODE_TIMEOUT"])
 	require.NoError(t, err)
-	rl, err := lockstore.OpenRedlock(strings.Split(env["LOCKGW_REDLOCK_URLS"], ","), lockstore.RedlockOptions{
+	rl, err := redlock.Open(strings.Split(env["LOCKGW_REDLOCK_URLS"], ","), redlock.Options{
 		NodeTimeout: nodeTimeout, MaxTTL: maxTTL, NodeNames: strings.Split(env["LOCKGW_REDLOCK_NODE_NAMES"], ","),
 		DisableRestartGuard: true,
 	})

@@ -16,8 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockgateway/lockgateway/lockstore/redis"
+
 	"github.com/lockgateway/lockgateway/internal/redistest"
-	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/server"
 )
 
@@ -48,7 +49,7 @@ type bench struct {
 	sink      *spanSink // where the traced gateway's spans go
 	baseline  string    // host:port
 	etcd      string    // host:port of its client URL
-	direct    *lockstore.Redis
+	direct    *redis.Store
 	// The Sentinel rows' set-up and gateways, by replica count (sentinel.go).
 	sentinels   *redistest.Sentinels
 	sentinelGWs map[int]*target
@@ -146,7 +147,7 @@ func (b *bench) build() error {
 		if err != nil {
 			return err
 		}
-		b.cfg.luaDir = filepath.Join(root, "lockstore", "lua")
+		b.cfg.luaDir = filepath.Join(root, "lockstore", "internal", "script", "lua")
 	}
 	if len(pkgs) == 0 {
 		return nil
@@ -345,15 +346,15 @@ func (b *bench) baselineServer(ctx context.Context) (string, error) {
 	return addr, nil
 }
 
-// directStore is a lockstore.Redis with the gateway's client settings
-// (lockstore.OpenRedis).
-func (b *bench) directStore(ctx context.Context) (*lockstore.Redis, error) {
+// directStore is a lockstore/redis.Store with the gateway's client settings
+// (lockstore/redis.Open).
+func (b *bench) directStore(ctx context.Context) (*redis.Store, error) {
 	if b.direct == nil {
 		addr, err := b.redis(ctx)
 		if err != nil {
 			return nil, err
 		}
-		b.direct, err = lockstore.OpenRedis("redis://"+addr+"/0", lockstore.RedisOptions{Timeout: backendTimeout})
+		b.direct, err = redis.Open("redis://"+addr+"/0", redis.Options{Timeout: backendTimeout})
 		if err != nil {
 			return nil, err
 		}

@@ -14,7 +14,7 @@ import (
 // Every client's key hashes to its own slot, so the load spreads over the
 // shards; with the cap on, each grant also reserves a place in the user's
 // set on its own shard, and each release takes it out (one more script
-// each: lockstore/redis_cluster_quota.go), which the second row leaves out.
+// each: lockstore/redis/cluster_quota.go), which the second row leaves out.
 
 // clusterClients loads the Cluster gateway with the cap on or off.
 func clusterClients(quota bool) func(ctx context.Context, b *bench, spec rowSpec, n int, prefix string) ([]client, *target, error) {

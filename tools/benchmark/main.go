@@ -11,7 +11,7 @@
 //
 //  1. the gateway, Redis backend
 //  2. the baseline: net/http + go-redis running the same Lua scripts
-//  3. lockstore.Redis called directly, no HTTP
+//  3. lockstore/redis.Store called directly, no HTTP
 //  4. the gateway, Redlock over 5 masters
 //  5. etcd 3.4's lock API over its JSON gateway
 //  6. contended: all clients on one key with waiting acquires, gateway and etcd
@@ -135,7 +135,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.out, "out", "", "JSON results file; the SVG chart goes beside it (default bench-results/<UTC time>.json)")
 	fs.StringVar(&c.gatewayBin, "gateway-bin", "", "lockgateway binary to measure (default: go build ./cmd/lockgateway)")
 	fs.StringVar(&c.baselineBin, "baseline-bin", "", "lockbench-baseline binary (default: go build ./tools/benchmark/baseline)")
-	fs.StringVar(&c.luaDir, "lua-dir", "", "the Lua scripts the baseline runs (default: <module>/lockstore/lua)")
+	fs.StringVar(&c.luaDir, "lua-dir", "", "the Lua scripts the baseline runs (default: <module>/lockstore/internal/script/lua)")
 	fs.StringVar(&c.redisServer, "redis-server", "", "redis-server binary (default: $REDIS_SERVER, else redis-server on PATH)")
 	fs.StringVar(&c.etcdBin, "etcd", "", `etcd binary (default: etcd on PATH or /usr/bin/etcd); "none" skips the etcd rows`)
 	fs.IntVar(&c.redlock, "redlock-nodes", 5, "Redis masters behind the Redlock row")

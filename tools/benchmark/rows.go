@@ -40,7 +40,7 @@ var rowSpecs = []rowSpec{
 	{id: "gateway", no: "1", label: "gateway, Redis backend", clients: gatewayClients},
 	{id: "traced", no: "1t", label: "gateway, Redis backend, traced (OTLP)", clients: tracedClients},
 	{id: "baseline", no: "2", label: "baseline: net/http + go-redis, same Lua", clients: baselineClients},
-	{id: "lockstore", no: "3", label: "lockstore.Redis called directly", clients: storeClients},
+	{id: "lockstore", no: "3", label: "lockstore/redis.Store called directly", clients: storeClients},
 	{id: "redlock", no: "4", label: "gateway, Redlock over 5 masters", clients: redlockClients},
 	{id: "sentinel", no: "4s", label: "gateway, Sentinel (master + 1 replica)", clients: sentinelClients(0)},
 	{id: "sentinel-wait", no: "4w", label: "gateway, Sentinel, WAIT for 1 replica", clients: sentinelClients(1)},

@@ -7,17 +7,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	lockredis "github.com/lockgateway/lockgateway/lockstore/redis"
 
-	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/redis/go-redis/v9"
 )
 
 // FenceRetention and WaitQueueTTL mirror lockstore's: a fence counter
-// outlives its key's last lease by lockstore.FenceMargin (a second more is
+// outlives its key's last lease by lockstore/redis.FenceMargin (a second more is
 // allowed for a Redlock seed a little ahead of the node's clock), and a
 // wait queue lives twice the waiters' 3 s heartbeat.
 const (
-	FenceRetention = lockstore.FenceMargin + time.Second
+	FenceRetention = lockredis.FenceMargin + time.Second
 	WaitQueueTTL   = 6 * time.Second
 )
 

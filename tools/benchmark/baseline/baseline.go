@@ -28,7 +28,7 @@ import (
 // baseline uses the same for its Redis client and each script run.
 const backendTimeout = time.Second
 
-// fenceMargin mirrors lockstore.FenceMargin: how long a fence counter
+// fenceMargin mirrors lockstore/redis.FenceMargin: how long a fence counter
 // outlives its lease. It is an argument of acquire.lua and release.lua.
 const fenceMargin = time.Second
 
@@ -37,7 +37,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8081", "listen address")
 	redisURL := fs.String("redis-url", "redis://127.0.0.1:6379/0", "the Redis to run the scripts on")
-	luaDir := fs.String("lua-dir", "lockstore/lua", "directory holding the gateway's acquire.lua and release.lua")
+	luaDir := fs.String("lua-dir", "lockstore/internal/script/lua", "directory holding the gateway's acquire.lua and release.lua")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

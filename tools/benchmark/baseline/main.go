@@ -12,7 +12,7 @@
 //	GET    /healthz       200
 //
 // The scripts are read from --lua-dir at start (the repository's
-// lockstore/lua), so the baseline runs exactly the Lua the gateway embeds.
+// lockstore/internal/script/lua), so the baseline runs exactly the Lua the gateway embeds.
 package main
 
 import (

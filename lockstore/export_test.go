@@ -1,4 +1,0 @@
-package lockstore
-
-// ClusterSlot is clusterSlot for the external tests.
-var ClusterSlot = clusterSlot

@@ -1,0 +1,283 @@
+package script
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// Rule D of docs/safety.md ("Late grants"): a grant carries a deadline in
+// its server's clock that has passed before the gateway can answer 503 for
+// it, so a grant that lands after its 503 writes nothing. This file is the
+// gateway's side; deadline.lua, in front of acquire.lua and sem_acquire.lua,
+// is the server's.
+
+var (
+	//go:embed lua/deadline.lua
+	DeadlineLua string
+
+	//go:embed lua/clock.lua
+	ClockLua    string
+	ClockScript = redis.NewScript(ClockLua)
+)
+
+const (
+	// clockRate is A3 of docs/safety.md: a server's clock runs at least
+	// this fast against the gateway's.
+	clockRate = 0.99
+	// clockRefresh is the longest a sample is used before it is taken
+	// again; it is also capped at five call timeouts, so that the drift
+	// allowance (1% of the sample's age) stays small against one call.
+	clockRefresh = 2 * time.Second
+
+	LateReply  = "LOCKGW_LATE"
+	ClockReply = "LOCKGW_CLOCK"
+)
+
+// clockSample is one reading of a server's clock: its run id and TIME
+// (µs), and the gateway's clock when the reply arrived.
+type ClockSample struct {
+	Run string
+	Us  int64
+	At  time.Time
+}
+
+// serverClock is the latest sample of one server.
+type serverClock struct {
+	mu       sync.Mutex
+	S        ClockSample
+	sampling bool // one caller takes the next sample; the others use s meanwhile
+}
+
+// clocks keeps the samples of the servers one store sends grants to, and
+// makes each grant's deadline.
+type Clocks struct {
+	timeout time.Duration // a call's give-up when its context has no earlier deadline
+	refresh time.Duration
+	cluster bool // servers by slot; otherwise one server for every key
+	// now and sleepUntil are the gateway's clock (the simulator's, in its
+	// tests).
+	Now        func() time.Time
+	SleepUntil func(time.Time)
+
+	mu     sync.Mutex
+	bySlot map[int]*serverClock
+	byRun  map[string]*serverClock
+}
+
+func NewClocks(timeout time.Duration, cluster bool) *Clocks {
+	return &Clocks{
+		timeout: timeout, refresh: min(clockRefresh, max(5*timeout, 100*time.Millisecond)), cluster: cluster,
+		Now: time.Now, SleepUntil: func(t time.Time) { time.Sleep(time.Until(t)) },
+		bySlot: map[int]*serverClock{}, byRun: map[string]*serverClock{},
+	}
+}
+
+func (c *Clocks) Server(key string) *serverClock {
+	slot := 0
+	if c.cluster {
+		slot = ClusterSlot(key)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sc := c.bySlot[slot]
+	if sc == nil {
+		sc = &serverClock{}
+		c.bySlot[slot] = sc
+	}
+	return sc
+}
+
+// forget drops what is known of the server of key: a grant found another
+// server there.
+func (c *Clocks) Forget(key string) {
+	slot := 0
+	if c.cluster {
+		slot = ClusterSlot(key)
+	}
+	c.mu.Lock()
+	delete(c.bySlot, slot)
+	c.mu.Unlock()
+}
+
+// deadline is rule D's argument for a grant on key sent now through sc,
+// and the moment from which the gateway may answer 503 for it.
+func (c *Clocks) Deadline(ctx context.Context, sc redis.Scripter, key string) (arg string, giveUp time.Time, err error) {
+	now := c.Now()
+	giveUp = now.Add(c.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(giveUp) {
+		giveUp = d
+	}
+	s, err := c.sample(ctx, sc, key, now)
+	if err != nil {
+		return "", giveUp, err
+	}
+	us := s.Us + int64(clockRate*float64(giveUp.Sub(s.At).Microseconds()))
+	return s.Run + ":" + strconv.FormatInt(us, 10), giveUp, nil
+}
+
+// sample is a fresh enough sample of key's server: the one it has, or a
+// new one. While one caller takes a new sample, the others use the one
+// before it as long as it is younger than three refreshes (the deadline
+// allows for its age).
+func (c *Clocks) sample(ctx context.Context, sc redis.Scripter, key string, now time.Time) (ClockSample, error) {
+	srv := c.Server(key)
+	srv.mu.Lock()
+	s, age := srv.S, now.Sub(srv.S.At)
+	if s.Run != "" && (age < c.refresh || srv.sampling && age < 3*c.refresh) {
+		srv.mu.Unlock()
+		return s, nil
+	}
+	srv.sampling = true
+	srv.mu.Unlock()
+	defer func() {
+		srv.mu.Lock()
+		srv.sampling = false
+		srv.mu.Unlock()
+	}()
+	reply, err := ClockScript.Run(ctx, sc, []string{key}).Slice()
+	if err != nil {
+		return ClockSample{}, RedisErr(err)
+	}
+	at := c.Now()
+	if len(reply) != 3 {
+		return ClockSample{}, fmt.Errorf("lockstore: clock script replied %v", reply)
+	}
+	run, _ := reply[0].(string)
+	sec, _ := reply[1].(int64)
+	usec, _ := reply[2].(int64)
+	if run == "" {
+		return ClockSample{}, fmt.Errorf("lockstore: clock script replied %v: no run id", reply)
+	}
+	s = ClockSample{Run: run, Us: sec*1_000_000 + usec, At: at}
+	c.mu.Lock()
+	if known := c.byRun[run]; known != nil && known != srv {
+		// The slot moved to a server sampled through another slot: share
+		// its sample from now on.
+		c.bySlot[c.slotOf(key)] = known
+		srv = known
+	} else {
+		c.byRun[run] = srv
+	}
+	c.mu.Unlock()
+	srv.mu.Lock()
+	srv.S = s
+	srv.mu.Unlock()
+	return s, nil
+}
+
+func (c *Clocks) slotOf(key string) int {
+	if c.cluster {
+		return ClusterSlot(key)
+	}
+	return 0
+}
+
+// settle returns once the gateway may answer 503 for a grant whose call
+// failed with err: at once when the grant cannot land later (its server
+// answered, or it was never sent), else at giveUp, when the grant's
+// deadline has passed on its server.
+func (c *Clocks) Settle(err error, giveUp time.Time) {
+	if err == nil || !mayLand(err) {
+		return
+	}
+	if c.Now().Before(giveUp) {
+		c.SleepUntil(giveUp)
+	}
+}
+
+// mayLand says whether a call that failed with err may still run on its
+// server: anything but an answer from the server (an error reply, or a
+// refusal made of one), a connection that could not be made, or a pool
+// with no connection to give. A reset or a closed connection may: a proxy
+// on the way can still deliver what it had read.
+func mayLand(err error) bool {
+	var rerr redis.Error
+	var refused *lockstore.RefusedError // the node answered (redlock_set.go turns its answer into one)
+	if errors.As(err, &rerr) || errors.As(err, &refused) {
+		return false
+	}
+	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return true
+}
+
+// grantScripts are the scripts rule D applies to, by hash: those with
+// deadline.lua in front.
+var grantScripts = map[string]bool{}
+
+func init() {
+	for _, s := range []*redis.Script{AcquireScript, SemAcquireScript, ConfirmScript, SemConfirmScript} {
+		grantScripts[s.Hash()] = true
+	}
+}
+
+// clocked is a Scripter whose grants (grantScripts) carry rule D's
+// deadline, appended to their arguments; other scripts pass as they are.
+type Clocked struct {
+	redis.Scripter
+	Clocks *Clocks
+}
+
+func (g Clocked) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if !grantScripts[sha] {
+		return g.Scripter.EvalSha(ctx, sha, keys, args...)
+	}
+	return g.run(ctx, keys, func(arg string) *redis.Cmd {
+		return g.Scripter.EvalSha(ctx, sha, keys, append(slices.Clip(args), arg)...)
+	})
+}
+
+// Eval is redis.Script.Run's fallback after NOSCRIPT.
+func (g Clocked) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	if !grantScripts[Sha1Hex(src)] {
+		return g.Scripter.Eval(ctx, src, keys, args...)
+	}
+	return g.run(ctx, keys, func(arg string) *redis.Cmd {
+		return g.Scripter.Eval(ctx, src, keys, append(slices.Clip(args), arg)...)
+	})
+}
+
+// run makes a grant's call with its deadline: once more, after a new
+// sample, when it reached another server than the one sampled (it wrote
+// nothing there); and when it failed in a way that may still land, it
+// returns only once the deadline has passed.
+func (g Clocked) run(ctx context.Context, keys []string, call func(arg string) *redis.Cmd) *redis.Cmd {
+	key := keys[0]
+	for try := 0; ; try++ {
+		arg, giveUp, err := g.Clocks.Deadline(ctx, g.Scripter, key)
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		cmd := call(arg)
+		if try == 0 && IsReply(cmd.Err(), ClockReply) {
+			g.Clocks.Forget(key)
+			continue
+		}
+		g.Clocks.Settle(cmd.Err(), giveUp)
+		return cmd
+	}
+}
+
+// isReply says whether err is the server's error reply starting with code.
+func IsReply(err error, code string) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), code)
+}

@@ -1,0 +1,403 @@
+// The simulator runs one goroutine at a time, so the race detector finds
+// nothing in it, and slows its Lua interpreter several times over: make
+// test runs it without -race (Makefile, test).
+
+package sim
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+)
+
+// The simulator's history and checkers. What a client was told is all they
+// look at (and the node's log, for the trace):
+//
+//   - one holder: a client holds a lock from an answer that granted or
+//     extended it (201/200) until the expires_at it was given (the
+//     gateway's start + ttl, less simGrace) or until it sends a release,
+//     whichever comes first; two tokens never hold one lock at once;
+//   - the limit: at most limit tokens hold permits of one semaphore at once;
+//   - fences unique: permits held at once by two tokens carry two fences;
+//   - fences increase: a new grant (201) sent after another token's grant
+//     was answered gets a higher fence; one sent after the same token's grant
+//     was answered gets no lower a fence (a new grant, 201, a higher one);
+//   - a sequential same-token retry keeps its fence: an acquire sent while
+//     the token holds the key (after its grant's answer, before its expiry,
+//     no release in between) and answered before that expiry gets the same
+//     fence;
+//   - "a 204 never removes a later grant" is the one-holder check: a grant
+//     answered after a release was sent is a new holding, which a late
+//     delete that removed it would leave open to a second holder.
+//
+// Clients send a release only when nothing else of theirs is outstanding,
+// so every answer after a release's send is to a request sent after it.
+
+// simGrace: a client stops 1 ms before expires_at. The node keeps expiries
+// in ms (a permit is dropped once TIME's ms reaches its expiry) while the
+// gateway's start has µs: the last sub-millisecond is not promised.
+const SimGrace = 1000
+
+type SimRequest struct {
+	Id       int
+	Client   int
+	Gw       int
+	Kind     string // acquire, extend, release
+	Key      string
+	Sem      bool
+	Token    string
+	Ttl      time.Duration
+	AtLeast  time.Duration // a lock acquire's HoldAtLeast (rule L)
+	Sent     int64
+	answered int64
+	Answer   string // 201, 200, 204, 404, 409 …, 503, 500 …
+	Fence    int64
+	Expires  int64 // start + granted, for 201/200
+
+	// Snapshots at the send, for the fence checks.
+	otherFence  int64  // the highest fence answered to another token
+	otherToken  string // … and to whom
+	ownFence    int64  // the highest fence answered to this token (0: none)
+	seqActive   bool   // the token held the key (a sequential retry)
+	seqFence    int64
+	seqUntil    int64
+	seqGrantReq int
+}
+
+type simInterval struct {
+	token    string
+	from, to int64
+	req      *SimRequest
+}
+
+type simSession struct {
+	fence int64
+	until int64
+	req   int
+}
+
+type simKeyHist struct {
+	name     string
+	Sem      bool
+	Limit    int
+	iv       []simInterval
+	releases map[string][]int64
+	maxFence map[string]int64
+	session  map[string]*simSession
+	trace    []simTraceEvent
+}
+
+type simTraceEvent struct {
+	at  int64
+	msg string
+}
+
+// simViolation is a checker's finding.
+type simViolation struct {
+	Check string // one-holder, limit, fence-unique, fence-order, retry-fence, error
+	at    int64
+	key   string
+	msg   string
+}
+
+type SimHistory struct {
+	// latest: a client believes the expiry of its latest answer, not the
+	// latest of all its answers (a weaker promise, what a client before
+	// rule V1 could count on; a control uses it to show it finds a late
+	// write, not a shorter answer).
+	Latest bool
+	// ownFences: no checks of what a token is answered against its own
+	// earlier answers (retry-fence, extend-fence, and fence-order within
+	// one token); the order across holders stays checked. On Redlock a
+	// lease's values can disagree on its fence (a renewal whose write-back
+	// was not needed leaves a new vote unconfirmed on a minority): an
+	// extend then answers the fence most of its nodes carry, a retry
+	// re-granted on fewer than q nodes of the first fence is answered
+	// 201, with it or above it, and a permit's retry whose write-back finds
+	// a counter past its fence raises it. docs/safety.md ("Retries")
+	// scopes the promise so; docs/api.md does not
+	// (sim_redlock: TestSimRedlockStrictFences).
+	OwnFences  bool
+	Keys       map[string]*simKeyHist
+	Violations []simViolation
+	digests    map[string]string // digest → token, for the trace
+	Reqs       []*SimRequest
+	global     []simTraceEvent
+}
+
+func NewSimHistory() *SimHistory {
+	return &SimHistory{Keys: map[string]*simKeyHist{}, digests: map[string]string{}}
+}
+
+func (h *SimHistory) Key(name string, sem bool, limit int) *simKeyHist {
+	k := h.Keys[name]
+	if k == nil {
+		k = &simKeyHist{name: name, Sem: sem, Limit: limit, releases: map[string][]int64{},
+			maxFence: map[string]int64{}, session: map[string]*simSession{}}
+		h.Keys[name] = k
+	}
+	return k
+}
+
+func (h *SimHistory) Note(at int64, key, format string, args ...any) {
+	e := simTraceEvent{at: at, msg: fmt.Sprintf(format, args...)}
+	if k := h.Keys[key]; k != nil {
+		k.trace = append(k.trace, e)
+		return
+	}
+	h.global = append(h.global, e)
+}
+
+func (h *SimHistory) Violate(check string, at int64, key, format string, args ...any) {
+	h.Violations = append(h.Violations, simViolation{Check: check, at: at, key: key, msg: fmt.Sprintf(format, args...)})
+}
+
+func (h *SimHistory) TokenOf(digest string) string {
+	if t, ok := h.digests[digest]; ok {
+		return t
+	}
+	return digest[:min(8, len(digest))]
+}
+
+// sent records a request as it leaves its client, with the snapshots the
+// fence checks compare its answer to.
+func (h *SimHistory) Sent(now int64, r *SimRequest, limit int) {
+	h.Reqs = append(h.Reqs, r)
+	r.Id = len(h.Reqs)
+	r.Sent = now
+	h.digests[script.DigestHex(r.Token)] = r.Token
+	k := h.Key(r.Key, r.Sem, limit)
+	switch r.Kind {
+	case "acquire":
+		for tok, f := range k.maxFence {
+			if tok != r.Token && (f > r.otherFence || f == r.otherFence && tok < r.otherToken) {
+				r.otherFence, r.otherToken = f, tok
+			}
+		}
+		r.ownFence = k.maxFence[r.Token]
+		if s := k.session[r.Token]; s != nil && s.until > now {
+			r.seqActive, r.seqFence, r.seqUntil, r.seqGrantReq = true, s.fence, s.until, s.req
+		}
+	case "release":
+		k.releases[r.Token] = append(k.releases[r.Token], now)
+		delete(k.session, r.Token)
+	}
+	h.Note(now, r.Key, "c%d → gw%d  #%d %s tok=%s%s", r.Client, r.Gw, r.Id, r.Kind, r.Token, ttlNote(r))
+}
+
+func ttlNote(r *SimRequest) string {
+	if r.Kind == "release" {
+		return ""
+	}
+	return fmt.Sprintf(" ttl=%v", r.Ttl)
+}
+
+// answered records a request's answer and runs the online checks.
+func (h *SimHistory) Answered(now int64, r *SimRequest) {
+	r.answered = now
+	k := h.Keys[r.Key]
+	detail := ""
+	if r.Answer == "201" || r.Answer == "200" {
+		detail = fmt.Sprintf(" fence=%d expires=+%s", r.Fence, SimDur(r.Expires-now))
+	}
+	h.Note(now, r.Key, "gw%d → c%d  #%d %s%s", r.Gw, r.Client, r.Id, r.Answer, detail)
+	if strings.HasPrefix(r.Answer, "500") {
+		h.Violate("error", now, r.Key, "#%d %s answered %s", r.Id, r.Kind, r.Answer)
+	}
+	if r.Answer != "201" && r.Answer != "200" {
+		return
+	}
+	if r.Expires-SimGrace > now {
+		k.iv = append(k.iv, simInterval{token: r.Token, from: now, to: r.Expires - SimGrace, req: r})
+	}
+	if r.Kind != "acquire" {
+		if s := k.session[r.Token]; s != nil && s.until > r.Sent {
+			// An extend of a lease the token held when it was sent: the
+			// same lease, the same fence (docs/api.md).
+			if r.Fence != s.fence && !h.OwnFences {
+				h.Violate("extend-fence", now, r.Key, "#%d, an extend of tok %s sent while it held the key with fence %d (granted by #%d), answered fence %d",
+					r.Id, r.Token, s.fence, s.req, r.Fence)
+			}
+			s.until = max(s.until, r.Expires)
+		} else if r.Expires > now {
+			// The token's lease had ended when this extend was sent, and it
+			// found a lease of the token all the same: one granted by a PUT
+			// of the token answered 503, "outcome unknown", that landed
+			// after (docs/api.md, Safe retries). Its fence is that grant's.
+			k.session[r.Token] = &simSession{fence: r.Fence, until: r.Expires, req: r.Id}
+		}
+		return
+	}
+	// A renewal (200) keeps its fence, which a permit granted to another
+	// token since may exceed: the order is between new grants.
+	if r.Answer == "201" && r.otherToken != "" && r.Fence <= r.otherFence {
+		h.Violate("fence-order", now, r.Key, "#%d (tok %s) answered fence %d, not above fence %d answered to tok %s before #%d was sent",
+			r.Id, r.Token, r.Fence, r.otherFence, r.otherToken, r.Id)
+	}
+	if r.ownFence > 0 && !h.OwnFences && (r.Fence < r.ownFence || (r.Answer == "201" && r.Fence == r.ownFence)) {
+		h.Violate("fence-order", now, r.Key, "#%d (tok %s) answered %s with fence %d after the same token was answered fence %d",
+			r.Id, r.Token, r.Answer, r.Fence, r.ownFence)
+	}
+	if r.seqActive && now < r.seqUntil-SimGrace && r.Fence != r.seqFence && !h.OwnFences {
+		h.Violate("retry-fence", now, r.Key, "#%d, a retry of tok %s sent while it held the key with fence %d (granted by #%d, until +%s), answered %s with fence %d",
+			r.Id, r.Token, r.seqFence, r.seqGrantReq, SimDur(r.seqUntil-r.Sent), r.Answer, r.Fence)
+	}
+	k.maxFence[r.Token] = max(k.maxFence[r.Token], r.Fence)
+	if s := k.session[r.Token]; s != nil && s.until > now {
+		s.fence, s.until, s.req = r.Fence, max(s.until, r.Expires), r.Id
+	} else if r.Expires > now {
+		k.session[r.Token] = &simSession{fence: r.Fence, until: r.Expires, req: r.Id}
+	}
+}
+
+// nodeRan logs a script's run on a node in the trace of its key.
+func (h *SimHistory) nodeRan(now int64, c *simCall, name string, r SimReply, late bool) {
+	key := SimKeyOf(c.keys)
+	tok := ""
+	if len(c.args) > 0 {
+		if d, ok := c.args[0].(string); ok && len(d) == 64 {
+			tok = " tok=" + h.TokenOf(d)
+		}
+	}
+	when := ""
+	if late {
+		when = fmt.Sprintf("  LATE: sent %s ago, its gateway gave up", SimDur(now-c.sentAt))
+	}
+	h.Note(now, key, "  node runs %s for #%d%s → %s%s", name, c.op.Req.Id, tok, h.Short(r), when)
+}
+
+func (h *SimHistory) Short(r SimReply) string {
+	if r.Err != nil {
+		return "error " + r.Err.Error()
+	}
+	s := fmt.Sprint(r.Val)
+	for d, t := range h.digests {
+		s = strings.ReplaceAll(s, d, t)
+	}
+	if len(s) > 100 {
+		s = s[:100] + "…"
+	}
+	return s
+}
+
+// check runs the interval checks (one holder, limit) over the whole
+// history, after the run: a holding ends at the first release its token
+// sent after it began.
+func (h *SimHistory) Check() {
+	names := make([]string, 0, len(h.Keys))
+	for n := range h.Keys {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		k := h.Keys[n]
+		iv := make([]simInterval, 0, len(k.iv))
+		next := map[string]int64{} // token → when its next answer came
+		for i := len(k.iv) - 1; i >= 0; i-- {
+			v := &k.iv[i]
+			if t, ok := next[v.token]; ok && h.Latest && t < v.to {
+				v.to = t
+			}
+			next[v.token] = v.from
+		}
+		for _, v := range k.iv {
+			for _, t := range k.releases[v.token] {
+				if t >= v.from && t < v.to {
+					v.to = t
+					break
+				}
+			}
+			if v.to > v.from {
+				iv = append(iv, v)
+			}
+		}
+		sort.SliceStable(iv, func(i, j int) bool { return iv[i].from < iv[j].from })
+		var active []simInterval
+		for _, v := range iv {
+			keep := active[:0]
+			for _, a := range active {
+				if a.to > v.from {
+					keep = append(keep, a)
+				}
+			}
+			active = append(keep, v)
+			holders := map[string]simInterval{}
+			for _, a := range active {
+				if old, ok := holders[a.token]; !ok || a.to > old.to {
+					holders[a.token] = a
+				}
+			}
+			// No two permits carry one fence (docs/safety.md, "Fences of
+			// permits"): holders at once are told different fences.
+			if k.Sem {
+				for _, a := range active {
+					if a.token != v.token && a.req.Fence == v.req.Fence {
+						h.Violate("fence-unique", v.from, n, "tok %s (#%d %s) and tok %s (#%d %s) hold permits at once with one fence, %d",
+							a.token, a.req.Id, a.req.Answer, v.token, v.req.Id, v.req.Answer, v.req.Fence)
+						break
+					}
+				}
+			}
+			limit := 1
+			if k.Sem {
+				limit = k.Limit
+			}
+			if len(holders) > limit {
+				var parts []string
+				for _, a := range active {
+					parts = append(parts, fmt.Sprintf("tok %s (#%d %s, fence %d, told it holds until +%s)",
+						a.token, a.req.Id, a.req.Answer, a.req.Fence, SimDur(a.to+SimGrace-v.from)))
+				}
+				check := "one-holder"
+				if k.Sem {
+					check = "limit"
+				}
+				h.Violate(check, v.from, n, "%d holders at once, limit %d: %s", len(holders), limit, strings.Join(parts, "; "))
+				break
+			}
+		}
+	}
+}
+
+// first is the earliest violation.
+func (h *SimHistory) First() *simViolation {
+	var f *simViolation
+	for i := range h.Violations {
+		if f == nil || h.Violations[i].at < f.at {
+			f = &h.Violations[i]
+		}
+	}
+	return f
+}
+
+// traceOf is the last events of v's key up to its time (and a little
+// after): the short replayable story of the failure.
+func (h *SimHistory) TraceOf(v *simViolation, base int64, n int) string {
+	k := h.Keys[v.key]
+	if k == nil {
+		return ""
+	}
+	var ev []simTraceEvent
+	for _, e := range k.trace {
+		if e.at <= v.at+1000 {
+			ev = append(ev, e)
+		}
+	}
+	for _, e := range h.global {
+		if e.at <= v.at+1000 && e.at >= v.at-2_000_000 {
+			ev = append(ev, e)
+		}
+	}
+	sort.SliceStable(ev, func(i, j int) bool { return ev[i].at < ev[j].at })
+	if len(ev) > n {
+		ev = ev[len(ev)-n:]
+	}
+	var b strings.Builder
+	for _, e := range ev {
+		fmt.Fprintf(&b, "  %12.3f ms  %s\n", float64(e.at-base)/1000, e.msg)
+	}
+	return b.String()
+}

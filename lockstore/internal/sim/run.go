@@ -1,0 +1,210 @@
+// The simulator runs one goroutine at a time, so the race detector finds
+// nothing in it, and slows its Lua interpreter several times over: make
+// test runs it without -race (Makefile, test).
+
+package sim
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+)
+
+func MustReplace(src, old, new string) string {
+	if strings.Count(src, old) != 1 {
+		panic("sim control: the script no longer contains " + old)
+	}
+	return strings.Replace(src, old, new, 1)
+}
+
+// The simulator on the `redis` backend (one node, N = 1): several gateways
+// running the real Redis store code, clients taking, extending, renewing
+// and releasing locks and permits of a few keys, through any gateway, with
+// retries after 503 (same token), twins (one token through two gateways at
+// once), fresh tokens, leases left to expire; the world (sim_world) delays,
+// loses, duplicates and reorders their script calls and pauses the node.
+// Every history is checked (sim_check). A failing seed prints its trace
+// and the command that replays it.
+//
+//	go test -short ./lockstore -run TestSimRedis            100 000 requests
+//	go test ./lockstore -run TestSimRedis -sim.seed 7 -v    one seed, its numbers
+//	go test ./lockstore -run TestSimRedis -sim.duration 10m (make sim)
+//	go test ./lockstore -run TestSimRedis -sim.control old-release
+var (
+	SimSeed        = flag.Uint64("sim.seed", 0, "simulator: run only this seed")
+	SimFirst       = flag.Uint64("sim.first", 1, "simulator: the first seed of a run")
+	SimOps         = flag.Int("sim.ops", 0, "simulator: requests to run in all (default 100 000; make sim runs for a duration)")
+	SimDuration    = flag.Duration("sim.duration", 0, "simulator: run seeds until this much wall time has passed")
+	SimControlFlag = flag.String("sim.control", "", "simulator: undo this rule (a control; see simControls)")
+)
+
+// simSeedOps is how many requests one seed runs: short runs keep traces
+// short and seeds many.
+const SimSeedOps = 2_000
+
+// simRun is one seed's outcome.
+type SimRun struct {
+	Seed      uint64
+	Ops       int
+	Calls     int
+	Late      int
+	Virtual   int64 // µs of virtual time
+	Violation *simViolation
+	Trace     string
+	Answers   map[string]int // "acquire 201", … : what the workload reached
+}
+
+func (r SimRun) Report() string {
+	v := r.Violation
+	return fmt.Sprintf("seed %d: %s at %.3f ms on %s: %s\n%s", r.Seed, v.Check, float64(v.at-r.Base())/1000, v.key, v.msg, r.Trace)
+}
+
+func (r SimRun) Base() int64 { return 1_800_000_000_000_000 + int64(r.Seed%1000)*1_000_000_000 }
+
+// simCallFor is the store call a request makes: the real code.
+func SimCallFor(s SimStore, r *SimRequest, limit int) func(context.Context) (SimAnswer, error) {
+	owner := fmt.Sprintf("c%d", r.Client)
+	switch {
+	case !r.Sem && r.Kind == "acquire":
+		return func(ctx context.Context) (SimAnswer, error) {
+			l, err := s.Acquire(ctx, r.Key, lockstore.AcquireRequest{Token: r.Token, TTL: r.Ttl, Owner: owner, HoldAtLeast: r.AtLeast})
+			return SimAnswer{Fence: l.Fence, Granted: l.Granted, renewed: l.Renewed}, err
+		}
+	case !r.Sem && r.Kind == "extend":
+		return func(ctx context.Context) (SimAnswer, error) {
+			l, err := s.Extend(ctx, r.Key, r.Token, r.Ttl)
+			return SimAnswer{Fence: l.Fence, Granted: l.Granted}, err
+		}
+	case !r.Sem:
+		return func(ctx context.Context) (SimAnswer, error) { return SimAnswer{}, s.Release(ctx, r.Key, r.Token) }
+	case r.Kind == "acquire":
+		return func(ctx context.Context) (SimAnswer, error) {
+			p, err := s.SemAcquire(ctx, r.Key, lockstore.PermitRequest{Token: r.Token, TTL: r.Ttl, Owner: owner, Limit: limit})
+			return SimAnswer{Fence: p.Fence, Granted: p.Granted, renewed: p.Renewed}, err
+		}
+	case r.Kind == "extend":
+		return func(ctx context.Context) (SimAnswer, error) {
+			p, err := s.SemExtend(ctx, r.Key, r.Token, r.Ttl)
+			return SimAnswer{Fence: p.Fence, Granted: p.Granted}, err
+		}
+	}
+	return func(ctx context.Context) (SimAnswer, error) { return SimAnswer{}, s.SemRelease(ctx, r.Key, r.Token) }
+}
+
+// simAnswerOf is the HTTP status the gateway would answer (handlers'
+// table), in short.
+func SimAnswerOf(kind string, a SimAnswer, err error) string {
+	var held *lockstore.HeldError
+	var full *lockstore.FullError
+	var mismatch *lockstore.LimitMismatchError
+	switch {
+	case err == nil && kind == "release":
+		return "204"
+	case err == nil && kind == "acquire" && !a.renewed:
+		return "201"
+	case err == nil:
+		return "200"
+	case errors.Is(err, lockstore.ErrUnavailable):
+		return "503"
+	case errors.As(err, &held):
+		return "409 held"
+	case errors.As(err, &full):
+		return "409 full"
+	case errors.As(err, &mismatch):
+		return "409 limit"
+	case errors.Is(err, lockstore.ErrNotHeld):
+		return "404"
+	case errors.Is(err, lockstore.ErrTokenMismatch):
+		return "409 token"
+	}
+	return "500 " + err.Error()
+}
+
+// simCPU is the CPU time the process used so far: what the simulator's
+// speed is measured in, since a loaded machine stretches wall time.
+func SimCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// simBudget is how many requests a test runs in all.
+func SimBudget() int {
+	if *SimOps > 0 {
+		return *SimOps
+	}
+	// The short budget of 100 000 simulated requests is shared: the
+	// `redis` model runs 80 000, the Redlock model RedlockBudget (20 000),
+	// about 7 s and 12 s of CPU. make test runs the same as -short: -race
+	// makes it slower, not surer.
+	return 100_000 - RedlockBudget
+}
+
+// RedlockBudget is the Redlock model's share of the short budget of
+// simulated requests (SimBudget): the `redis` model runs the rest.
+const RedlockBudget = 20_000
+
+// logSweep reports a sweep's totals and speed (CPU time: a loaded machine
+// stretches wall time), and with -v the answers by kind.
+func LogSweep(t *testing.T, runs []SimRun, began time.Time, cpu time.Duration) {
+	t.Helper()
+	elapsed, used := time.Since(began), SimCPU()-cpu
+	ops, calls, late, virtual := SimTotals(runs)
+	t.Logf("%d seeds (%d … %d), %d requests, %d script calls (%d landed after their gateway gave up), %s virtual; %s wall, %s CPU: %.0f requests per CPU second",
+		len(runs), runs[0].Seed, runs[len(runs)-1].Seed, ops, calls, late, SimDur(virtual), elapsed.Round(time.Millisecond),
+		used.Round(time.Millisecond), float64(ops)/used.Seconds())
+	if testing.Verbose() {
+		all := map[string]int{}
+		for _, r := range runs {
+			for k, n := range r.Answers {
+				all[k] += n
+			}
+		}
+		var parts []string
+		for k, n := range all {
+			parts = append(parts, fmt.Sprintf("%s ×%d", k, n))
+		}
+		sort.Strings(parts)
+		t.Logf("answers: %s", strings.Join(parts, ", "))
+	}
+}
+
+func SimTotals(runs []SimRun) (ops, calls, late int, virtual int64) {
+	for _, r := range runs {
+		ops += r.Ops
+		calls += r.Calls
+		late += r.Late
+		virtual += r.Virtual
+	}
+	return
+}
+
+// simTraceLen is how many events of the failing key a report shows.
+var SimTraceLen = 60
+
+// SimStore is what simCallFor calls: a Redis or a Redlock.
+type SimStore interface {
+	lockstore.Store
+	lockstore.Semaphores
+}
+
+// simAtLeast is a lock acquire's HoldAtLeast: one in ten asks the key to
+// stay held at least the lease's length after the grant, so that its
+// releases leave lingering values (docs/safety.md, rule L).
+func SimAtLeast(r *rand.Rand, kind string, sem bool, ttl time.Duration) time.Duration {
+	if kind != "acquire" || sem || r.Float64() >= 0.1 {
+		return 0
+	}
+	return ttl
+}

@@ -1,0 +1,431 @@
+// The simulator runs one goroutine at a time, so the race detector finds
+// nothing in it, and slows its Lua interpreter several times over: make
+// test runs it without -race (Makefile, test).
+
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/lockgateway/lockgateway/internal/luaredis"
+	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+	"github.com/redis/go-redis/v9"
+)
+
+// The deterministic simulator's world (issue 26): one thread, a seeded
+// PRNG, virtual time in µs, an event queue. Nodes are internal/luaredis
+// servers running the real scripts (the differential test proves them equal
+// to Redis). Gateways run the real Go code: each client request is a call
+// of the store's own method (Redis.Acquire, Redis.Release, …) in a goroutine
+// of its own, whose go-redis client is simRedis: every script call it makes
+// parks the goroutine and becomes a message the world delivers, delays,
+// loses, duplicates or reorders. Only one goroutine runs at a time (the
+// world hands control to it and waits until it parks again or returns), so
+// a seed replays exactly.
+//
+// A call the gateway gave up on (its backend timeout passed) is answered
+// with a timeout error, which the Go code turns into ErrUnavailable (503,
+// "outcome unknown"), and its message still lands later, when its delay
+// says: the late writes of docs/safety.md.
+
+// simNet is the network and fault model, in virtual µs.
+type SimNet struct {
+	Timeout   int64 // the gateway's backend timeout
+	DelayMin  int64 // a message's usual delay: uniform in [delayMin, delayMax]
+	DelayMax  int64
+	PSlow     float64 // a message is slow (a retransmission): uniform in [timeout, slowMax]
+	SlowMax   int64
+	PLoss     float64 // a message is lost (each way)
+	pDup      float64 // a request is delivered twice
+	PSlowGW   float64 // per gateway, how often a stretch of slowness starts (per request)
+	SlowGWFor int64   // how long such a stretch lasts at most
+	PPause    float64 // per request, the node pauses
+	PauseMax  int64
+}
+
+var DefaultSimNet = SimNet{
+	Timeout: 20_000, DelayMin: 50, DelayMax: 1_500,
+	PSlow: 0.03, SlowMax: 400_000, PLoss: 0.01, pDup: 0.005,
+	PSlowGW: 0.002, SlowGWFor: 300_000,
+	PPause: 0.001, PauseMax: 150_000,
+}
+
+type SimEvent struct {
+	At  int64
+	Seq uint64
+	Fn  func()
+}
+
+type SimQueue []*SimEvent
+
+func (q SimQueue) Len() int { return len(q) }
+
+func (q SimQueue) Less(i, j int) bool {
+	if q[i].At != q[j].At {
+		return q[i].At < q[j].At
+	}
+	return q[i].Seq < q[j].Seq
+}
+
+func (q SimQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+
+func (q *SimQueue) Push(x any) { *q = append(*q, x.(*SimEvent)) }
+
+func (q *SimQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// simScript is a script as a node runs it: its name, its source, and how
+// many arguments it reads (0: all; a control running an older script
+// passes what the older Go code did).
+type SimScript struct {
+	Name  string
+	Src   string
+	Nargs int
+}
+
+type SimWorld struct {
+	seed    uint64
+	R       *rand.Rand
+	net     SimNet
+	Now     int64
+	seq     uint64
+	queue   SimQueue
+	park    chan simPark
+	running *SimOp
+	nodes   []*simNode
+	Gws     []*simGateway
+	scripts map[string]SimScript // by the SHA-1 the Go code names
+	Hist    *SimHistory
+	Ops     int // requests answered
+	Calls   int // script calls delivered to a node
+	Late    int // script calls that ran after their gateway gave up
+	pending map[*SimOp]bool
+}
+
+type simNode struct {
+	id          int
+	srv         *luaredis.Server
+	offset      int64 // the node's clock minus true time, µs
+	pausedUntil int64
+	loaded      map[string]bool // SCRIPT LOAD / EVAL seen since the last restart
+}
+
+type simGateway struct {
+	Id        int
+	Store     SimStore
+	slowUntil int64 // a slow path to the node until then
+}
+
+// simOp is one client request running in a gateway.
+type SimOp struct {
+	Req  *SimRequest
+	Gw   *simGateway
+	Call func(ctx context.Context) (SimAnswer, error)
+	Ans  SimAnswer
+	Err  error
+	Done func(*SimOp)
+}
+
+// simAnswer is what a store method returned that the checkers need.
+type SimAnswer struct {
+	Fence   int64
+	Granted time.Duration
+	renewed bool
+}
+
+type simCall struct {
+	op       *SimOp
+	sha      string
+	src      string // "" for EVALSHA
+	keys     []string
+	args     []any
+	reply    chan SimReply
+	answered bool // the gateway has its answer (a reply, or its timeout)
+	sentAt   int64
+}
+
+type SimReply struct {
+	Val any
+	Err error
+}
+
+type simPark struct {
+	call *simCall // nil: the op returned
+}
+
+var errSimTimeout = errors.New("i/o timeout (simulated: the gateway gave up on the call)")
+
+// NewSimWorld makes a world of nodes and gateways; newStore makes a
+// gateway's store over its simulated client and rule D's clock sampler.
+func NewSimWorld(seed uint64, nodes, gateways int, net SimNet, scripts map[string]SimScript, hist *SimHistory,
+	newStore func(client redis.UniversalClient, clocks *script.Clocks) SimStore) *SimWorld {
+	w := &SimWorld{seed: seed, R: rand.New(rand.NewPCG(seed, 0x51a7)), net: net, park: make(chan simPark),
+		scripts: scripts, Hist: hist, pending: map[*SimOp]bool{}}
+	w.Now = 1_800_000_000_000_000 + int64(seed%1000)*1_000_000_000
+	for i := range nodes {
+		n := &simNode{id: i, srv: luaredis.New(), offset: w.R.Int64N(2_000_000) - 1_000_000, loaded: map[string]bool{}}
+		w.nodes = append(w.nodes, n)
+	}
+	for i := range gateways {
+		g := &simGateway{Id: i}
+		g.Store = newStore(simRedis{w: w}, w.clocks())
+		w.Gws = append(w.Gws, g)
+	}
+	return w
+}
+
+// clocks is rule D's sampler for a simulated gateway (clock.go): on the
+// world's clock, with the gateway's backend timeout. A call fails only by
+// that timeout, which fires at its give-up moment, so settle never waits.
+func (w *SimWorld) clocks() *script.Clocks {
+	c := script.NewClocks(time.Duration(w.net.Timeout)*time.Microsecond, false)
+	c.Now = func() time.Time { return time.UnixMicro(w.Now) }
+	c.SleepUntil = func(t time.Time) {
+		panic(fmt.Sprintf("sim: a call failed %s before its give-up moment", t.Sub(time.UnixMicro(w.Now))))
+	}
+	return c
+}
+
+func (w *SimWorld) at(t int64, fn func()) {
+	w.seq++
+	heap.Push(&w.queue, &SimEvent{At: t, Seq: w.seq, Fn: fn})
+}
+
+func (w *SimWorld) After(d int64, fn func()) { w.at(w.Now+d, fn) }
+
+// step runs the next event; false when none is left.
+func (w *SimWorld) Step() bool {
+	if len(w.queue) == 0 {
+		return false
+	}
+	e := heap.Pop(&w.queue).(*SimEvent)
+	w.Now = max(w.Now, e.At)
+	e.Fn()
+	return true
+}
+
+func (w *SimWorld) chance(p float64) bool { return w.R.Float64() < p }
+
+// start runs op in its gateway: a goroutine of its own, to which the world
+// hands control until it parks on a script call or returns.
+func (w *SimWorld) Start(op *SimOp) {
+	w.pending[op] = true
+	w.running = op
+	go func() {
+		op.Ans, op.Err = op.Call(context.Background())
+		w.park <- simPark{}
+	}()
+	w.await(op)
+}
+
+func (w *SimWorld) await(op *SimOp) {
+	p := <-w.park
+	w.running = nil
+	if p.call == nil {
+		delete(w.pending, op)
+		w.Ops++
+		op.Done(op)
+		return
+	}
+	w.send(p.call)
+}
+
+func (w *SimWorld) resume(c *simCall, r SimReply) {
+	c.answered = true
+	w.running = c.op
+	c.reply <- r
+	w.await(c.op)
+}
+
+// drain ends the ops still waiting on a call, as if their calls timed out,
+// so no goroutine is left behind.
+func (w *SimWorld) Drain() {
+	for len(w.pending) > 0 {
+		if !w.Step() {
+			break
+		}
+	}
+}
+
+func (w *SimWorld) delay(g *simGateway) int64 {
+	if w.Now < g.slowUntil && w.chance(0.5) || w.chance(w.net.PSlow) {
+		return w.net.Timeout + w.R.Int64N(w.net.SlowMax-w.net.Timeout)
+	}
+	return w.net.DelayMin + w.R.Int64N(w.net.DelayMax-w.net.DelayMin)
+}
+
+// send puts a gateway's script call on the wire to the node.
+func (w *SimWorld) send(c *simCall) {
+	g := c.op.Gw
+	c.sentAt = w.Now
+	if w.chance(w.net.PSlowGW) {
+		g.slowUntil = w.Now + w.R.Int64N(w.net.SlowGWFor)
+	}
+	w.After(w.net.Timeout, func() {
+		if !c.answered {
+			w.resume(c, SimReply{Err: errSimTimeout})
+		}
+	})
+	if !w.chance(w.net.PLoss) {
+		w.After(w.delay(g), func() { w.deliver(c, w.nodes[0]) })
+	}
+	if w.chance(w.net.pDup) {
+		w.After(w.delay(g)+w.delay(g), func() { w.deliver(c, w.nodes[0]) })
+	}
+	if w.chance(w.net.PPause) {
+		n := w.nodes[0]
+		n.pausedUntil = max(n.pausedUntil, w.Now+w.R.Int64N(w.net.PauseMax))
+		w.Hist.Note(w.Now, "", "node %d paused until +%s", n.id, SimDur(n.pausedUntil-w.Now))
+	}
+}
+
+// deliver runs a call on a node, which answers it (unless the answer is
+// lost) over the same kind of link.
+func (w *SimWorld) deliver(c *simCall, n *simNode) {
+	if w.Now < n.pausedUntil { // a paused process reads its socket when it resumes
+		w.at(n.pausedUntil, func() { w.deliver(c, n) })
+		return
+	}
+	w.Calls++
+	s, ok := w.scripts[c.sha]
+	if !ok {
+		panic(fmt.Sprintf("sim: the gateway called an unknown script %s", c.sha))
+	}
+	n.srv.SetTime(w.Now + n.offset)
+	var r SimReply
+	if c.src == "" && !n.loaded[c.sha] {
+		r.Err = luaredis.Error("NOSCRIPT No matching script. Please use EVAL.")
+	} else {
+		n.loaded[c.sha] = true
+		args := c.args
+		if s.Nargs > 0 && len(args) > s.Nargs {
+			args = args[:s.Nargs]
+		}
+		r.Val, r.Err = n.srv.Eval(s.Src, c.keys, args...)
+		if r.Err == nil && r.Val == nil {
+			r.Err = redis.Nil
+		}
+	}
+	late := c.answered
+	if late {
+		w.Late++
+	}
+	w.Hist.nodeRan(w.Now, c, s.Name, r, late)
+	// Rule D: a grant that runs once its gateway may have answered 503
+	// for it (its call's timeout) grants nothing (codes 1 and 2 of both
+	// scripts: a new grant, a renewal).
+	if (s.Name == "acquire.lua" || s.Name == "sem_acquire.lua") && w.Now >= c.sentAt+w.net.Timeout && simGranted(r) {
+		w.Hist.Violate("late-grant", w.Now, SimKeyOf(c.keys), "%s of #%d ran %s after it was sent, past its gateway's give-up, and answered %s",
+			s.Name, c.op.Req.Id, SimDur(w.Now-c.sentAt), w.Hist.Short(r))
+	}
+	if w.chance(w.net.PLoss) {
+		return
+	}
+	w.After(w.delay(c.op.Gw), func() {
+		if !c.answered {
+			w.resume(c, r)
+		}
+	})
+}
+
+// simGranted says whether a grant script's reply is a grant or a renewal.
+func simGranted(r SimReply) bool {
+	list, ok := r.Val.([]any)
+	if r.Err != nil || !ok || len(list) == 0 {
+		return false
+	}
+	code, _ := list[0].(int64)
+	return code == 1 || code == 2
+}
+
+// simRedis is the gateways' go-redis client: it implements only what
+// redis.Script.Run calls (EvalSha, then Eval on NOSCRIPT); any other method
+// panics on the nil interface.
+type simRedis struct {
+	redis.UniversalClient
+	w *SimWorld
+}
+
+func (c simRedis) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return c.do(ctx, sha, "", keys, args)
+}
+
+func (c simRedis) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return c.do(ctx, luaredis.Sha1(script), script, keys, args)
+}
+
+func (c simRedis) do(ctx context.Context, sha, src string, keys []string, args []any) *redis.Cmd {
+	op := c.w.running
+	if op == nil {
+		panic("sim: a script call outside a simulated request")
+	}
+	call := &simCall{op: op, sha: sha, src: src, keys: keys, args: args, reply: make(chan SimReply)}
+	c.w.park <- simPark{call: call}
+	r := <-call.reply
+	cmd := redis.NewCmd(ctx)
+	if r.Err != nil {
+		cmd.SetErr(r.Err)
+	} else {
+		cmd.SetVal(r.Val)
+	}
+	return cmd
+}
+
+// simScripts are the scripts the `redis` gateway runs, by SHA-1, with the
+// substitutions a control makes (by name: the source to run instead, and
+// how many arguments it reads).
+func SimScripts(subst map[string]SimScript) map[string]SimScript {
+	out := map[string]SimScript{}
+	for _, s := range []SimScript{
+		{Name: "acquire.lua", Src: script.DeadlineLua + script.AcquireLua},
+		{Name: "clock.lua", Src: script.ClockLua},
+		{Name: "extend.lua", Src: script.ExtendLua},
+		{Name: "inspect.lua", Src: script.InspectLua},
+		{Name: "release.lua", Src: script.ReleaseLua},
+		{Name: "sem_acquire.lua", Src: script.DeadlineLua + script.SemCommonLua + script.SemAcquireLua},
+		{Name: "sem_extend.lua", Src: script.SemCommonLua + script.SemExtendLua},
+		{Name: "sem_read.lua", Src: script.SemCommonLua + script.SemReadLua},
+		{Name: "sem_release.lua", Src: script.SemCommonLua + script.SemReleaseLua},
+	} {
+		sha := luaredis.Sha1(s.Src)
+		if r, ok := subst[s.Name]; ok {
+			s.Src, s.Nargs = r.Src, r.Nargs
+			if strings.HasPrefix(s.Name, "acquire") || strings.HasPrefix(s.Name, "sem_acquire") {
+				// A control's grant script still takes rule D's deadline
+				// (deadline.lua), unless the control replaces that too.
+				if !strings.HasPrefix(s.Src, "-- deadline.lua") {
+					s.Src = script.DeadlineLua + s.Src
+				}
+			}
+		}
+		out[sha] = s
+	}
+	return out
+}
+
+// simKeyOf names the simulated key a script call is about, from its first
+// Redis key ("lockgw:{k}:lock", "lockgw:{sem#k}:permits").
+func SimKeyOf(keys []string) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	k := keys[0]
+	if i, j := strings.IndexByte(k, '{'), strings.IndexByte(k, '}'); i >= 0 && j > i {
+		return strings.TrimPrefix(k[i+1:j], script.SemTag)
+	}
+	return k
+}
+
+func SimDur(us int64) string {
+	return time.Duration(us * 1000).String()
+}

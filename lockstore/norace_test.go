@@ -1,5 +1,0 @@
-//go:build !race
-
-package lockstore_test
-
-const raceSlowdown = 1

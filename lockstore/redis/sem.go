@@ -1,0 +1,216 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+	"github.com/redis/go-redis/v9"
+)
+
+var _ lockstore.Semaphores = (*Store)(nil)
+
+// SemAcquire implements Semaphores. With LOCKGW_REDIS_WAIT_REPLICAS a
+// grant is answered only once the replicas acknowledged it (semAcquire).
+func (s *Store) SemAcquire(ctx context.Context, key string, req lockstore.PermitRequest) (lockstore.Permit, error) {
+	if err := lockstore.CheckPermit(key, req); err != nil {
+		return lockstore.Permit{}, err
+	}
+	start := time.Now()
+	a := script.SemArgs{Digest: script.DigestHex(req.Token), Ttl: req.TTL, Owner: req.Owner, Limit: req.Limit, Publish: s.publish}
+	r, err := s.semAcquire(ctx, key, a)
+	if err != nil {
+		return lockstore.Permit{}, err
+	}
+	if r.Code == script.SemRefused && req.Wait > 0 {
+		return s.semWait(ctx, key, a, req, start)
+	}
+	return r.Permit(key, req, start)
+}
+
+func (s *Store) semAcquire(ctx context.Context, key string, a script.SemArgs) (script.SemResult, error) {
+	if s.acks.replicas == 0 {
+		return script.SemAcquire(ctx, s.grants(s.scripts), key, a)
+	}
+	conn, err := s.conn()
+	if err != nil {
+		return script.SemResult{}, err
+	}
+	defer conn.Close()
+	r, err := script.SemAcquire(ctx, s.grants(conn), key, a)
+	if err != nil || (r.Code != script.SemNew && r.Code != script.SemRenewed) {
+		return r, err
+	}
+	if err := s.acks.await(ctx, conn); err != nil {
+		if r.Code == script.SemNew {
+			s.semUnwait(ctx, key, r.Slot, r.Value.Raw)
+		}
+		return script.SemResult{}, err
+	}
+	return r, nil
+}
+
+// semUnwait takes back a new permit the replicas did not acknowledge, as
+// unwait does a lock's, if its slot is still exactly what the grant left
+// (sem_unwait.lua: a renewal or extend by the same token since, which may
+// have been answered 200, always changes it). A renewal is left as it is,
+// for acquireAcked's reason. When the take-back cannot run (the master
+// died), the permit is left to its TTL: one place of the key nobody was
+// told it holds, never one more holder than the limit.
+func (s *Store) semUnwait(ctx context.Context, key string, slot int, value string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.acks.timeout)
+	defer cancel()
+	keys := []string{script.SemPermitsKey(key), script.SemExpiryKey(key), script.SemQueueKey(key)}
+	_ = script.SemUnwaitScript.Run(ctx, s.client, keys, slot, value, script.SemChannel(key), s.publish).Err()
+}
+
+// semWait queues the caller and takes a permit when it is its turn: woken
+// by a release, grant or leave that names its ticket, by the first
+// permit's expiry (the first waiter sleeps until then), or by its
+// gateway's heartbeat when a permit is free for it and the notification
+// was lost (sem_room.go). Between those it runs no script at all.
+func (s *Store) semWait(ctx context.Context, key string, a script.SemArgs, req lockstore.PermitRequest, start time.Time) (lockstore.Permit, error) {
+	deadline := start.Add(req.Wait)
+	a.Ticket = script.WaitTicket{Id: s.rooms.ticket(), Heartbeat: waitHeartbeat}
+	// Listen before queueing, so a release between the two is not missed.
+	wake := make(chan struct{}, 1)
+	if err := s.notifier.Listen(ctx, script.SemChannel(key), a.Ticket.Id, wake); err != nil {
+		return lockstore.Permit{}, err
+	}
+	defer s.notifier.Stop(script.SemChannel(key), a.Ticket.Id)
+	rm, w := s.enter(key, true, a.Ticket.Id, wake)
+	granted := false
+	defer func() {
+		s.part(rm, w) // first, so the heartbeat does not take the leave for a lost queue
+		if !granted {
+			s.semLeave(key, a.Ticket.Id)
+		}
+	}()
+	backoff := 10 * time.Millisecond
+	for {
+		attempt := time.Now()
+		rm.trying(w)
+		r, err := s.semAcquire(ctx, key, a)
+		rm.tried(w, err == nil && r.Code == script.SemRefused)
+		if err != nil {
+			// As Redis.wait: a call that got no answer is tried again,
+			// same token and ticket, until the wait runs out (a grant
+			// whose answer was lost comes back as this token's renewal);
+			// a Redis that refuses writes, or an ended context, ends it.
+			left := time.Until(deadline)
+			if !errors.Is(err, lockstore.ErrUnavailable) || errors.Is(err, lockstore.ErrRefused) || ctx.Err() != nil || left <= 0 {
+				return lockstore.Permit{}, err
+			}
+			pause := min(backoff/2+rand.N(backoff/2), left)
+			backoff = min(2*backoff, waitRefresh)
+			if !sleep.For(ctx, pause) {
+				return lockstore.Permit{}, ctx.Err()
+			}
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		if r.Code != script.SemRefused {
+			granted = r.Code == script.SemNew || r.Code == script.SemRenewed
+			return r.Permit(key, req, attempt)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return r.Permit(key, req, attempt)
+		}
+		// Sleep until told; the first waiter wakes when the first permit
+		// runs out, in case its holder died.
+		nap := left
+		if r.Head && r.Remaining > 0 {
+			nap = min(nap, r.Remaining+time.Millisecond)
+		}
+		if _, ok := sleep.Until(ctx, nap, wake); !ok {
+			return lockstore.Permit{}, ctx.Err()
+		}
+	}
+}
+
+// semLeave takes a waiter out of the queue under a context of its own; if
+// it fails, the heartbeat drops the entry within waitHeartbeat.
+func (s *Store) semLeave(key, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = script.SemLeaveScript.Run(ctx, s.client, []string{script.SemQueueKey(key), script.SemAliveKey(key)}, id, script.SemChannel(key), s.publish).Err()
+}
+
+// SemExtend implements Semaphores.
+func (s *Store) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Permit, error) {
+	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
+		return lockstore.Permit{}, err
+	}
+	start := time.Now()
+	var c = s.scripts
+	var conn *redis.Conn
+	if s.acks.replicas > 0 {
+		var err error
+		if conn, err = s.conn(); err != nil {
+			return lockstore.Permit{}, err
+		}
+		defer conn.Close()
+		c = conn
+	}
+	v, err := script.SemExtend(ctx, c, key, script.DigestHex(token), ttl, false, s.publish)
+	if err == nil && conn != nil {
+		err = s.acks.await(ctx, conn)
+	}
+	if err != nil {
+		return lockstore.Permit{}, err
+	}
+	return v.Permit(key, token, v.Limit, start), nil
+}
+
+// SemRelease implements Semaphores.
+func (s *Store) SemRelease(ctx context.Context, key, token string) error {
+	if err := lockstore.CheckRelease(key, token); err != nil {
+		return err
+	}
+	return script.SemReleaseAsRead(ctx, s.scripts, key, script.DigestHex(token), s.publish, 0)
+}
+
+// SemForceRelease implements Forcer: SemRelease of the permit with fence,
+// its holder's digest taken from a read in place of the caller's token's.
+func (s *Store) SemForceRelease(ctx context.Context, key string, fence int64) (lockstore.Permit, error) {
+	if err := lockstore.CheckForce(key, fence, true); err != nil {
+		return lockstore.Permit{}, err
+	}
+	limit, vs, err := script.SemInspect(ctx, s.scripts, key)
+	if err != nil {
+		return lockstore.Permit{}, err
+	}
+	i := slices.IndexFunc(vs, func(v script.SemValue) bool { return v.Fence == fence })
+	if i < 0 {
+		return lockstore.Permit{}, lockstore.ErrNotHeld
+	}
+	v := vs[i]
+	if err := script.SemReleaseAsRead(ctx, s.scripts, key, v.Digest, s.publish, fence); err != nil {
+		return lockstore.Permit{}, lockstore.ForcedErr(err)
+	}
+	return lockstore.Permit{Key: key, Owner: v.Owner, Limit: limit, Fence: v.Fence, Granted: v.Length}, nil
+}
+
+// SemInspect implements Semaphores.
+func (s *Store) SemInspect(ctx context.Context, key string) (lockstore.SemaphoreState, error) {
+	start := time.Now()
+	limit, vs, err := script.SemInspect(ctx, s.scripts, key)
+	if err != nil {
+		return lockstore.SemaphoreState{}, err
+	}
+	st := lockstore.SemaphoreState{Key: key, Limit: limit}
+	for _, v := range vs {
+		p := v.Permit(key, "", limit, start)
+		p.Left, p.ExpiresAt = v.Left, start.Add(v.Left)
+		st.Holders = append(st.Holders, p)
+	}
+	lockstore.SortHolders(st.Holders)
+	return st, nil
+}

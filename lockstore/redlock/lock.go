@@ -1,0 +1,654 @@
+package redlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+	"github.com/redis/go-redis/v9"
+)
+
+// Acquire implements Store.
+func (r *Store) Acquire(ctx context.Context, key string, req lockstore.AcquireRequest) (lockstore.Lease, error) {
+	if err := lockstore.CheckAcquire(key, req); err != nil {
+		return lockstore.Lease{}, err
+	}
+	if req.Quota.Max != 0 {
+		// Not yet: a count that holds across nodes would be kept on each,
+		// like a lease, and need a majority. Refused rather than ignored.
+		return lockstore.Lease{}, fmt.Errorf("%w: Redlock does not count locks per user", lockstore.ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return lockstore.Lease{}, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	}
+	c := &acquireCall{key: key, digest: script.DigestHex(req.Token), req: req}
+	lease, err := r.acquireRounds(ctx, c)
+	if _, held := errors.AsType[*lockstore.HeldError](err); !held || req.Wait <= 0 {
+		return lease, err
+	}
+	wake, stop := r.listen(ctx, script.Channel(key))
+	defer stop()
+	return script.RetryUntil(ctx, req, wake, func() (lockstore.Lease, error) { return r.acquireRounds(ctx, c) })
+}
+
+// acquireCall is one Acquire, across its rounds.
+type acquireCall struct {
+	key, digest string
+	req         lockstore.AcquireRequest
+	// rounds are the ids of the rounds run so far: a lease one of them
+	// confirmed before it failed (a confirmation whose answer was lost) is
+	// found by the next as a confirmed value, and is still this call's
+	// new grant, not a renewal.
+	rounds []string
+}
+
+// listen subscribes to ch, where a key's releases are told, on every node
+// it can reach, at once; a node that cannot be reached only means fewer
+// wake-ups.
+func (r *Store) listen(ctx context.Context, ch string) (<-chan struct{}, func()) {
+	wake := make(chan struct{}, 1)
+	return wake, r.listenAs(ctx, ch, lockstore.NewToken(), wake)
+}
+
+// listenAs is listen on channel ch for the notifier registration id (a
+// waiter's, or a watcher's: watch.go), and returns its stop.
+func (r *Store) listenAs(ctx context.Context, ch, id string, wake chan struct{}) func() {
+	ok := make([]bool, len(r.nodes))
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		wg.Go(func() {
+			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
+			defer cancel()
+			ok[i] = n.notifier.Listen(nctx, ch, id, wake) == nil
+		})
+	}
+	wg.Wait()
+	return func() {
+		for i, n := range r.nodes {
+			if ok[i] {
+				n.notifier.Stop(ch, id)
+			}
+		}
+	}
+}
+
+// acquireRounds runs Redlock rounds until one is decisive: a split vote
+// with no holder is retried a few times after a short random pause.
+func (r *Store) acquireRounds(ctx context.Context, c *acquireCall) (lockstore.Lease, error) {
+	for attempt := 1; ; attempt++ {
+		lease, retry, err := r.acquireOnce(ctx, c)
+		if !retry || attempt == redlockAttempts {
+			return lease, err
+		}
+		pause := time.Millisecond + rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond))
+		if !sleep.For(ctx, pause) {
+			return lockstore.Lease{}, err
+		}
+	}
+}
+
+// acquireOnce runs one Redlock round under a fresh round id (G1 in
+// docs/safety.md, "The rules"). retry reports a split vote worth another
+// round; err is then what to answer if there is none.
+func (r *Store) acquireOnce(ctx context.Context, c *acquireCall) (_ lockstore.Lease, retry bool, _ error) {
+	key, digest, req := c.key, c.digest, c.req
+	start := time.Now()
+	a := script.AcquireArgs{
+		Digest: digest, Ttl: req.TTL, Owner: req.Owner,
+		// One seed for every node, so that their votes are close.
+		Seed:        start.UnixMicro(),
+		Attempt:     lockstore.NewToken(),
+		Provisional: r.provisional(req.TTL),
+		HoldAtLeast: req.HoldAtLeast,
+	}
+	c.rounds = append(c.rounds, a.Attempt)
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.AcquireResult, error) {
+		return script.Acquire(ctx, n.grant, key, a)
+	})
+
+	granted := make([]bool, len(votes)) // by node
+	held := make([]time.Duration, len(votes))
+	heldAt := make([]bool, len(votes))
+	failed, quarantined, refused := 0, 0, 0
+	for i, v := range votes {
+		held[i] = -1
+		vote := "granted"
+		switch {
+		case v.err != nil:
+			failed++
+			if vote = failedVote(v.err); vote == "refused" {
+				refused++
+			}
+		case !v.counted:
+			quarantined++
+			vote = "quarantined"
+		case v.val.Code == script.AcquireHeld:
+			held[i], heldAt[i] = v.val.Remaining, true
+			vote = "held"
+		default:
+			granted[i] = true
+		}
+		if r.onVote != nil {
+			r.onVote(r.nodes[i].addr, vote)
+		}
+	}
+
+	var made []script.LockValue // by node: a lease this round alone confirmed there
+	if ctx.Err() == nil && r.q().all(granted) {
+		lease, ok, confirmed := r.confirmGrant(ctx, c, a, votes, start)
+		if ok {
+			return lease, false, nil
+		}
+		made = confirmed
+	}
+
+	r.discard(ctx, key, digest, a.Attempt, votes, made)
+	switch {
+	case ctx.Err() != nil:
+		return lockstore.Lease{}, false, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, ctx.Err())
+	case !r.q().all(or(granted, heldAt)):
+		return lockstore.Lease{}, false, r.quorumError(failed, quarantined, refused)
+	case !slices.Contains(granted, true): // then held nodes are a quorum
+		return lockstore.Lease{}, false, &lockstore.HeldError{Remaining: r.heldRemaining(held)}
+	case slices.Contains(heldAt, true):
+		return lockstore.Lease{}, true, &lockstore.HeldError{Remaining: r.heldRemaining(held)}
+	default: // a majority granted, but too slowly, or the confirmation did not stick
+		return lockstore.Lease{}, true, fmt.Errorf("%w: redlock could not confirm a majority within the lease's validity", lockstore.ErrUnavailable)
+	}
+}
+
+// provisional is how long a round's new value lives until a round confirms
+// it (docs/safety.md, rule A): long enough for the confirmation to follow
+// the votes on a busy machine, short enough that what a failed round left
+// where its withdrawal did not reach goes by itself.
+func (r *Store) provisional(ttl time.Duration) time.Duration {
+	return min(ttl, max(20*r.nodeTimeout, time.Second))
+}
+
+// confirmGrant is G1 for a lock round (confirmRound, with confirm.lua).
+// When the round does not stand, made holds, by node, the leases this
+// round alone made there (confirm.lua's {1}), as they were left: the
+// round's to delete as read.
+func (r *Store) confirmGrant(ctx context.Context, c *acquireCall, a script.AcquireArgs,
+	votes []nodeResult[script.AcquireResult], start time.Time,
+) (_ lockstore.Lease, ok bool, made []script.LockValue) {
+	key, req := c.key, c.req
+	values := make([]roundValue, len(votes))
+	for i, v := range votes {
+		if v.err == nil && v.val.Code != script.AcquireHeld {
+			lv := v.val.Value
+			values[i] = roundValue{has: true, counted: v.counted, fence: lv.Fence,
+				confirmed: !lv.Provisional(), maker: script.MakerOf(lv.Attempt), owner: lv.Owner}
+		}
+	}
+	made = make([]script.LockValue, len(votes))
+	margin := script.FenceMargin.Milliseconds()
+	g := r.confirmRound(ctx, values, c.rounds, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, error) {
+		reply, err := script.ConfirmScript.Run(ctx, n.grant, []string{script.LockKey(key), script.FenceKey(key)},
+			a.Digest, maker, strconv.FormatInt(fence, 10), margin, req.TTL.Milliseconds()).Slice()
+		if err != nil {
+			return 0, script.RedisErr(err)
+		}
+		code, v, err := parseConfirm(reply)
+		if code == confirmMade {
+			made[i] = v
+		}
+		return code, err
+	})
+	validity := req.TTL - time.Since(start) - drift(req.TTL)
+	if !r.q().all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
+		return lockstore.Lease{}, false, made
+	}
+	owner := req.Owner
+	if g.hasOwner {
+		owner = g.owner
+	}
+	return lockstore.Lease{
+		Key:       key,
+		Token:     req.Token,
+		Owner:     owner,
+		Fence:     g.fence,
+		Granted:   req.TTL,
+		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
+		Renewed:   g.renewal,
+	}, true, nil
+}
+
+// parseConfirm reads confirm.lua's reply: its code, and for confirmMade
+// the lease as left, value and expiry.
+func parseConfirm(reply []any) (int64, script.LockValue, error) {
+	code, _ := reply[0].(int64)
+	if code != confirmMade {
+		return code, script.LockValue{}, nil
+	}
+	if len(reply) != 3 {
+		return 0, script.LockValue{}, fmt.Errorf("lockstore: confirm script replied %v", reply)
+	}
+	v, err := script.ParseLockValue(reply[1])
+	v.Expiry, _ = reply[2].(int64)
+	return code, v, err
+}
+
+// failedVote names a vote that got no answer, for the OnVote hook:
+// "timeout", "refused" (the node refuses writes) or "failed".
+func failedVote(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, lockstore.ErrRefused):
+		return "refused"
+	}
+	return "failed"
+}
+
+// discard withdraws what a failed round left (docs/safety.md, G1): only for
+// liveness, so that other rounds need not wait for it to expire. Where the
+// round alone made a lease (made[i], confirm.lua's {1}) it deletes it as
+// the confirmation left it (release.lua: not if anything wrote to it
+// since); elsewhere it withdraws the round's provisional value (discard.lua,
+// W). It runs under fresh contexts (the caller's may be why the round
+// failed), waits for the nodes where the round made a value, and goes on
+// in the background for those that did not answer: their script may still
+// land, before or after the withdrawal (then that value expires on its
+// own, within the provisional TTL). No confirmation of the round can land
+// after this: fanOut returned only once every deadline had passed.
+func (r *Store) discard(ctx context.Context, key, digest, round string, votes []nodeResult[script.AcquireResult], made []script.LockValue) {
+	detached := context.WithoutCancel(ctx)
+	del := func(i int, n *redlockNode) {
+		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
+		defer cancel()
+		var err error
+		if made != nil && made[i].Raw != "" {
+			// Changed since (errMoved), gone or another's: a node's answer.
+			// Never answered as a grant: deleted, whatever its
+			// hold-at-least (rule L).
+			if err = script.Release(nctx, n.batch, key, digest, made[i], false); answered(err) || errors.Is(err, script.ErrMoved) {
+				err = nil
+			}
+		} else {
+			err = script.DiscardScript.Run(nctx, n.batch, []string{script.LockKey(key), script.QueueKey(key)}, digest, round, script.Channel(key)).Err()
+		}
+		r.observe(detached, n, script.RedisErr(err))
+	}
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		switch v := votes[i]; {
+		case errors.Is(v.err, errNodeDown):
+			// Never asked: nothing of this round's there.
+		case v.err != nil:
+			r.background(func() { del(i, n) })
+		case v.val.Code == script.AcquireNew || (made != nil && made[i].Raw != ""):
+			wg.Go(func() { del(i, n) })
+		}
+	}
+	wg.Wait()
+}
+
+// Extend implements Store. On a node it only ever lengthens the lease, so
+// an extend that lands after its answer cannot cut short a later grant.
+func (r *Store) Extend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Lease, error) {
+	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
+		return lockstore.Lease{}, err
+	}
+	digest := script.DigestHex(token)
+	start := time.Now()
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.LockValue, error) {
+		return script.Extend(ctx, n.grant, key, digest, ttl, true)
+	})
+	t := tallyOwned(votes)
+	if err := ctx.Err(); err != nil {
+		return lockstore.Lease{}, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	}
+	if ttl == 0 {
+		// Each node applied the length its value records; they may differ
+		// (a renewal that reached only some). The shortest of the votes
+		// counted is what every one of them holds at least, so validity is
+		// measured from it. A node that recorded none refused (ErrInvalid).
+		for _, v := range t.ok {
+			if ttl == 0 || v.Length < ttl {
+				ttl = v.Length
+			}
+		}
+	}
+	validity := ttl - time.Since(start) - drift(ttl)
+	switch {
+	case r.q().all(t.okAt) && validity > 0:
+		v := majorityValue(t.ok)
+		return lockstore.Lease{
+			Key: key, Token: token, Owner: v.Owner, Fence: v.Fence, Granted: ttl,
+			ExpiresAt: start.Add(ttl - drift(ttl)),
+		}, nil
+	case r.q().all(t.okAt):
+		return lockstore.Lease{}, fmt.Errorf("%w: redlock extended the lease on a majority too slowly to vouch for it", lockstore.ErrUnavailable)
+	}
+	// What it found of the token's on a minority is left to expire: an
+	// acquire round of the same token may have just written it, and
+	// deleting it could cut that grant's majority.
+	return lockstore.Lease{}, t.decide(r)
+}
+
+// Release implements Store, in two steps. It reads every node first and
+// deletes only when the token holds a majority by that read; then, on each
+// node, only the value it read (its attempt field unchanged). So a delete
+// that lands late cannot remove a later grant to the same token, and a
+// release that fails deletes nothing: an acquire round of the same token
+// running at the same moment keeps its majority.
+func (r *Store) Release(ctx context.Context, key, token string) error {
+	if err := lockstore.CheckRelease(key, token); err != nil {
+		return err
+	}
+	_, err := r.release(ctx, key, script.DigestHex(token), 0)
+	return err
+}
+
+// ForceRelease implements Forcer: Release, with the digest of the holder
+// a majority of the nodes read in place of the caller's token's.
+func (r *Store) ForceRelease(ctx context.Context, key string, fence int64) (lockstore.Lease, error) {
+	if err := lockstore.CheckForce(key, fence, false); err != nil {
+		return lockstore.Lease{}, err
+	}
+	v, err := r.release(ctx, key, "", fence)
+	if err != nil {
+		return lockstore.Lease{}, lockstore.ForcedErr(err)
+	}
+	return lockstore.Lease{Key: key, Owner: v.Owner, Fence: v.Fence, Granted: v.Length}, nil
+}
+
+// release deletes digest's lease on key as read (Release), and returns
+// the value most of the nodes that held it carried. A forced release
+// passes digest "": the holder a majority of some list holds by the read
+// (confirmed values, as Inspect counts them), with fence when that is not
+// 0; from there on it is the caller's digest.
+func (r *Store) release(ctx context.Context, key, digest string, fence int64) (script.LockValue, error) {
+	if err := r.set.refusing(); err != nil {
+		return script.LockValue{}, err
+	}
+	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.LockValue, error) {
+		v, _, err := script.Inspect(ctx, n.batch, key)
+		switch {
+		case err != nil, digest == "", v.Digest == digest:
+		case v.Digest == script.Lingering(digest): // released before its hold-at-least end (rule L)
+			err = lockstore.ErrNotHeld
+		default:
+			err = lockstore.ErrTokenMismatch
+		}
+		return v, err
+	})
+	forced := digest == ""
+	if forced {
+		var err error
+		if digest, err = r.holderRead(ctx, reads, fence); err != nil {
+			return script.LockValue{}, err
+		}
+		for i, v := range reads {
+			if v.err == nil && v.val.Digest != digest {
+				reads[i].err = lockstore.ErrTokenMismatch
+			}
+		}
+	}
+	t := tallyOwned(reads)
+	switch {
+	case ctx.Err() != nil:
+		return script.LockValue{}, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, ctx.Err())
+	case !r.q().any(t.okAt):
+		return script.LockValue{}, t.decide(r)
+	}
+	held := make([]bool, len(reads))
+	var linger time.Duration // the longest hold-at-least left on the nodes read
+	for i, v := range reads {
+		held[i] = v.err == nil
+		if held[i] && !forced {
+			linger = max(linger, v.val.AtLeastLeft)
+		}
+	}
+	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
+		// A forced release frees the key at once, whatever the holder's
+		// hold-at-least (rule L). A release keeps it on every node it
+		// releases at least as long as on any node read (review fix).
+		v := reads[i].val
+		v.Linger = linger
+		return struct{}{}, releaseRead(ctx, n.batch, key, digest, v, !forced, forced)
+	})
+	return majorityValue(t.ok), released(ctx, r, t, dels, "lease")
+}
+
+// holderRead is the digest of the lease a forced release's reads found
+// held: the token whose confirmed values a majority of some list of
+// counted nodes carry, as Inspect finds it, with fence when that is not 0.
+// ErrNotHeld when no such lease can hold a majority, even counting the
+// nodes that did not answer; ErrUnavailable when one still could.
+func (r *Store) holderRead(ctx context.Context, reads []nodeResult[script.LockValue], fence int64) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	}
+	at := make(map[string][]bool) // by digest: the nodes that hold its lease
+	var values map[string][]script.LockValue
+	unknownAt := make([]bool, len(reads))
+	failed, quarantined := 0, 0
+	for i, v := range reads {
+		switch {
+		case !answered(v.err):
+			unknownAt[i] = true
+			failed++
+		case !v.counted:
+			unknownAt[i] = true
+			quarantined++
+		case v.err == nil && !v.val.Provisional() && !strings.HasPrefix(v.val.Digest, "L"):
+			// (A lingering value, rule L, is nobody's lease.)
+			d := v.val.Digest
+			if at[d] == nil {
+				at[d] = make([]bool, len(reads))
+			}
+			at[d][i] = true
+			if values == nil {
+				values = make(map[string][]script.LockValue)
+			}
+			values[d] = append(values[d], v.val)
+		}
+	}
+	could := false // a lease of the fence asked for could hold a majority
+	for d, m := range at {
+		named := fence == 0 || majorityValue(values[d]).Fence == fence
+		if named && r.q().any(m) {
+			return d, nil
+		}
+		could = could || (named && r.q().any(or(m, unknownAt)))
+	}
+	if !could && !r.q().any(unknownAt) {
+		return "", lockstore.ErrNotHeld
+	}
+	return "", r.quorumError(failed, quarantined, 0)
+}
+
+// releaseRead deletes digest's lease on one node if it is still as read
+// (v: its value, attempt field included, and its expiry). When an acquire
+// round of the same token took the lease over in between, or a renewal or
+// extend moved it, it reads again and deletes what it finds, a few times:
+// the token holds a majority, and a release concurrent with an acquire of
+// the same token may take either order.
+// pin (a forced release): a value read again must carry the fence first
+// read, or it is a new grant of the token, not the lease read (review fix).
+func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v script.LockValue, honour, pin bool) error {
+	for range script.ReleaseReads {
+		err := script.Release(ctx, c, key, digest, v, honour)
+		if !errors.Is(err, script.ErrMoved) {
+			return err
+		}
+		fence, linger := v.Fence, v.Linger
+		if v, _, err = script.Inspect(ctx, c, key); err != nil {
+			return err
+		}
+		v.Linger = linger
+		if v.Digest != digest {
+			return lockstore.ErrTokenMismatch
+		}
+		if pin && v.Fence != fence {
+			return lockstore.ErrNotHeld
+		}
+	}
+	return script.ErrMoved
+}
+
+// Inspect implements Store.
+func (r *Store) Inspect(ctx context.Context, key string) (lockstore.Lease, error) {
+	l, _, err := r.InspectSpread(ctx, key)
+	return l, err
+}
+
+var _ lockstore.Spreader = (*Store)(nil)
+
+// EndSpread implements Spreader: the drift allowance, by which ExpiresAt
+// is conservative.
+func (r *Store) EndSpread(ttl time.Duration) time.Duration { return drift(ttl) }
+
+// InspectSpread implements Spreader: Inspect, and the lease's latest end
+// on the nodes read (watchLate).
+func (r *Store) InspectSpread(ctx context.Context, key string) (lockstore.Lease, time.Duration, error) {
+	if err := r.set.refusing(); err != nil {
+		return lockstore.Lease{}, 0, err
+	}
+	type held struct {
+		value     script.LockValue
+		remaining time.Duration
+	}
+	start := time.Now()
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (held, error) {
+		v, remaining, err := script.Inspect(ctx, n.batch, key)
+		return held{v, remaining}, err
+	})
+	if err := ctx.Err(); err != nil {
+		return lockstore.Lease{}, 0, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	}
+	holders := make(map[string][]held) // by token digest
+	holdersAt := make(map[string][]bool)
+	unknownAt := make([]bool, len(votes))
+	failed, quarantined := 0, 0
+	for i, v := range votes {
+		switch {
+		case v.err != nil && !answered(v.err):
+			unknownAt[i] = true
+			failed++
+		case !v.counted:
+			unknownAt[i] = true
+			quarantined++
+		case v.err == nil && !v.val.value.Provisional():
+			// A provisional value is no lease until a round confirms it
+			// (confirm.lua, which tells watchers when it does).
+			d := v.val.value.Digest
+			holders[d] = append(holders[d], v.val)
+			if holdersAt[d] == nil {
+				holdersAt[d] = make([]bool, len(votes))
+			}
+			holdersAt[d][i] = true
+		}
+	}
+	could := false // a token could hold a majority, counting the silent nodes
+	for d, hs := range holders {
+		could = could || r.q().any(or(holdersAt[d], unknownAt))
+		if !r.q().any(holdersAt[d]) {
+			continue
+		}
+		values := make([]script.LockValue, len(hs))
+		remaining, longest := hs[0].remaining, hs[0].remaining
+		for i, h := range hs {
+			values[i] = h.value
+			remaining = min(remaining, h.remaining)
+			longest = max(longest, h.remaining)
+		}
+		v := majorityValue(values)
+		ttl := max(remaining-drift(remaining), 0)
+		l := lockstore.Lease{Key: key, Owner: v.Owner, Fence: v.Fence, Granted: v.Length, Left: ttl, ExpiresAt: start.Add(ttl)}
+		return l, watchLate(start, longest, l.ExpiresAt), nil
+	}
+	if !could && !r.q().any(unknownAt) { // no token could hold a majority
+		return lockstore.Lease{}, 0, lockstore.ErrNotHeld
+	}
+	return lockstore.Lease{}, 0, r.quorumError(failed, quarantined, 0)
+}
+
+// Ping implements Store: nil when at least a quorum of nodes that are warm
+// (connections open, scripts loaded) and not quarantined take a write
+// (Redis's Ping: a node out of memory answers, but could grant nothing),
+// that is, when a lease could be granted at once. It warms a node the
+// background warm-up has not reached yet itself, within ctx rather than
+// NodeTimeout: a readiness check may take a moment, a request may not.
+func (r *Store) Ping(ctx context.Context) error {
+	votes := fanOut(ctx, r, nil, func(nctx context.Context, i int, n *redlockNode) (struct{}, error) {
+		if !n.isWarm() {
+			if err := r.warm(ctx, n); err != nil {
+				return struct{}{}, err
+			}
+			// The warm-up may have used up nctx's NodeTimeout.
+			var cancel context.CancelFunc
+			nctx, cancel = context.WithTimeout(ctx, r.nodeTimeout)
+			defer cancel()
+		}
+		if err := script.RedisErr(n.client.Set(nctx, script.ReadyKey, "1", time.Minute).Err()); err != nil {
+			return struct{}{}, err
+		}
+		return struct{}{}, r.checkSet(nctx, i, n)
+	})
+	ok := make([]bool, len(votes))
+	failed, quarantined, refused := 0, 0, 0
+	for i, v := range votes {
+		switch {
+		case v.err != nil:
+			failed++
+			if errors.Is(v.err, lockstore.ErrRefused) {
+				refused++
+			}
+		case !v.counted:
+			quarantined++
+		default:
+			ok[i] = true
+		}
+	}
+	if r.q().all(ok) {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	}
+	return r.quorumError(failed, quarantined, refused)
+}
+
+// released is G2's answer after the deletes of a lease or permit (what):
+// done when they hold a majority of every list where the read found that
+// the token could hold one (quorums.covers).
+func released[T any](ctx context.Context, r *Store, t ownedTally[T], dels []nodeResult[struct{}], what string) error {
+	deleted := make([]bool, len(dels))
+	n := 0
+	for i, v := range dels {
+		if v.err == nil && v.counted {
+			deleted[i] = true
+			n++
+		}
+	}
+	if r.q().covers(or(t.okAt, t.unknownAt), deleted) {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	}
+	return fmt.Errorf("%w: redlock released the %s on %d of %d nodes; a majority of %d is needed", lockstore.ErrUnavailable, what, n, len(r.nodes), r.q().need())
+}
+
+// watchLate is how much later than expiresAt, a Redlock read's earliest
+// end (its nodes' shortest time left less the drift allowance, from start),
+// the last node it counted may let the grant go: its longest time left
+// plus the drift allowance. With the read's round trip (the nodes measured
+// their time left at some moment within it), every counted node's expiry
+// lies in [expiresAt, expiresAt+round trip+watchLate] on this clock.
+func watchLate(start time.Time, longest time.Duration, expiresAt time.Time) time.Duration {
+	return max(start.Add(longest+drift(longest)).Sub(expiresAt), 0)
+}

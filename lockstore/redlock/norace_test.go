@@ -1,0 +1,5 @@
+//go:build !race
+
+package redlock_test
+
+const raceSlowdown = 1

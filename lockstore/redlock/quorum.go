@@ -1,0 +1,263 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+)
+
+// quorums are the node lists a Redlock counts by: one, or during a
+// transition (docs/safety.md, rule T) the new list and the previous one.
+// A quorum is a set of nodes holding a majority of every list, so any two
+// quorums of gateways that count one list in common share a node.
+type quorums []quorumList
+
+// quorumList is one node list: which of the Redlock's nodes are in it,
+// and how many of them are a majority.
+type quorumList struct {
+	in   []bool // by node index
+	need int
+}
+
+func newQuorumList(in []bool) quorumList {
+	n := 0
+	for _, b := range in {
+		if b {
+			n++
+		}
+	}
+	return quorumList{in: in, need: n/2 + 1}
+}
+
+// count is how many of the list's nodes m holds.
+func (l quorumList) count(m []bool) int {
+	n := 0
+	for i, b := range m {
+		if b && l.in[i] {
+			n++
+		}
+	}
+	return n
+}
+
+// all: m holds a majority of every list: a quorum, what a grant, a
+// confirmation, an extend and a release's deletes need.
+func (q quorums) all(m []bool) bool {
+	for _, l := range q {
+		if l.count(m) < l.need {
+			return false
+		}
+	}
+	return true
+}
+
+// any: m holds a majority of some list. A lease granted before a
+// transition holds a majority of the previous list only; reads see it
+// held, and "not held" means a majority of no list.
+func (q quorums) any(m []bool) bool {
+	for _, l := range q {
+		if l.count(m) >= l.need {
+			return true
+		}
+	}
+	return false
+}
+
+// covers: wherever could holds a majority of a list, done holds one too.
+// A release is done when its deletes hold a majority of every list the
+// lease could hold one of (docs/safety.md, G2).
+func (q quorums) covers(could, done []bool) bool {
+	for _, l := range q {
+		if l.count(could) >= l.need && l.count(done) < l.need {
+			return false
+		}
+	}
+	return true
+}
+
+// need is the votes a quorum needs, for messages: the new list's majority.
+func (q quorums) need() int { return q[0].need }
+
+// q is the quorums the Redlock counts by now.
+func (r *Store) q() quorums { return *r.quorums.Load() }
+
+// or is the union of two masks, by node.
+func or(a, b []bool) []bool {
+	m := make([]bool, len(a))
+	for i := range a {
+		m[i] = a[i] || b[i]
+	}
+	return m
+}
+
+// quorumError counts failed as not answering, except the refusals among
+// them.
+func (r *Store) quorumError(failed, quarantined, refused int) error {
+	e := &lockstore.QuorumError{Nodes: len(r.nodes), Quorum: r.q().need(), Failed: failed - refused, Quarantined: quarantined, Refused: refused}
+	if refused > 0 {
+		e.NodeList = r.set.reason()
+	}
+	return e
+}
+
+// nodeResult is one node's answer to one call.
+type nodeResult[T any] struct {
+	val T
+	err error
+	// counted is false when the node was quarantined when its reply
+	// arrived. It is read after the reply, so a reply from a restarted
+	// process is never counted: its connection's OnConnect had already
+	// quarantined the node.
+	counted bool
+}
+
+var errSkipped = errors.New("lockstore: node not asked")
+
+// fanOut calls every node (or those in only, when not nil) concurrently,
+// each under its own NodeTimeout, and waits for all of them. call gets the
+// node and its index.
+func fanOut[T any](ctx context.Context, r *Store, only []bool, call func(context.Context, int, *redlockNode) (T, error)) []nodeResult[T] {
+	res := make([]nodeResult[T], len(r.nodes))
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		if only != nil && !only[i] {
+			res[i].err = errSkipped
+			continue
+		}
+		if n.isDown() {
+			res[i] = nodeResult[T]{err: errNodeDown, counted: !n.quarantined(time.Now())}
+			continue
+		}
+		wg.Go(func() {
+			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
+			defer cancel()
+			v, err := call(nctx, i, n)
+			r.observe(ctx, n, err)
+			if err != nil && !answered(err) && !errors.Is(err, lockstore.ErrUnavailable) && !errors.Is(err, script.ErrMoved) {
+				r.log.Error().Err(err).Str("node", n.addr).Msg("redlock: unexpected reply")
+			}
+			res[i] = nodeResult[T]{val: v, err: err, counted: !n.quarantined(time.Now())}
+			if quarantinedOnNode(err) {
+				// The node keeps a quarantine of its own (rule Q): it counts
+				// as one this gateway quarantined, in neither direction.
+				res[i] = nodeResult[T]{counted: false}
+			}
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+// quarantinedOnNode: the node refused because it keeps a quarantine of its
+// own (nodeset.lua; docs/safety.md, "Restarted nodes", rule Q).
+func quarantinedOnNode(err error) bool {
+	var re *lockstore.RefusedError
+	return errors.As(err, &re) && re.Reason == "quarantine"
+}
+
+// answered reports whether err is a node's domain answer rather than a
+// failure to answer.
+func answered(err error) bool {
+	return err == nil || errors.Is(err, lockstore.ErrNotHeld) || errors.Is(err, lockstore.ErrTokenMismatch)
+}
+
+func answeredMask[T any](votes []nodeResult[T]) []bool {
+	m := make([]bool, len(votes))
+	for i, v := range votes {
+		m[i] = answered(v.err)
+	}
+	return m
+}
+
+// ownedTally counts the answers to a call that only the token's holder may
+// make (Extend, Release).
+type ownedTally[T any] struct {
+	ok                           []T
+	okAt, mismatchAt, unknownAt  []bool // by node; unknown: failed or quarantined
+	failed, quarantined, refused int    // refused: among failed
+}
+
+func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
+	t := ownedTally[T]{okAt: make([]bool, len(votes)), mismatchAt: make([]bool, len(votes)), unknownAt: make([]bool, len(votes))}
+	for i, v := range votes {
+		switch {
+		case !answered(v.err):
+			t.unknownAt[i] = true
+			t.failed++
+			if errors.Is(v.err, lockstore.ErrRefused) {
+				t.refused++
+			}
+		case !v.counted:
+			t.unknownAt[i] = true
+			t.quarantined++
+		case v.err == nil:
+			t.ok = append(t.ok, v.val)
+			t.okAt[i] = true
+		case errors.Is(v.err, lockstore.ErrTokenMismatch):
+			t.mismatchAt[i] = true
+		}
+	}
+	return t
+}
+
+// decide is the answer the tally of an extend or a release's read gives
+// when its oks are no quorum: another token holds a majority of some list
+// (ErrTokenMismatch); the token could hold a majority of no list, counting
+// the nodes that did not answer (ErrNotHeld); or ErrUnavailable.
+func (t ownedTally[T]) decide(r *Store) error {
+	switch {
+	case r.q().any(t.mismatchAt):
+		return lockstore.ErrTokenMismatch
+	case !r.q().any(or(t.okAt, t.unknownAt)):
+		return lockstore.ErrNotHeld
+	}
+	return t.unavailable(r)
+}
+
+func (t ownedTally[T]) unavailable(r *Store) error {
+	return r.quorumError(t.failed, t.quarantined, t.refused)
+}
+
+// majorityValue is the value most of vs carry, by fence (the highest fence
+// on a tie). After a grant, a majority carries the grant's fence; a node that
+// granted too late to be counted may carry its own.
+func majorityValue(vs []script.LockValue) script.LockValue {
+	count := make(map[int64]int, len(vs))
+	best := vs[0]
+	for _, v := range vs {
+		count[v.Fence]++
+		if c, b := count[v.Fence], count[best.Fence]; c > b || (c == b && v.Fence > best.Fence) {
+			best = v
+		}
+	}
+	return best
+}
+
+// heldRemaining is how long until, in every list, fewer than a majority
+// of the nodes that answered "held" still hold the key: per list the
+// majority-th longest remaining TTL among them (the shortest when fewer
+// said held), the longest of those. held is by node; a negative duration
+// is a node that did not say held.
+func (r *Store) heldRemaining(held []time.Duration) time.Duration {
+	var longest time.Duration
+	for _, l := range r.q() {
+		var in []time.Duration
+		for i, d := range held {
+			if d >= 0 && l.in[i] {
+				in = append(in, d)
+			}
+		}
+		if len(in) == 0 {
+			continue
+		}
+		slices.Sort(in)
+		slices.Reverse(in)
+		longest = max(longest, in[min(l.need, len(in))-1])
+	}
+	return longest
+}

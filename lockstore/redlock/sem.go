@@ -1,0 +1,527 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lockgateway/lockgateway/internal/sleep"
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+)
+
+// Semaphores on Redlock. A semaphore of limit L is L slots, and a permit
+// is one slot held on a majority of nodes under the rules of a lock's
+// lease (provisional values, one confirmation, release of what was read,
+// extends that only lengthen, quarantine), each slot's fences ≡ the slot
+// (mod L): each slot has at most one holder by the lock's argument, so a
+// key has at most L. docs/safety.md, "Semaphores", has the argument and
+// why "a majority of nodes each below L" would not be safe.
+//
+// A round asks every node for one slot: on the first try a random one;
+// then the slot the token already holds somewhere (a retry), or the slot
+// most nodes reported free. A round where no slot can have a majority
+// (a majority of nodes full, or all slots of theirs held) is "full".
+
+var _ lockstore.Semaphores = (*Store)(nil)
+
+// SemAcquire implements Semaphores. It waits, like Acquire, without a
+// queue.
+func (r *Store) SemAcquire(ctx context.Context, key string, req lockstore.PermitRequest) (lockstore.Permit, error) {
+	if err := lockstore.CheckPermit(key, req); err != nil {
+		return lockstore.Permit{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return lockstore.Permit{}, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	}
+	digest := script.DigestHex(req.Token)
+	p, err := r.semRounds(ctx, key, digest, req)
+	if _, full := errors.AsType[*lockstore.FullError](err); !full || req.Wait <= 0 {
+		return p, err
+	}
+	wake, stop := r.listen(ctx, script.SemChannel(key))
+	defer stop()
+	// retryUntil speaks of leases; a full semaphore is its "held".
+	var last error
+	_, err = script.RetryUntil(ctx, lockstore.AcquireRequest{Wait: req.Wait}, wake, func() (lockstore.Lease, error) {
+		p, last = r.semRounds(ctx, key, digest, req)
+		if full, ok := errors.AsType[*lockstore.FullError](last); ok {
+			return lockstore.Lease{}, &lockstore.HeldError{Remaining: full.Remaining}
+		}
+		return lockstore.Lease{}, last
+	})
+	if _, held := errors.AsType[*lockstore.HeldError](err); held {
+		return lockstore.Permit{}, last
+	}
+	return p, err
+}
+
+// semRounds runs rounds until one is decisive, as acquireRounds does.
+func (r *Store) semRounds(ctx context.Context, key, digest string, req lockstore.PermitRequest) (lockstore.Permit, error) {
+	slot := firstSlot(digest, req.Limit)
+	var rounds []string // this call's round ids, as acquireCall.rounds
+	for attempt := 1; ; attempt++ {
+		p, next, err := r.semOnce(ctx, key, digest, req, slot, &rounds)
+		if next == 0 || attempt == redlockAttempts {
+			return p, err
+		}
+		// A split vote on the same slot pauses, as for a lock; so does a
+		// move after the first, since two requests of one token at once
+		// (a client's retry while the first is in flight) can each find
+		// the other's slot and swap.
+		if next == slot || attempt > 1 {
+			pause := time.Millisecond + rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond))
+			if !sleep.For(ctx, pause) {
+				return lockstore.Permit{}, err
+			}
+		}
+		slot = next
+	}
+}
+
+// firstSlot is the slot a token's first round asks for: one the digest
+// picks, so that twins (one token's acquires at once) ask for the same
+// slot and meet on every node as a lock's rounds do, while tokens spread
+// over the slots. Twins that asked for two slots split the nodes between
+// them; the one that lost retried elsewhere with fresh votes and could be
+// answered another fence than its twin (TestRedlockSemTwinsShareOnePermit,
+// one set in a hundred).
+func firstSlot(digest string, limit int) int {
+	n, _ := strconv.ParseUint(digest[:15], 16, 64)
+	return 1 + int(n%uint64(limit))
+}
+
+// semOnce runs one round for slot under a fresh round id (G1). next, when
+// not 0, is the slot to try in another round; err is then what to answer
+// if there is none.
+func (r *Store) semOnce(ctx context.Context, key, digest string, req lockstore.PermitRequest, slot int, rounds *[]string) (_ lockstore.Permit, next int, _ error) {
+	start := time.Now()
+	a := script.SemArgs{Digest: digest, Ttl: req.TTL, Owner: req.Owner, Limit: req.Limit, Slot: slot,
+		Seed: start.UnixMicro(), Attempt: lockstore.NewToken(), Publish: script.PublishAll, Provisional: r.provisional(req.TTL)}
+	*rounds = append(*rounds, a.Attempt)
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemResult, error) {
+		return script.SemAcquire(ctx, n.semGrant, key, a)
+	})
+
+	granted := make([]bool, len(votes))       // by node
+	full := make([]time.Duration, len(votes)) // nodes with no free slot: time until one frees; -1 others
+	fullAt := make([]bool, len(votes))
+	answeredAt := make([]bool, len(votes)) // counted nodes that answered
+	mismatchAt := make([]bool, len(votes))
+	failed, quarantined, refused := 0, 0, 0
+	var mismatch []script.SemResult
+	freeVotes := make(map[int]int) // slot → nodes that have it free
+	elsewhere := make(map[int]int) // slot → nodes where the token holds it
+	for i, v := range votes {
+		full[i] = -1
+		answeredAt[i] = v.err == nil && v.counted
+		vote := "granted"
+		switch {
+		case v.err != nil:
+			failed++
+			if vote = failedVote(v.err); vote == "refused" {
+				refused++
+			}
+		case !v.counted:
+			quarantined++
+			vote = "quarantined"
+		case v.val.Code == script.SemNew || v.val.Code == script.SemRenewed:
+			granted[i] = true
+		case v.val.Code == script.SemMismatch:
+			mismatch = append(mismatch, v.val)
+			mismatchAt[i] = true
+			vote = "held"
+		case v.val.Code == script.SemElsewise:
+			elsewhere[v.val.Slot]++
+			vote = "held"
+		default:
+			vote = "held"
+			if v.val.FreeCount == 0 {
+				full[i], fullAt[i] = v.val.Remaining, true
+			}
+			for _, s := range v.val.Free {
+				freeVotes[s]++
+			}
+		}
+		if r.onVote != nil {
+			r.onVote(r.nodes[i].addr, vote)
+		}
+	}
+
+	var made []script.SemValue // by node: a permit this round alone confirmed there
+	if ctx.Err() == nil && r.q().all(granted) {
+		p, ok, confirmed := r.semConfirm(ctx, key, a, req, votes, *rounds, start)
+		if ok {
+			return p, 0, nil
+		}
+		made = confirmed
+	}
+	r.semDiscard(ctx, key, a, votes, made)
+
+	fullErr := &lockstore.FullError{Limit: req.Limit}
+	if slices.Contains(fullAt, true) {
+		fullErr.Remaining = r.heldRemaining(full)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return lockstore.Permit{}, 0, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, ctx.Err())
+	case len(elsewhere) > 0:
+		// The token holds a permit: re-grant that one, the slot most
+		// nodes know it by. If no round settles it, the outcome is
+		// unknown, as after a timeout: the client retries with its token.
+		return lockstore.Permit{}, mostVoted(elsewhere), fmt.Errorf("%w: the token's permit is on different slots of different nodes; retry with the same token", lockstore.ErrUnavailable)
+	case !r.q().all(answeredAt):
+		return lockstore.Permit{}, 0, r.quorumError(failed, quarantined, refused)
+	case r.q().any(mismatchAt) || (len(mismatch) > 0 && r.q().any(or(mismatchAt, fullAt))):
+		m := mismatch[0]
+		return lockstore.Permit{}, 0, &lockstore.LimitMismatchError{Limit: m.Limit, Remaining: m.Remaining}
+	case r.q().any(fullAt):
+		return lockstore.Permit{}, 0, fullErr
+	}
+	if len(freeVotes) > 0 {
+		return lockstore.Permit{}, mostVoted(freeVotes), fullErr
+	}
+	if slices.Contains(granted, true) { // granted by a majority too slowly, or a split vote
+		return lockstore.Permit{}, slot, fmt.Errorf("%w: redlock could not confirm a majority within the permit's validity", lockstore.ErrUnavailable)
+	}
+	return lockstore.Permit{}, 0, fullErr
+}
+
+// mostVoted is the slot with the most votes, a random one on a tie, so
+// gateways that saw the same free slots spread out.
+func mostVoted(votes map[int]int) int {
+	best, n, ties := 0, 0, 0
+	for s, c := range votes {
+		switch {
+		case c > n:
+			best, n, ties = s, c, 1
+		case c == n:
+			ties++
+			if rand.N(ties) == 0 {
+				best = s
+			}
+		}
+	}
+	return best
+}
+
+// semConfirm is G1 for a permit round (confirmRound, with
+// sem_confirm.lua), as confirmGrant for a lock's: when the round does not
+// stand, made holds, by node, the permits this round alone made there, as
+// they were left.
+func (r *Store) semConfirm(ctx context.Context, key string, a script.SemArgs, req lockstore.PermitRequest,
+	votes []nodeResult[script.SemResult], rounds []string, start time.Time,
+) (_ lockstore.Permit, ok bool, made []script.SemValue) {
+	values := make([]roundValue, len(votes))
+	for i, v := range votes {
+		if v.err == nil && (v.val.Code == script.SemNew || v.val.Code == script.SemRenewed) {
+			sv := v.val.Value
+			values[i] = roundValue{has: true, counted: v.counted, fence: sv.Fence,
+				confirmed: sv.Confirmed, maker: script.MakerOf(sv.Field), owner: sv.Owner, floor: v.val.Floor}
+		}
+	}
+	made = make([]script.SemValue, len(votes))
+	margin := strconv.FormatInt(script.FenceMargin.Milliseconds(), 10)
+	g := r.confirmRound(ctx, values, rounds, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, error) {
+		reply, err := script.SemConfirmScript.Run(ctx, n.semGrant, []string{script.SemPermitsKey(key), script.SemExpiryKey(key), script.SemFenceKey(key)},
+			a.Digest, maker, strconv.FormatInt(fence, 10), margin, a.Slot, req.TTL.Milliseconds(), script.SemChannel(key)).Slice()
+		if err != nil {
+			return 0, script.RedisErr(err)
+		}
+		code, _ := reply[0].(int64)
+		if code == confirmMade {
+			if len(reply) != 2 {
+				return 0, fmt.Errorf("lockstore: sem_confirm script replied %v", reply)
+			}
+			made[i], err = script.ParseSemValue(a.Slot, reply[1])
+		}
+		return code, err
+	})
+	validity := req.TTL - time.Since(start) - drift(req.TTL)
+	if !r.q().all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
+		return lockstore.Permit{}, false, made
+	}
+	owner := req.Owner
+	if g.hasOwner {
+		owner = g.owner
+	}
+	return lockstore.Permit{Key: key, Token: req.Token, Owner: owner, Limit: req.Limit, Fence: g.fence,
+		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: g.renewal}, true, nil
+}
+
+// semDiscard withdraws what a failed round left, as discard does for a
+// lease: where the round alone made a permit (made[i]) it deletes it as
+// the confirmation left it (sem_release.lua: not if anything wrote to it
+// since); elsewhere it withdraws the round's provisional value
+// (sem_discard.lua, W). Liveness only.
+func (r *Store) semDiscard(ctx context.Context, key string, a script.SemArgs, votes []nodeResult[script.SemResult], made []script.SemValue) {
+	detached := context.WithoutCancel(ctx)
+	del := func(i int, n *redlockNode) {
+		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
+		defer cancel()
+		var err error
+		if made != nil && made[i].Raw != "" {
+			// Changed since (errMoved), gone or another's: a node's answer.
+			if err = script.SemRelease(nctx, n.client, key, a.Digest, script.PublishAll, made[i]); answered(err) || errors.Is(err, script.ErrMoved) {
+				err = nil
+			}
+		} else {
+			err = script.SemDiscardScript.Run(nctx, n.client, []string{script.SemPermitsKey(key), script.SemExpiryKey(key)}, a.Digest, a.Attempt, script.SemChannel(key)).Err()
+		}
+		r.observe(detached, n, script.RedisErr(err))
+	}
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		switch v := votes[i]; {
+		case errors.Is(v.err, errNodeDown):
+		case v.err != nil:
+			r.background(func() { del(i, n) })
+		case v.val.Code == script.SemNew || (made != nil && made[i].Raw != ""):
+			wg.Go(func() { del(i, n) })
+		}
+	}
+	wg.Wait()
+}
+
+// SemExtend implements Semaphores, with Extend's rules: only ever
+// lengthens on a node, and succeeds when a majority extended one slot.
+func (r *Store) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Permit, error) {
+	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
+		return lockstore.Permit{}, err
+	}
+	digest := script.DigestHex(token)
+	start := time.Now()
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemValue, error) {
+		return script.SemExtend(ctx, n.semGrant, key, digest, ttl, true, script.PublishAll)
+	})
+	t := tallyOwned(votes)
+	if err := ctx.Err(); err != nil {
+		return lockstore.Permit{}, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	}
+	// Only the slot most nodes extended counts (another is a leftover).
+	bySlot := make(map[int]int)
+	for _, v := range t.ok {
+		bySlot[v.Slot]++
+	}
+	slot := mostVoted(bySlot)
+	var ok []script.SemValue
+	okAt := make([]bool, len(votes))
+	for i, v := range votes {
+		if t.okAt[i] && v.val.Slot == slot {
+			ok = append(ok, v.val)
+			okAt[i] = true
+		}
+	}
+	t.okAt = okAt
+	if ttl == 0 {
+		for _, v := range ok {
+			if ttl == 0 || v.Length < ttl {
+				ttl = v.Length
+			}
+		}
+	}
+	validity := ttl - time.Since(start) - drift(ttl)
+	switch {
+	case r.q().all(okAt) && validity > 0:
+		v := majoritySemValue(ok)
+		return lockstore.Permit{Key: key, Token: token, Owner: v.Owner, Limit: v.Limit, Fence: v.Fence,
+			Granted: ttl, ExpiresAt: start.Add(ttl - drift(ttl))}, nil
+	case r.q().all(okAt):
+		return lockstore.Permit{}, fmt.Errorf("%w: redlock extended the permit on a majority too slowly to vouch for it", lockstore.ErrUnavailable)
+	}
+	return lockstore.Permit{}, t.decide(r)
+}
+
+// majoritySemValue is the value most of vs carry, by fence (the highest on
+// a tie), as majorityValue.
+func majoritySemValue(vs []script.SemValue) script.SemValue {
+	count := make(map[int64]int, len(vs))
+	best := vs[0]
+	for _, v := range vs {
+		count[v.Fence]++
+		if c, b := count[v.Fence], count[best.Fence]; c > b || (c == b && v.Fence > best.Fence) {
+			best = v
+		}
+	}
+	return best
+}
+
+// SemRelease implements Semaphores with Release's two steps: read every
+// node, and delete only when the token holds a majority by that read, on
+// each node only the value read (its attempt field unchanged).
+func (r *Store) SemRelease(ctx context.Context, key, token string) error {
+	if err := lockstore.CheckRelease(key, token); err != nil {
+		return err
+	}
+	return r.semRelease(ctx, key, script.DigestHex(token), 0)
+}
+
+// SemForceRelease implements Forcer: SemRelease of the permit with fence,
+// the digest of its holder taken from a read of every node in place of the
+// caller's token's.
+func (r *Store) SemForceRelease(ctx context.Context, key string, fence int64) (lockstore.Permit, error) {
+	if err := lockstore.CheckForce(key, fence, true); err != nil {
+		return lockstore.Permit{}, err
+	}
+	st, _, digests, err := r.semInspect(ctx, key)
+	if err != nil {
+		return lockstore.Permit{}, err
+	}
+	i := slices.IndexFunc(st.Holders, func(p lockstore.Permit) bool { return p.Fence == fence })
+	if i < 0 {
+		return lockstore.Permit{}, lockstore.ErrNotHeld
+	}
+	if err := r.semRelease(ctx, key, digests[fence], fence); err != nil {
+		return lockstore.Permit{}, lockstore.ForcedErr(err)
+	}
+	p := st.Holders[i]
+	p.Left, p.ExpiresAt = 0, time.Time{}
+	return p, nil
+}
+
+// semRelease releases digest's permit on key (SemRelease).
+// fence, when not 0 (a forced release), pins the permit: a node whose
+// permit of digest has another fence is not released (review fix).
+func (r *Store) semRelease(ctx context.Context, key, digest string, fence int64) error {
+	if err := r.set.refusing(); err != nil {
+		return err
+	}
+	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemValue, error) {
+		v, err := script.SemRead(ctx, n.client, key, digest)
+		if err == nil && fence != 0 && v.Fence != fence {
+			err = lockstore.ErrNotHeld
+		}
+		return v, err
+	})
+	t := tallyOwned(reads)
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %w", lockstore.ErrUnavailable, ctx.Err())
+	case !r.q().any(t.okAt):
+		return t.decide(r)
+	}
+	held := make([]bool, len(reads))
+	for i, v := range reads {
+		held[i] = v.err == nil
+	}
+	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
+		v := reads[i].val
+		for range script.ReleaseReads {
+			err := script.SemRelease(ctx, n.client, key, digest, script.PublishAll, v)
+			if !errors.Is(err, script.ErrMoved) {
+				return struct{}{}, err
+			}
+			if v, err = script.SemRead(ctx, n.client, key, digest); err != nil {
+				return struct{}{}, err
+			}
+			if fence != 0 && v.Fence != fence {
+				return struct{}{}, lockstore.ErrNotHeld
+			}
+		}
+		return struct{}{}, script.ErrMoved
+	})
+	return released(ctx, r, t, dels, "permit")
+}
+
+// SemInspect implements Semaphores: the permits held on a majority of the
+// counted nodes (the same slot and token), each with the smallest time
+// left among them less the drift allowance; ErrNotHeld when no permit can
+// have a majority even counting the nodes that did not answer.
+func (r *Store) SemInspect(ctx context.Context, key string) (lockstore.SemaphoreState, error) {
+	st, _, err := r.SemInspectSpread(ctx, key)
+	return st, err
+}
+
+// SemInspectSpread implements Spreader: SemInspect, and how much later
+// than its ExpiresAt any permit's last node may let it go (watchLate, the
+// largest over permits).
+func (r *Store) SemInspectSpread(ctx context.Context, key string) (lockstore.SemaphoreState, time.Duration, error) {
+	st, late, _, err := r.semInspect(ctx, key)
+	return st, late, err
+}
+
+// semInspect is SemInspectSpread, and the digest of each holder by fence.
+func (r *Store) semInspect(ctx context.Context, key string) (lockstore.SemaphoreState, time.Duration, map[int64]string, error) {
+	if err := r.set.refusing(); err != nil {
+		return lockstore.SemaphoreState{}, 0, nil, err
+	}
+	type read struct {
+		limit int
+		vs    []script.SemValue
+	}
+	start := time.Now()
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (read, error) {
+		limit, vs, err := script.SemInspect(ctx, n.client, key)
+		return read{limit, vs}, err
+	})
+	if err := ctx.Err(); err != nil {
+		return lockstore.SemaphoreState{}, 0, nil, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	}
+	type permitID struct {
+		slot   int
+		digest string
+	}
+	found := make(map[permitID][]script.SemValue)
+	foundAt := make(map[permitID][]bool)
+	limits := make(map[int]int)
+	unknownAt := make([]bool, len(votes))
+	failed, quarantined := 0, 0
+	for i, v := range votes {
+		switch {
+		case v.err != nil && !answered(v.err):
+			unknownAt[i] = true
+			failed++
+		case !v.counted:
+			unknownAt[i] = true
+			quarantined++
+		case v.err == nil:
+			limits[v.val.limit]++
+			for _, sv := range v.val.vs {
+				if sv.Provisional() {
+					continue // no permit until a round confirms it
+				}
+				id := permitID{sv.Slot, sv.Digest}
+				found[id] = append(found[id], sv)
+				if foundAt[id] == nil {
+					foundAt[id] = make([]bool, len(votes))
+				}
+				foundAt[id][i] = true
+			}
+		}
+	}
+	st := lockstore.SemaphoreState{Key: key, Limit: mostVoted(limits)}
+	var late time.Duration
+	digests := make(map[int64]string)
+	could := r.q().any(unknownAt) // a permit could hold a majority, counting the silent nodes
+	for id, vs := range found {
+		could = could || r.q().any(or(foundAt[id], unknownAt))
+		if !r.q().any(foundAt[id]) {
+			continue
+		}
+		left, longest := vs[0].Left, vs[0].Left
+		for _, v := range vs {
+			left = min(left, v.Left)
+			longest = max(longest, v.Left)
+		}
+		v := majoritySemValue(vs)
+		left = max(left-drift(left), 0)
+		p := lockstore.Permit{Key: key, Owner: v.Owner, Limit: st.Limit, Fence: v.Fence,
+			Granted: v.Length, Left: left, ExpiresAt: start.Add(left)}
+		st.Holders = append(st.Holders, p)
+		digests[p.Fence] = id.digest
+		late = max(late, watchLate(start, longest, p.ExpiresAt))
+	}
+	if len(st.Holders) > 0 {
+		lockstore.SortHolders(st.Holders)
+		return st, late, digests, nil
+	}
+	if !could {
+		return lockstore.SemaphoreState{}, 0, nil, lockstore.ErrNotHeld
+	}
+	return lockstore.SemaphoreState{}, 0, nil, r.quorumError(failed, quarantined, 0)
+}
