@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/expiry"
-	"github.com/lockgateway/lockgateway/internal/sleep"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/internal/wait"
 )
 
 // Store is the in-process store of locks and permits.
@@ -122,22 +122,18 @@ func (m *Store) Acquire(ctx context.Context, key string, req lockstore.AcquireRe
 	m.mu.Unlock()
 	defer m.leave(key, w)
 
-	deadline := time.Now().Add(req.Wait)
-	for {
-		lease, head, err := m.try(key, digest, req, w)
-		held, ok := errors.AsType[*lockstore.HeldError](err)
-		left := time.Until(deadline)
-		if !ok || left <= 0 {
-			return lease, err
+	try := func() wait.Try {
+		var head bool
+		lease, head, err = m.try(key, digest, req, w)
+		if held, ok := errors.AsType[*lockstore.HeldError](err); ok {
+			return wait.Queued(head, held.Remaining)
 		}
-		nap := left
-		if head && held.Remaining > 0 {
-			nap = min(nap, held.Remaining)
-		}
-		if _, ok := sleep.Until(ctx, nap, w.wake); !ok {
-			return lockstore.Lease{}, ctx.Err()
-		}
+		return wait.Try{Answer: wait.Done}
 	}
+	if werr := wait.For(ctx, time.Now().Add(req.Wait), w.wake, wait.Told, try); werr != nil {
+		return lockstore.Lease{}, werr
+	}
+	return lease, err
 }
 
 // try takes key for req if it is free and w (nil: a caller that does not

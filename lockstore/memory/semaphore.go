@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/expiry"
-	"github.com/lockgateway/lockgateway/internal/sleep"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/internal/wait"
 )
 
 // semaphores is a Store's semaphores. They have a mutex of their own: locks
@@ -74,22 +74,18 @@ func (m *Store) SemAcquire(ctx context.Context, key string, req lockstore.Permit
 	ss.mu.Unlock()
 	defer ss.leave(key, w)
 
-	deadline := time.Now().Add(req.Wait)
-	for {
-		p, head, err := ss.try(key, digest, req, w, m.capPermits)
-		full, ok := errors.AsType[*lockstore.FullError](err)
-		left := time.Until(deadline)
-		if !ok || left <= 0 {
-			return p, err
+	try := func() wait.Try {
+		var head bool
+		p, head, err = ss.try(key, digest, req, w, m.capPermits)
+		if full, ok := errors.AsType[*lockstore.FullError](err); ok {
+			return wait.Queued(head, full.Remaining) // the first permit to expire is ours
 		}
-		nap := left
-		if head && full.Remaining > 0 { // the first permit to expire is ours
-			nap = min(nap, full.Remaining)
-		}
-		if _, ok := sleep.Until(ctx, nap, w.wake); !ok {
-			return lockstore.Permit{}, ctx.Err()
-		}
+		return wait.Try{Answer: wait.Done}
 	}
+	if werr := wait.For(ctx, time.Now().Add(req.Wait), w.wake, wait.Told, try); werr != nil {
+		return lockstore.Permit{}, werr
+	}
+	return p, err
 }
 
 // sem returns key's semaphore, making it. ss.mu must be held.

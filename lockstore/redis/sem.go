@@ -3,14 +3,12 @@ package redis
 import (
 	"context"
 	_ "embed"
-	"errors"
-	"math/rand/v2"
 	"slices"
 	"time"
 
-	"github.com/lockgateway/lockgateway/internal/sleep"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+	"github.com/lockgateway/lockgateway/lockstore/internal/wait"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -70,13 +68,13 @@ func (s *Store) semUnwait(ctx context.Context, key string, slot int, value strin
 	_ = script.SemUnwaitScript.Run(ctx, s.client, keys, slot, value, script.SemChannel(key), s.publish).Err()
 }
 
-// semWait queues the caller and takes a permit when it is its turn: woken
-// by a release, grant or leave that names its ticket, by the first
-// permit's expiry (the first waiter sleeps until then), or by its
-// gateway's heartbeat when a permit is free for it and the notification
-// was lost (sem_room.go). Between those it runs no script at all.
+// semWait queues the caller and takes a permit when it is its turn
+// (wait.For, wait.Told): woken by a release, grant or leave that names its
+// ticket, by the first permit's expiry (the first waiter sleeps until
+// then), or by its gateway's heartbeat when a permit is free for it and
+// the notification was lost (sem_room.go). Between those it runs no script
+// at all.
 func (s *Store) semWait(ctx context.Context, key string, a script.SemArgs, req lockstore.PermitRequest, start time.Time) (lockstore.Permit, error) {
-	deadline := start.Add(req.Wait)
 	a.Ticket = script.WaitTicket{Id: s.rooms.ticket(), Heartbeat: waitHeartbeat}
 	// Listen before queueing, so a release between the two is not missed.
 	wake := make(chan struct{}, 1)
@@ -92,47 +90,28 @@ func (s *Store) semWait(ctx context.Context, key string, a script.SemArgs, req l
 			s.semLeave(key, a.Ticket.Id)
 		}
 	}()
-	backoff := 10 * time.Millisecond
-	for {
+	var p lockstore.Permit
+	var err error
+	try := func() wait.Try {
 		attempt := time.Now()
 		rm.trying(w)
-		r, err := s.semAcquire(ctx, key, a)
-		rm.tried(w, err == nil && r.Code == script.SemRefused)
-		if err != nil {
-			// As Redis.wait: a call that got no answer is tried again,
-			// same token and ticket, until the wait runs out (a grant
-			// whose answer was lost comes back as this token's renewal);
-			// a Redis that refuses writes, or an ended context, ends it.
-			left := time.Until(deadline)
-			if !errors.Is(err, lockstore.ErrUnavailable) || errors.Is(err, lockstore.ErrRefused) || ctx.Err() != nil || left <= 0 {
-				return lockstore.Permit{}, err
-			}
-			pause := min(backoff/2+rand.N(backoff/2), left)
-			backoff = min(2*backoff, waitRefresh)
-			if !sleep.For(ctx, pause) {
-				return lockstore.Permit{}, ctx.Err()
-			}
-			continue
+		r, rerr := s.semAcquire(ctx, key, a)
+		rm.tried(w, rerr == nil && r.Code == script.SemRefused)
+		if rerr != nil {
+			p, err = lockstore.Permit{}, rerr
+			return wait.Try{Answer: noAnswer(rerr)}
 		}
-		backoff = 10 * time.Millisecond
+		p, err = r.Permit(key, req, attempt)
 		if r.Code != script.SemRefused {
 			granted = r.Code == script.SemNew || r.Code == script.SemRenewed
-			return r.Permit(key, req, attempt)
+			return wait.Try{Answer: wait.Done}
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return r.Permit(key, req, attempt)
-		}
-		// Sleep until told; the first waiter wakes when the first permit
-		// runs out, in case its holder died.
-		nap := left
-		if r.Head && r.Remaining > 0 {
-			nap = min(nap, r.Remaining+time.Millisecond)
-		}
-		if _, ok := sleep.Until(ctx, nap, wake); !ok {
-			return lockstore.Permit{}, ctx.Err()
-		}
+		return wait.Queued(r.Head, r.Remaining)
 	}
+	if werr := wait.For(ctx, start.Add(req.Wait), wake, wait.Told, try); werr != nil {
+		return lockstore.Permit{}, werr
+	}
+	return p, err
 }
 
 // semLeave takes a waiter out of the queue under a context of its own; if

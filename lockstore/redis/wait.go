@@ -3,13 +3,12 @@ package redis
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/aside"
-	"github.com/lockgateway/lockgateway/internal/sleep"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+	"github.com/lockgateway/lockgateway/lockstore/internal/wait"
 )
 
 // How a Redis waiter stays in its key's queue: its gateway refreshes one
@@ -23,10 +22,11 @@ const (
 
 // acquireWaiting is an acquire that may wait: a first try, and when the
 // key is held, queueing the caller for key and taking the lock when it is
-// the caller's turn: woken by the release, grant or leave that makes it
-// first (pub/sub names its ticket), by the holder's expiry (the first
-// waiter sleeps until then), or by its gateway's heartbeat when a
-// notification was lost. Between those it runs no script at all.
+// the caller's turn (wait.For, wait.Told): woken by the release, grant or
+// leave that makes it first (pub/sub names its ticket), by the holder's
+// expiry (the first waiter sleeps until then), or by its gateway's
+// heartbeat when a notification was lost. Between those it runs no script
+// at all.
 //
 // Its goroutine (the request's) only sleeps: the tries, and the Redis
 // calls that queue the caller, run aside (internal/aside) on the wait's state,
@@ -34,16 +34,11 @@ const (
 func (s *Store) acquireWaiting(ctx context.Context, key string, req *lockstore.AcquireRequest) (lockstore.Lease, error) {
 	q := &waiting{s: s, ctx: ctx, key: key, req: req}
 	defer q.leave()
-	p := aside.Run(q.first)
-	for !p.done {
-		if p.told {
-			if _, ok := sleep.Until(ctx, p.d, q.wake); !ok {
-				return lockstore.Lease{}, ctx.Err()
-			}
-		} else if !sleep.For(ctx, p.d) {
-			return lockstore.Lease{}, ctx.Err()
-		}
-		p = aside.Run(q.try)
+	if done := aside.Run(q.first); done {
+		return q.lease, q.err
+	}
+	if err := wait.For(ctx, q.deadline, q.wake, wait.Told, q.tryAside); err != nil {
+		return lockstore.Lease{}, err
 	}
 	return q.lease, q.err
 }
@@ -60,96 +55,79 @@ type waiting struct {
 	wake     chan struct{} // buffered; set once the caller listens
 	r        *room
 	w        *roomWaiter
-	backoff  time.Duration
 	granted  bool
 
-	lease lockstore.Lease // the outcome
+	lease lockstore.Lease // the last try's answer
 	err   error
 }
 
-// pause is what a waiter does after a try: done (the outcome is in
-// waiting), or sleep d, until told (told) or not (a backoff).
-type pause struct {
-	done bool
-	told bool
-	d    time.Duration
-}
-
-func (q *waiting) end(l lockstore.Lease, err error) pause {
-	q.lease, q.err = l, err
-	return pause{done: true}
-}
-
-// first tries once without queueing, and when the key is held, listens,
-// joins the key's room and tries with a ticket.
-func (q *waiting) first() pause {
+// first tries once without queueing, and when the key is held, listens
+// and joins the key's room; done: its answer is final.
+func (q *waiting) first() (done bool) {
 	s, key := q.s, q.key
 	a, start, err := s.prepare(q.ctx, key, q.req)
 	if err != nil {
-		return q.end(lockstore.Lease{}, err)
+		q.err = err
+		return true
 	}
 	q.a = a
 	r, err := s.acquire(q.ctx, key, &q.a)
 	switch {
 	case err != nil:
-		return q.end(lockstore.Lease{}, err)
+		q.err = err
+		return true
 	case r.Code == script.AcquireOverQuota:
-		return q.end(lockstore.Lease{}, r.CapErr)
+		q.err = r.CapErr
+		return true
 	case r.Code != script.AcquireHeld:
-		return q.end(r.Lease(key, q.req.Token, q.req.TTL, start), nil)
+		q.lease = r.Lease(key, q.req.Token, q.req.TTL, start)
+		return true
 	}
 	q.deadline = start.Add(q.req.Wait)
 	q.a.Ticket = script.WaitTicket{Id: s.rooms.ticket(), Heartbeat: waitHeartbeat}
 	// Listen before queueing, so a release between the two is not missed.
 	wake := make(chan struct{}, 1)
 	if err := s.notifier.Listen(q.ctx, script.Channel(key), q.a.Ticket.Id, wake); err != nil {
-		return q.end(lockstore.Lease{}, err)
+		q.err = err
+		return true
 	}
 	q.wake = wake
 	q.r, q.w = s.join(key, q.a.Ticket.Id, wake)
-	q.backoff = 10 * time.Millisecond
-	return q.try()
+	return false
 }
 
+func (q *waiting) tryAside() wait.Try { return aside.Run(q.try) }
+
 // try runs acquire.lua with the caller's ticket.
-func (q *waiting) try() pause {
+func (q *waiting) try() wait.Try {
 	attempt := time.Now()
 	q.r.trying(q.w)
 	res, err := q.s.acquire(q.ctx, q.key, &q.a)
 	q.r.tried(q.w, err == nil && res.Code == script.AcquireHeld)
-	if err != nil {
-		// A call that got no answer (a burst of thousands of waiters
-		// joining at once, a Redis failing over) is tried again, with the
-		// same token and ticket, until the wait runs out: a grant whose
-		// answer was lost comes back as this token's renewal. A Redis that
-		// refuses writes, or a context that ended, ends it.
-		left := time.Until(q.deadline)
-		if !errors.Is(err, lockstore.ErrUnavailable) || errors.Is(err, lockstore.ErrRefused) || q.ctx.Err() != nil || left <= 0 {
-			return q.end(lockstore.Lease{}, err)
-		}
-		d := min(q.backoff/2+rand.N(q.backoff/2), left)
-		q.backoff = min(2*q.backoff, waitRefresh)
-		return pause{d: d}
-	}
-	q.backoff = 10 * time.Millisecond
-	switch res.Code {
-	case script.AcquireOverQuota: // the key was ours to take: leave makes way
-		return q.end(lockstore.Lease{}, res.CapErr)
-	case script.AcquireNew, script.AcquireRenewed:
+	q.lease, q.err = lockstore.Lease{}, err
+	switch {
+	case err != nil:
+		return wait.Try{Answer: noAnswer(err)}
+	case res.Code == script.AcquireOverQuota: // the key was ours to take: leave makes way
+		q.err = res.CapErr
+		return wait.Try{Answer: wait.Done}
+	case res.Code == script.AcquireNew || res.Code == script.AcquireRenewed:
 		q.granted = true
-		return q.end(res.Lease(q.key, q.req.Token, q.req.TTL, attempt), nil)
+		q.lease = res.Lease(q.key, q.req.Token, q.req.TTL, attempt)
+		return wait.Try{Answer: wait.Done}
 	}
-	left := time.Until(q.deadline)
-	if left <= 0 {
-		return q.end(lockstore.Lease{}, &lockstore.HeldError{Remaining: res.Remaining})
+	q.err = &lockstore.HeldError{Remaining: res.Remaining}
+	return wait.Queued(res.Head, res.Remaining)
+}
+
+// noAnswer classifies a try's error for wait.For: a call that got no
+// answer is tried again, same token and ticket, until the wait runs out;
+// a Redis that refuses writes ends the wait, as any other error does.
+func noAnswer(err error) wait.Answer {
+	if errors.Is(err, lockstore.ErrUnavailable) && !errors.Is(err, lockstore.ErrRefused) {
+		return wait.NoAnswer
 	}
-	// Sleep until told; the first waiter wakes when the holder's lease
-	// runs out, in case the holder died.
-	nap := left
-	if res.Head && res.Remaining > 0 {
-		nap = min(nap, res.Remaining+time.Millisecond)
-	}
-	return pause{told: true, d: nap}
+	return wait.Done
 }
 
 // leave undoes first's listening and joining, if it got that far, when

@@ -15,6 +15,7 @@ import (
 	"github.com/lockgateway/lockgateway/internal/sleep"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+	"github.com/lockgateway/lockgateway/lockstore/internal/wait"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,7 +39,32 @@ func (r *Store) Acquire(ctx context.Context, key string, req lockstore.AcquireRe
 	}
 	wake, stop := r.listen(ctx, script.Channel(key))
 	defer stop()
-	return script.RetryUntil(ctx, req, wake, func() (lockstore.Lease, error) { return r.acquireRounds(ctx, c) })
+	try := func() wait.Try {
+		lease, err = r.acquireRounds(ctx, c)
+		return raced(err)
+	}
+	if werr := wait.For(ctx, time.Now().Add(req.Wait), wake, wait.Raced, try); werr != nil {
+		return lockstore.Lease{}, werr
+	}
+	return lease, err
+}
+
+// raced is a round's outcome for wait.For (wait.Raced, Redlock has no
+// queue): busy when the key was held (or the semaphore full) for
+// remaining, a round that found no quorum is tried again in the same way
+// (the store unavailable in the middle of the wait), anything else ends
+// the wait.
+func raced(err error) wait.Try {
+	if held, ok := errors.AsType[*lockstore.HeldError](err); ok {
+		return wait.Try{Answer: wait.Busy, Due: held.Remaining + time.Millisecond}
+	}
+	if full, ok := errors.AsType[*lockstore.FullError](err); ok {
+		return wait.Try{Answer: wait.Busy, Due: full.Remaining + time.Millisecond}
+	}
+	if errors.Is(err, lockstore.ErrUnavailable) {
+		return wait.Try{Answer: wait.NoAnswer}
+	}
+	return wait.Try{Answer: wait.Done}
 }
 
 // acquireCall is one Acquire, across its rounds.

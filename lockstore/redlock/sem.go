@@ -13,6 +13,7 @@ import (
 	"github.com/lockgateway/lockgateway/internal/sleep"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+	"github.com/lockgateway/lockgateway/lockstore/internal/wait"
 )
 
 // Semaphores on Redlock. A semaphore of limit L is L slots, and a permit
@@ -31,7 +32,7 @@ import (
 var _ lockstore.Semaphores = (*Store)(nil)
 
 // SemAcquire implements Semaphores. It waits, like Acquire, without a
-// queue.
+// queue (wait.Raced).
 func (r *Store) SemAcquire(ctx context.Context, key string, req lockstore.PermitRequest) (lockstore.Permit, error) {
 	if err := lockstore.CheckPermit(key, req); err != nil {
 		return lockstore.Permit{}, err
@@ -46,17 +47,12 @@ func (r *Store) SemAcquire(ctx context.Context, key string, req lockstore.Permit
 	}
 	wake, stop := r.listen(ctx, script.SemChannel(key))
 	defer stop()
-	// retryUntil speaks of leases; a full semaphore is its "held".
-	var last error
-	_, err = script.RetryUntil(ctx, lockstore.AcquireRequest{Wait: req.Wait}, wake, func() (lockstore.Lease, error) {
-		p, last = r.semRounds(ctx, key, digest, req)
-		if full, ok := errors.AsType[*lockstore.FullError](last); ok {
-			return lockstore.Lease{}, &lockstore.HeldError{Remaining: full.Remaining}
-		}
-		return lockstore.Lease{}, last
-	})
-	if _, held := errors.AsType[*lockstore.HeldError](err); held {
-		return lockstore.Permit{}, last
+	try := func() wait.Try {
+		p, err = r.semRounds(ctx, key, digest, req)
+		return raced(err)
+	}
+	if werr := wait.For(ctx, time.Now().Add(req.Wait), wake, wait.Raced, try); werr != nil {
+		return lockstore.Permit{}, werr
 	}
 	return p, err
 }

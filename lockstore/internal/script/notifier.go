@@ -2,13 +2,10 @@ package script
 
 import (
 	"context"
-	"errors"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/lockgateway/lockgateway/internal/sleep"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -346,39 +343,5 @@ func (n *Notifier) Close() {
 	for slot, c := range n.conns {
 		_ = c.ps.Close()
 		delete(n.conns, slot)
-	}
-}
-
-// retryUntil is waiting for stores without a queue (Redlock): try, and
-// while the key is held, try again when wake says a release happened (after
-// a few random milliseconds, so the waiters of many gateways do not all
-// arrive at once), else after an exponential backoff with full jitter, and
-// never later than the holder's lease runs out. A try that finds the store
-// unavailable in the middle of the wait is tried again in the same way:
-// the wait ends when it runs out (with the last answer), when a try is
-// decisive, or when ctx ends.
-func RetryUntil(ctx context.Context, req lockstore.AcquireRequest, wake <-chan struct{}, try func() (lockstore.Lease, error)) (lockstore.Lease, error) {
-	deadline := time.Now().Add(req.Wait)
-	backoff := 10 * time.Millisecond
-	for {
-		lease, err := try()
-		left := time.Until(deadline)
-		next := left
-		if held, ok := errors.AsType[*lockstore.HeldError](err); ok {
-			next = held.Remaining + time.Millisecond
-		} else if !errors.Is(err, lockstore.ErrUnavailable) || ctx.Err() != nil {
-			return lease, err
-		}
-		if left <= 0 {
-			return lease, err
-		}
-		woken, ok := sleep.Until(ctx, max(min(rand.N(backoff)+time.Millisecond, next, left), time.Millisecond), wake)
-		if !ok {
-			return lockstore.Lease{}, ctx.Err()
-		}
-		if woken { // a few random ms, so woken waiters do not all come at once
-			sleep.For(ctx, rand.N(5*time.Millisecond))
-		}
-		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }
