@@ -6,9 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lockgateway/lockgateway/lockstore/redis"
-	"github.com/lockgateway/lockgateway/lockstore/redlock"
-
 	"github.com/rs/zerolog"
 
 	"github.com/lockgateway/lockgateway/lockstore"
@@ -28,7 +25,7 @@ func Healthz() http.Handler {
 // nodes, when not nil, lists a multi-node backend's nodes in the body;
 // topology, when not nil (the redis backend), says its mode and, on a
 // Cluster, how many shards answer, on Sentinel which master it follows.
-func Readyz(store lockstore.Store, backend string, nodes func() []redlock.NodeStatus, topology func(context.Context) redis.Topology, timeout time.Duration, log zerolog.Logger) http.Handler {
+func Readyz(store lockstore.Store, backend string, nodes func() []lockstore.NodeStatus, topology func(context.Context) lockstore.Topology, timeout time.Duration, log zerolog.Logger) http.Handler {
 	type response struct {
 		Status  string     `json:"status"`
 		Backend string     `json:"backend"`
@@ -75,7 +72,7 @@ func Readyz(store lockstore.Store, backend string, nodes func() []redlock.NodeSt
 		if topology != nil {
 			t := topology(ctx)
 			body.Mode, body.Master = string(t.Mode), t.Master
-			if t.Mode == redis.Cluster {
+			if t.Sharded {
 				body.Shards, body.ShardsUp = &t.Shards, &t.ShardsUp
 			}
 		}

@@ -136,9 +136,9 @@ func (h *Semaphores) holdPermit(w http.ResponseWriter, r *http.Request, status i
 		key: p.Key, token: p.Token, fence: p.Fence, owner: p.Owner,
 		ttl: p.Granted, expiresAt: p.ExpiresAt, grant: newPermitBody(p), permit: true,
 		renew:   func(at time.Time) <-chan renewal { return h.permits.renew(at, ext) },
-		release: func(c context.Context) error { return h.sems.SemRelease(c, p.Key, p.Token) },
+		release: func(c context.Context) error { return h.release(c, p.Key, p.Token) },
 		extend: func(c context.Context, ttl time.Duration) error {
-			_, err := h.sems.SemExtend(c, p.Key, p.Token, ttl)
+			_, err := h.extend(c, p.Key, p.Token, ttl)
 			return err
 		},
 	}, opts)

@@ -47,12 +47,14 @@ func newRenewer(store lockstore.Store, timeout time.Duration) *renewer {
 	}, timeout: timeout, pending: make(map[int64][]renewRequest)}
 }
 
-// newPermitRenewer renews permits of sems.
-func newPermitRenewer(sems lockstore.Semaphores, timeout time.Duration) *renewer {
+// newPermitRenewer renews permits of sems; obs hears each renewal as an
+// extend (Observer.PermitOp).
+func newPermitRenewer(sems lockstore.Semaphores, timeout time.Duration, obs Observer) *renewer {
 	return &renewer{extend: func(ctx context.Context, exts []lockstore.Extension) []renewal {
 		out := make([]renewal, len(exts))
 		for i, e := range lockstore.SemExtendAll(ctx, sems, exts) {
 			out[i] = renewal{e.Permit.ExpiresAt, e.Err}
+			obs.PermitOp("extend", permitOpOutcome(e.Err))
 		}
 		return out
 	}, timeout: timeout, pending: make(map[int64][]renewRequest)}

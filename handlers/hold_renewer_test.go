@@ -75,8 +75,23 @@ func (b *semBatchCounter) SemExtendBatch(ctx context.Context, exts []lockstore.E
 	return lockstore.SemExtendAll(ctx, b.Store, exts)
 }
 
+// opCounter is an Observer counting permit extends and releases by
+// outcome.
+type opCounter struct {
+	nopObserver
+	mu  sync.Mutex
+	ops map[string]int
+}
+
+func (c *opCounter) PermitOp(op, outcome string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ops[op+"/"+outcome]++
+}
+
 // TestPermitRenewerBatches: permits' renewals due in one slot go to the
-// store in one batch too, each answered with its own outcome.
+// store in one batch too, each answered with its own outcome, and each
+// heard as an extend (the permit metrics).
 func TestPermitRenewerBatches(t *testing.T) {
 	store := &semBatchCounter{Store: memory.New()}
 	ctx := context.Background()
@@ -87,7 +102,8 @@ func TestPermitRenewerBatches(t *testing.T) {
 		exts = append(exts, lockstore.Extension{Key: p.Key, Token: p.Token, TTL: 2 * time.Minute})
 	}
 	exts = append(exts, lockstore.Extension{Key: "s/a", Token: lockstore.NewToken(), TTL: time.Minute})
-	r := newPermitRenewer(store, time.Second)
+	obs := &opCounter{ops: map[string]int{}}
+	r := newPermitRenewer(store, time.Second, obs)
 	due := time.Now().Add(renewSlot)
 	var chans []<-chan renewal
 	for _, e := range exts {
@@ -105,4 +121,7 @@ func TestPermitRenewerBatches(t *testing.T) {
 	store.mu.Lock()
 	defer store.mu.Unlock()
 	assert.Equal(t, []int{21}, store.batches, "one batch for the slot")
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	assert.Equal(t, map[string]int{"extend/done": 20, "extend/mismatch": 1}, obs.ops)
 }

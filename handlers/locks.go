@@ -13,7 +13,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -43,6 +42,8 @@ type Limits struct {
 	// hold.go): short, since it bounds how long a key outlives a gateway
 	// that died while holding it. MaxHold caps every hold (0: no cap).
 	HoldTTL, MaxHold time.Duration
+	// Waits bounds the acquires that wait at once (nil: no bound).
+	Waits *Waits
 }
 
 // Locks serves /locks/{key}. Build it with NewLocks.
@@ -89,6 +90,12 @@ type Observer interface {
 	// ForcedRelease: user released a lease (kind lock or permit) by force.
 	// Users come from the API keys file, so they are a bounded set.
 	ForcedRelease(user, kind string)
+	// PermitAcquired: a permit acquire ended with outcome (permitOutcome)
+	// after took, waiting included. PermitOp: a permit extend or release
+	// (op), a hold's renewals included, ended with outcome
+	// (permitOpOutcome).
+	PermitAcquired(outcome string, took time.Duration)
+	PermitOp(op, outcome string)
 }
 
 type nopObserver struct{}
@@ -103,6 +110,8 @@ func (nopObserver) Refused(string, string)               {}
 func (nopObserver) HoldStarted()                         {}
 func (nopObserver) HoldEnded(string)                     {}
 func (nopObserver) ForcedRelease(string, string)         {}
+func (nopObserver) PermitAcquired(string, time.Duration) {}
+func (nopObserver) PermitOp(string, string)              {}
 
 // NewLocks returns the lock endpoints over store. When stopping closes
 // (the server is shutting down) waiting acquires give up at once.
@@ -377,36 +386,9 @@ func preferWait(values []string) (secs int64, ok bool, _ error) {
 // acquire asks the store, which waits up to req.Wait in line with the other
 // waiters for key.
 func (h *Locks) acquire(ctx context.Context, key string, req lockstore.AcquireRequest) (lockstore.Lease, error) {
-	return acquireWaiting(ctx, h, req.Wait, func(ctx context.Context) (lockstore.Lease, error) {
+	return acquireWaiting(ctx, h, "lock wait", req.Wait, func(ctx context.Context) (lockstore.Lease, error) {
 		return h.store.Acquire(ctx, key, req)
 	})
-}
-
-// acquireWaiting runs call, a store's acquire of a lock or a permit that
-// waits up to wait, under the backend timeout on top of the wait. The wait
-// ends early when the client goes away or the server shuts down.
-func acquireWaiting[G any](ctx context.Context, h *Locks, wait time.Duration, call func(ctx context.Context) (G, error)) (G, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, wait+h.limits.BackendTimeout, lockstore.ErrUnavailable)
-	defer cancel()
-	if wait <= 0 { // one store call, bounded by the backend timeout
-		return call(ctx)
-	}
-	// The shutdown ends the wait through the timeout's own cancel, and
-	// shut says it did (unless the wait had ended already): a context of
-	// its own for that cost each waiter some 300 bytes (issue 17).
-	var shut atomic.Bool
-	defer context.AfterFunc(h.shutdown, func() {
-		if ctx.Err() == nil {
-			shut.Store(true)
-		}
-		cancel()
-	})()
-	got, err := call(ctx)
-	if err != nil && shut.Load() {
-		var none G
-		return none, errShuttingDown
-	}
-	return got, err
 }
 
 func acquireOutcome(lease lockstore.Lease, err error) string {

@@ -27,7 +27,7 @@ type Semaphores struct {
 // limits, logger and shutdown signal.
 func NewSemaphores(sems lockstore.Semaphores, locks *Locks) *Semaphores {
 	return &Semaphores{Locks: locks, sems: sems, semHub: lockstore.NewSemHub(sems, locks.limits.BackendTimeout),
-		permits: newPermitRenewer(sems, locks.backendTimeout())}
+		permits: newPermitRenewer(sems, locks.backendTimeout(), locks.obs)}
 }
 
 // permitBody is the body of a grant or an extension.
@@ -104,8 +104,10 @@ func (h *Semaphores) acquirePermit(w http.ResponseWriter, r *http.Request) *hold
 		WriteError(w, r, h.log, err)
 		return nil
 	}
+	start := time.Now()
 	p, err := h.acquire(r.Context(), key, pr)
-	release := func(ctx context.Context) error { return h.sems.SemRelease(ctx, key, token) }
+	h.obs.PermitAcquired(permitOutcome(p, err), time.Since(start))
+	release := func(ctx context.Context) error { return h.release(ctx, key, token) }
 	switch {
 	case err != nil && ours && outcomeUnknown(err) && clientGone(r):
 		// As for a lock: the grant may still land, late, and nobody
@@ -135,9 +137,63 @@ func (h *Semaphores) acquirePermit(w http.ResponseWriter, r *http.Request) *hold
 
 // acquire is Locks.acquire for a permit.
 func (h *Semaphores) acquire(ctx context.Context, key string, req lockstore.PermitRequest) (lockstore.Permit, error) {
-	return acquireWaiting(ctx, h.Locks, req.Wait, func(ctx context.Context) (lockstore.Permit, error) {
+	return acquireWaiting(ctx, h.Locks, "permit wait", req.Wait, func(ctx context.Context) (lockstore.Permit, error) {
 		return h.sems.SemAcquire(ctx, key, req)
 	})
+}
+
+// extend and release are the store's, observed (Observer.PermitOp).
+func (h *Semaphores) extend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Permit, error) {
+	p, err := h.sems.SemExtend(ctx, key, token, ttl)
+	h.obs.PermitOp("extend", permitOpOutcome(err))
+	return p, err
+}
+
+func (h *Semaphores) release(ctx context.Context, key, token string) error {
+	err := h.sems.SemRelease(ctx, key, token)
+	h.obs.PermitOp("release", permitOpOutcome(err))
+	return err
+}
+
+// permitOutcome is how a permit acquire ended, for Observer.PermitAcquired:
+// acquired, renewed, full, limit_mismatch, abandoned (the client left),
+// unavailable (the store did not answer or refused to write) or error.
+func permitOutcome(p lockstore.Permit, err error) string {
+	switch {
+	case err == nil && p.Renewed:
+		return "renewed"
+	case err == nil:
+		return "acquired"
+	case errors.Is(err, lockstore.ErrSemaphoreFull):
+		return "full"
+	case errors.Is(err, lockstore.ErrLimitMismatch):
+		return "limit_mismatch"
+	case errors.Is(err, context.Canceled):
+		return "abandoned"
+	}
+	return permitFailure(err)
+}
+
+// permitOpOutcome is how a permit extend or release ended, for
+// Observer.PermitOp: done, gone (no permit held: expired or never taken),
+// mismatch (others hold, not the token), unavailable or error.
+func permitOpOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "done"
+	case errors.Is(err, lockstore.ErrNotHeld):
+		return "gone"
+	case errors.Is(err, lockstore.ErrTokenMismatch):
+		return "mismatch"
+	}
+	return permitFailure(err)
+}
+
+func permitFailure(err error) string {
+	if errors.Is(err, lockstore.ErrUnavailable) || errors.Is(err, lockstore.ErrRefused) {
+		return "unavailable"
+	}
+	return "error"
 }
 
 // Extend serves PATCH /semaphores/{key}: reset the TTL of the caller's
@@ -159,7 +215,7 @@ func (h *Semaphores) Extend() http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
 		defer cancel()
-		p, err := h.sems.SemExtend(ctx, key, token, ttl)
+		p, err := h.extend(ctx, key, token, ttl)
 		if err != nil {
 			WriteError(w, r, h.log, semError(err))
 			return
@@ -172,10 +228,7 @@ func (h *Semaphores) Extend() http.Handler {
 // Release serves DELETE /semaphores/{key}: give the caller's permit back,
 // or with force=true&fence=N take back any, for a key's administrator.
 func (h *Semaphores) Release() http.Handler {
-	forcer, ok := h.sems.(lockstore.Forcer)
-	if !ok { // sems wrapped (metered): the store's own
-		forcer, _ = h.store.(lockstore.Forcer)
-	}
+	forcer, _ := h.sems.(lockstore.Forcer)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		force, fence, err := forceQuery(r)
 		if err != nil {
@@ -193,7 +246,7 @@ func (h *Semaphores) Release() http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), h.limits.BackendTimeout)
 		defer cancel()
-		if err := h.sems.SemRelease(ctx, key, token); err != nil {
+		if err := h.release(ctx, key, token); err != nil {
 			WriteError(w, r, h.log, semError(err))
 			return
 		}

@@ -1,7 +1,7 @@
 package metrics
 
 import (
-	"github.com/lockgateway/lockgateway/lockstore/redlock"
+	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -14,7 +14,7 @@ var Votes = []string{"granted", "held", "timeout", "refused", "failed", "quarant
 // and lockgw_redlock_node_quarantined (seen to restart, it does not count
 // in quorums yet). Its votes' series start at 0, so that the first
 // timeout or quarantine is an increase an alert sees.
-func (m *Metrics) RedlockNodes(nodes func() []redlock.NodeStatus) {
+func (m *Metrics) RedlockNodes(nodes func() []lockstore.NodeStatus) {
 	for _, n := range nodes() {
 		for _, v := range Votes {
 			m.votes.WithLabelValues(n.Addr, v)
@@ -28,7 +28,7 @@ func (m *Metrics) RedlockNodes(nodes func() []redlock.NodeStatus) {
 }
 
 type redlockNodes struct {
-	nodes           func() []redlock.NodeStatus
+	nodes           func() []lockstore.NodeStatus
 	up, quarantined *prometheus.Desc
 }
 

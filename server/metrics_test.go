@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgateway/lockgateway/lockstore"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -168,4 +170,51 @@ func TestMetricsOnTheirOwnAddress(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the metrics address serves nothing else")
+}
+
+// TestPermitMetricsMatchWorkload: each way a permit operation ends is its
+// own series, as the handlers report it (Observer.PermitAcquired,
+// PermitOp), on the default memory backend; no series names a key or a
+// token.
+func TestPermitMetricsMatchWorkload(t *testing.T) {
+	g := apitest.Start(t, map[string]string{})
+	c := apitest.NewClient(g.URL)
+	path := "/semaphores/secret/key"
+	r := c.Do(t, "PUT", path, []byte(`{"limit":1}`), apitest.JSON...)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	a := r.JSON(t)["token"].(string)
+	require.Equal(t, http.StatusOK, c.Do(t, "PUT", path, []byte(`{"limit":1}`), append(apitest.JSON, "Lock-Token", a)...).Status)
+	b := lockstore.NewToken() // holds nothing
+	require.Equal(t, http.StatusConflict, c.Do(t, "PUT", path, []byte(`{"limit":1}`), apitest.JSON...).Status)
+	require.Equal(t, http.StatusConflict, c.Do(t, "PUT", path, []byte(`{"limit":2}`), apitest.JSON...).Status)
+	require.Equal(t, http.StatusOK, c.Do(t, "PATCH", path, nil, "Lock-Token", a).Status)
+	require.Equal(t, http.StatusPreconditionFailed, c.Do(t, "DELETE", path, nil, "Lock-Token", b).Status)
+	require.Equal(t, http.StatusNoContent, c.Do(t, "DELETE", path, nil, "Lock-Token", a).Status)
+	require.Equal(t, http.StatusNotFound, c.Do(t, "DELETE", path, nil, "Lock-Token", a).Status)
+	// A waiter whose client gives up: abandoned.
+	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/semaphores/secret/other", []byte(`{"limit":1}`), apitest.JSON...).Status)
+	impatient := &apitest.Client{Base: g.URL, HTTP: &http.Client{Timeout: 200 * time.Millisecond}}
+	_, err := impatient.Try(t, "PUT", "/semaphores/secret/other", []byte(`{"limit":1,"wait_ms":5000}`), apitest.JSON...)
+	require.Error(t, err, "the client gave up before the wait ended")
+
+	var m map[string]float64
+	var text string
+	require.Eventually(t, func() bool { // the abandoned acquire is counted when its handler returns
+		m, text = scrape(t, c)
+		return m[`lockgw_permit_acquire_duration_seconds_count{outcome="abandoned"}`] == 1
+	}, 5*time.Second, 20*time.Millisecond)
+	for series, want := range map[string]float64{
+		`lockgw_permit_acquire_duration_seconds_count{outcome="acquired"}`:       2,
+		`lockgw_permit_acquire_duration_seconds_count{outcome="renewed"}`:        1,
+		`lockgw_permit_acquire_duration_seconds_count{outcome="full"}`:           1,
+		`lockgw_permit_acquire_duration_seconds_count{outcome="limit_mismatch"}`: 1,
+		`lockgw_permit_ops_total{op="extend",outcome="done"}`:                    1,
+		`lockgw_permit_ops_total{op="release",outcome="done"}`:                   1,
+		`lockgw_permit_ops_total{op="release",outcome="gone"}`:                   1,
+		`lockgw_permit_ops_total{op="release",outcome="mismatch"}`:               1,
+	} {
+		assert.Equal(t, want, m[series], series)
+	}
+	assert.NotContains(t, text, "secret")
+	assert.NotContains(t, text, a)
 }

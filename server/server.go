@@ -39,10 +39,10 @@ type deps struct {
 	store   lockstore.Store
 	sems    lockstore.Semaphores // nil: no /semaphores routes
 	backend string
-	nodes   func() []redlock.NodeStatus // nil unless the backend has several nodes
+	nodes   func() []lockstore.NodeStatus // nil unless the backend has several nodes
 	// topology is the redis backend's mode and shards for /readyz; nil
 	// for the others.
-	topology func(context.Context) lockredis.Topology
+	topology func(context.Context) lockstore.Topology
 	limits   handlers.Limits
 	log      zerolog.Logger
 	spec     []byte
@@ -149,10 +149,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer store.Close()
 
-	waiting := newWaitLimit(store, bounds.maxWaiting, m.WaitingRefused)
-	waiting.tracer = tracer(tp)
+	waits := handlers.NewWaits(bounds.maxWaiting, m.WaitingRefused, tracer(tp))
 	d := deps{
-		store:   waiting,
+		store:   store,
 		backend: cfg.Backend,
 		nodes:   nodes,
 		limits: handlers.Limits{
@@ -163,6 +162,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			MaxHold:        cfg.MaxHold,
 			MaxBodyBytes:   cfg.MaxBodyBytes,
 			BackendTimeout: cfg.BackendTimeout,
+			Waits:          waits,
 		},
 		log:          logger,
 		spec:         lockgateway.OpenAPI,
@@ -175,12 +175,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		tracing:      tp,
 		uiAuto:       cfg.uiAuto,
 	}
-	if t, ok := store.(lockredis.Topologist); ok {
+	if t, ok := store.(lockstore.Topologist); ok {
 		d.topology = t.Topology
 	}
-	if waiting.sems != nil {
-		d.sems = m.Semaphores(waiting)
-		d.semWatch = lockstore.NewSemHub(waiting.sems, cfg.BackendTimeout)
+	if sems, ok := store.(lockstore.Semaphores); ok { // every backend has them
+		m.Permits()
+		d.sems = sems
+		d.semWatch = lockstore.NewSemHub(sems, cfg.BackendTimeout)
 	}
 	if l, ok := store.(lockstore.Lister); ok { // every backend lists
 		d.lister = l
@@ -209,7 +210,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		base = tls.NewListener(tcp, certs.tlsConfig())
 	}
 	ln := newConnLimit(rawErrorListener{base, logger}, bounds.maxConns, m.ConnectionReplaced)
-	m.Bounds(ln.Open, waiting.Waiting)
+	m.Bounds(ln.Open, waits.Waiting)
 	m.Limits(bounds.maxConns, bounds.maxWaiting)
 	m.Watching(func() (keys, watchers int) {
 		keys, watchers = d.watch.Watchers()
@@ -371,7 +372,7 @@ func newLogger(cfg Config, stdout io.Writer) (zerolog.Logger, func()) {
 
 // openStore builds the configured backend. redis.Open and
 // redlock.Open give their clients the options the stores rely on.
-func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics, t trace.Tracer) (lockstore.Store, func() []redlock.NodeStatus, error) {
+func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics, t trace.Tracer) (lockstore.Store, func() []lockstore.NodeStatus, error) {
 	switch cfg.Backend {
 	case BackendRedis:
 		store, err := lockredis.Open(cfg.RedisURL, lockredis.Options{Mode: cfg.RedisMode, Timeout: cfg.BackendTimeout, WaitReplicas: cfg.RedisWaitReplicas, Tracer: t})

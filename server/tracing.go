@@ -2,17 +2,13 @@ package server
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockgateway/lockgateway"
 	"github.com/lockgateway/lockgateway/internal/tracing"
-	"github.com/lockgateway/lockgateway/lockstore"
 )
 
 // tracerName names the gateway's own spans (waiting, backend calls).
@@ -56,36 +52,4 @@ func tracer(tp trace.TracerProvider) trace.Tracer {
 		return nil
 	}
 	return tp.Tracer(tracerName)
-}
-
-// startWait starts the span of an acquire that may wait (for a lock or a
-// permit): from its first try to its answer, so that the backend calls it
-// makes, the first try and those after each wake-up, are its children.
-// nil when tracing is off or the request is not traced.
-func startWait(ctx context.Context, t trace.Tracer, name string, wait time.Duration) (context.Context, trace.Span) {
-	if t == nil || !trace.SpanFromContext(ctx).IsRecording() {
-		return ctx, nil
-	}
-	return t.Start(ctx, name, trace.WithAttributes(attribute.Int64("lockgw.wait.max_ms", wait.Milliseconds())))
-}
-
-// endWait ends a wait's span with how it ended: granted, held (the wait
-// ran out), abandoned (the client left), or failed.
-func endWait(span trace.Span, err error) {
-	if span == nil {
-		return
-	}
-	outcome := "granted"
-	switch {
-	case err == nil:
-	case errors.Is(err, lockstore.ErrHeld), errors.Is(err, lockstore.ErrSemaphoreFull):
-		outcome = "timed_out"
-	case errors.Is(err, context.Canceled):
-		outcome = "abandoned"
-	default:
-		outcome = "failed"
-		span.SetStatus(codes.Error, "the wait ended without an answer from the backend")
-	}
-	span.SetAttributes(attribute.String("lockgw.wait.outcome", outcome))
-	span.End()
 }

@@ -45,27 +45,13 @@ type redlockNode struct {
 // errNodeDown is the answer of a node that is down: it was not asked.
 var errNodeDown = fmt.Errorf("%w: node down (it did not answer its last calls; probing it)", lockstore.ErrUnavailable)
 
-// NodeStatus is one Redlock node as /readyz shows it.
-type NodeStatus struct {
-	Addr string
-	// Up is whether the node answered the last call made to it (false
-	// before the first call).
-	Up bool
-	// QuarantinedUntil is when a node seen to restart counts again in
-	// quorums; zero when it is not quarantined.
-	QuarantinedUntil time.Time
-	// Quarantine says why, and what bounds QuarantinedUntil; "" when the
-	// node is not quarantined.
-	Quarantine string
-}
-
 // Nodes reports each node's state, in the order the nodes were given.
-func (r *Store) Nodes() []NodeStatus {
+func (r *Store) Nodes() []lockstore.NodeStatus {
 	now := time.Now()
-	out := make([]NodeStatus, len(r.nodes))
+	out := make([]lockstore.NodeStatus, len(r.nodes))
 	for i, n := range r.nodes {
 		n.mu.Lock()
-		out[i] = NodeStatus{Addr: n.addr, Up: n.up && !n.down}
+		out[i] = lockstore.NodeStatus{Addr: n.addr, Up: n.up && !n.down}
 		if now.Before(n.quarantinedUntil) {
 			out[i].QuarantinedUntil = n.quarantinedUntil.Round(0)
 			out[i].Quarantine = r.quarantineReason(n.restartSeen, n.quarantinedUntil)
