@@ -3,7 +3,6 @@ package lockstore
 import (
 	"context"
 	"fmt"
-	"strings"
 )
 
 // Quota caps the live locks one user may hold. A user is whatever the
@@ -46,9 +45,3 @@ func CheckQuota(q Quota) error {
 	}
 	return nil
 }
-
-// userEscaper makes a user name safe inside a lock's value (fields split by
-// ":") and inside a hash tag ("{…}").
-var userEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "{", "%7B", "}", "%7D")
-
-func EscapeUser(user string) string { return userEscaper.Replace(user) }

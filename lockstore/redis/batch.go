@@ -34,7 +34,7 @@ func (s *Store) ExtendBatch(ctx context.Context, exts []lockstore.Extension) []l
 			out[i].Err = err
 			continue
 		}
-		keys := script.QuotaKeys([]string{script.LockKey(e.Key)}, lockstore.EscapeUser(e.User))
+		keys := script.QuotaKeys([]string{script.LockKey(e.Key)}, script.EscapeUser(e.User))
 		cmds[i] = pipe.EvalSha(ctx, script.ExtendScript.Hash(), keys, script.DigestHex(e.Token), e.TTL.Milliseconds())
 	}
 	_, _ = pipe.Exec(ctx) // its error is the first failed command's; each is read below

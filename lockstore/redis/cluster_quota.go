@@ -32,9 +32,9 @@ func (s *Store) clusterAcquire(ctx context.Context, key string, a *script.Acquir
 	)
 	if a.Quota.Max > 0 {
 		set = script.QuotaKey(a.Quota.User)
-		reply, err := script.QuotaScript.Run(ctx, s.client, []string{set}, "reserve", member, a.Ttl.Milliseconds(), a.Quota.Max).Slice()
+		reply, err := script.QuotaReserve(ctx, s.client, set, member, a.Ttl, a.Quota.Max)
 		if err != nil {
-			return script.AcquireResult{}, script.RedisErr(err)
+			return script.AcquireResult{}, err
 		}
 		c, _ := reply[0].(int64)
 		code = reserveCode(c)
@@ -85,17 +85,13 @@ func (s *Store) clusterExtend(ctx context.Context, key, token string, ttl time.D
 	digest := script.DigestHex(token)
 	member := script.QuotaMember(key, digest)
 	moved := ""
-	if hint := lockstore.EscapeUser(lockstore.UserHint(ctx)); hint != "" && ttl > 0 {
+	if hint := script.EscapeUser(lockstore.UserHint(ctx)); hint != "" && ttl > 0 {
 		// First, so that a crash before the extend leaves the count
 		// later than the lease, not earlier.
 		s.moveCount(ctx, script.QuotaKey(hint), member, ttl)
 		moved = hint
 	}
-	reply, err := script.ExtendScript.Run(ctx, s.client, []string{script.LockKey(key)}, digest, ttl.Milliseconds(), "", "1").Slice()
-	if err != nil {
-		return lockstore.Lease{}, script.RedisErr(err)
-	}
-	v, err := script.ExtendReply(reply)
+	v, err := script.Extend(ctx, s.client, key, script.ExtendArgs{Digest: digest, TTL: ttl, QuotaApart: true})
 	if err != nil {
 		if moved != "" && (errors.Is(err, lockstore.ErrNotHeld) || errors.Is(err, lockstore.ErrTokenMismatch)) {
 			// The token holds no lock here: whatever its count says is
@@ -117,7 +113,7 @@ func (s *Store) clusterExtend(ctx context.Context, key, token string, ttl time.D
 // its set no longer counts is left uncounted. A failure leaves the old
 // time, which is all a failed step may cost (see above).
 func (s *Store) moveCount(ctx context.Context, set, member string, ttl time.Duration) {
-	_ = script.QuotaScript.Run(ctx, s.client, []string{set}, "move", member, ttl.Milliseconds()).Err()
+	_ = script.QuotaMove(ctx, s.client, set, member, ttl)
 }
 
 // uncount takes a lock out of its user's set, with a context of its own:

@@ -168,10 +168,9 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	if s.onCluster() {
 		return s.clusterExtend(ctx, key, token, ttl, start)
 	}
-	holder := lockstore.EscapeUser(lockstore.UserHint(ctx))
+	holder := script.EscapeUser(lockstore.UserHint(ctx))
 	for range recountTries {
-		args := []any{script.DigestHex(token), ttl.Milliseconds()}
-		reply, err := s.extendAcked(ctx, script.QuotaKeys([]string{script.LockKey(key)}, holder), args)
+		reply, err := s.extendAcked(ctx, key, script.ExtendArgs{Digest: script.DigestHex(token), TTL: ttl, Holder: holder})
 		if err != nil {
 			return lockstore.Lease{}, err
 		}

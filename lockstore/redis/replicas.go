@@ -117,11 +117,11 @@ func (s *Store) acquireAcked(ctx context.Context, key string, a script.AcquireAr
 func (s *Store) unwait(ctx context.Context, key string, a script.AcquireArgs, value string, expiry int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.acks.timeout)
 	defer cancel()
-	keys := []string{script.LockKey(key), script.QueueKey(key), script.FenceKey(key)}
+	counted := ""
 	if a.Quota.Max > 0 { // the grant counted the lock in its caller's set
-		keys = append(keys, script.QuotaKey(a.Quota.User))
+		counted = a.Quota.User
 	}
-	_ = script.UnwaitScript.Run(ctx, s.client, keys, value, expiry, script.Channel(key), script.FenceMargin.Milliseconds()).Err()
+	_ = script.Unwait(ctx, s.client, key, value, expiry, counted)
 }
 
 // extendAcked runs extend.lua; with replicas to wait for, it answers an
@@ -129,7 +129,8 @@ func (s *Store) unwait(ctx context.Context, key string, a script.AcquireArgs, va
 // is left as it is: the caller held the lease before this call, and an
 // extend that failed must neither delete nor shorten it (the master keeping
 // it longer costs others a wait). The errors are the domain's.
-func (s *Store) extendAcked(ctx context.Context, keys []string, args []any) ([]any, error) {
+func (s *Store) extendAcked(ctx context.Context, key string, a script.ExtendArgs) ([]any, error) {
+	keys, args := a.Call(key)
 	if s.acks.replicas == 0 {
 		reply, err := script.ExtendScript.Run(ctx, s.scripts, keys, args...).Slice()
 		return reply, script.RedisErr(err)

@@ -64,8 +64,7 @@ func (s *Store) semAcquire(ctx context.Context, key string, a script.SemArgs) (s
 func (s *Store) semUnwait(ctx context.Context, key string, slot int, value string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.acks.timeout)
 	defer cancel()
-	keys := []string{script.SemPermitsKey(key), script.SemExpiryKey(key), script.SemQueueKey(key)}
-	_ = script.SemUnwaitScript.Run(ctx, s.client, keys, slot, value, script.SemChannel(key), s.publish).Err()
+	_ = script.SemUnwait(ctx, s.client, key, slot, value, s.publish)
 }
 
 // semWait queues the caller and takes a permit when it is its turn
@@ -119,7 +118,7 @@ func (s *Store) semWait(ctx context.Context, key string, a script.SemArgs, req l
 func (s *Store) semLeave(key, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = script.SemLeaveScript.Run(ctx, s.client, []string{script.SemQueueKey(key), script.SemAliveKey(key)}, id, script.SemChannel(key), s.publish).Err()
+	_ = script.SemLeave(ctx, s.client, key, id, s.publish)
 }
 
 // SemExtend implements Semaphores.

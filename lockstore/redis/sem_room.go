@@ -24,8 +24,7 @@ func (s *Store) semBeat(r *room) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitRefresh)
 	defer cancel()
-	keys := []string{script.SemPermitsKey(r.key), script.SemExpiryKey(r.key), script.SemQueueKey(r.key), script.SemAliveKey(r.key)}
-	reply, err := script.SemHeartbeatScript.Run(ctx, s.client, keys, s.rooms.gateway, waitHeartbeat.Milliseconds(), oldest.ticket).Slice()
+	reply, err := script.SemHeartbeat(ctx, s.client, r.key, s.rooms.gateway, waitHeartbeat, oldest.ticket)
 	if err != nil || len(reply) == 0 {
 		return // the waiters' own deadlines bound them; try again next time
 	}

@@ -152,5 +152,5 @@ func (q *waiting) leave() {
 func (s *Store) leave(key, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = script.LeaveScript.Run(ctx, s.client, []string{script.LockKey(key), script.QueueKey(key), script.AliveKey(key)}, id, script.Channel(key), s.publish).Err()
+	_ = script.Leave(ctx, s.client, key, id, s.publish)
 }

@@ -50,7 +50,7 @@ func TestUnwaitKeepsRenewedLease(t *testing.T) {
 
 	v, at = grant("extended")
 	time.Sleep(5 * time.Millisecond)
-	_, err = script.Extend(ctx, s.client, "extended", a.Digest, time.Minute, false)
+	_, err = script.Extend(ctx, s.client, "extended", script.ExtendArgs{Digest: a.Digest, TTL: time.Minute})
 	require.NoError(t, err)
 	s.unwait(ctx, "extended", a, v, at)
 	assert.EqualValues(t, 1, c.Exists(ctx, script.LockKey("extended")).Val(), "the extended lease is still there")

@@ -187,14 +187,10 @@ func (s *Store) beat(r *room) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitRefresh)
 	defer cancel()
-	keys := []string{script.LockKey(r.key), script.QueueKey(r.key), script.AliveKey(r.key)}
-	reply, err := script.HeartbeatScript.Run(ctx, s.client, keys, s.rooms.gateway, waitHeartbeat.Milliseconds(), oldest.ticket).Slice()
-	if err != nil || len(reply) != 3 {
+	head, free, queued, err := script.Heartbeat(ctx, s.client, r.key, s.rooms.gateway, waitHeartbeat, oldest.ticket)
+	if err != nil {
 		return // the waiters' own deadlines bound them; try again next time
 	}
-	head, _ := reply[0].(string)
-	pttl, _ := reply[1].(int64)
-	queued := reply[2] == int64(1)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -202,7 +198,7 @@ func (s *Store) beat(r *room) {
 		r.lost(oldest, tries, settled)
 		return
 	}
-	if head == "" || pttl != -2 {
+	if head == "" || !free {
 		return // held: the first waiter knows when it ends, or is told
 	}
 	if e := r.byID[head]; e != nil {

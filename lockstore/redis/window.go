@@ -16,9 +16,5 @@ func (s *Store) TakeWindow(ctx context.Context, key, id string, window time.Dura
 	if err := lockstore.CheckAcquire(key, lockstore.AcquireRequest{Token: id, TTL: window}); err != nil {
 		return 0, err
 	}
-	ms, err := script.WindowScript.Run(ctx, s.client, []string{script.WindowKey(key)}, id, window.Milliseconds()).Int64()
-	if err != nil {
-		return 0, script.RedisErr(err)
-	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return script.TakeWindow(ctx, s.client, key, id, window)
 }

@@ -329,7 +329,7 @@ func (r *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	digest := script.DigestHex(token)
 	start := time.Now()
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.LockValue, error) {
-		return script.Extend(ctx, n.grant, key, digest, ttl, true)
+		return script.Extend(ctx, n.grant, key, script.ExtendArgs{Digest: digest, TTL: ttl, Longer: true})
 	})
 	t := tallyOwned(votes)
 	if err := ctx.Err(); err != nil {

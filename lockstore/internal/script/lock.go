@@ -59,10 +59,10 @@ type counting struct {
 
 func NewCounting(ctx context.Context, q lockstore.Quota) counting {
 	if q.Max > 0 {
-		u := lockstore.EscapeUser(q.User)
+		u := EscapeUser(q.User)
 		return counting{Max: q.Max, User: u, Holder: u}
 	}
-	return counting{Holder: lockstore.EscapeUser(lockstore.UserHint(ctx))}
+	return counting{Holder: EscapeUser(lockstore.UserHint(ctx))}
 }
 
 // on: the call passes quota sets. Without a cap or a hint it passes none,
@@ -210,13 +210,38 @@ func AcquireReply(reply []any, a AcquireArgs) (AcquireResult, error) {
 	return AcquireResult{}, fmt.Errorf("lockstore: acquire script replied %v", reply)
 }
 
-// nodeExtend resets the TTL of digest's lease; with longer (Redlock) it
-// only ever lengthens it.
-func Extend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool) (LockValue, error) {
-	keys, args := []string{LockKey(key)}, []any{digest, ttl.Milliseconds()}
-	if longer {
+// ExtendArgs is what one extend.lua call needs besides the key.
+type ExtendArgs struct {
+	Digest string
+	// TTL is the new length from now; 0: the lease's own.
+	TTL time.Duration
+	// Holder is the quota user (escaped) the caller believes the lock
+	// counts against, whose set the script moves the count in; "" none.
+	Holder string
+	// Longer (Redlock): only ever lengthen, and a provisional value is no
+	// lease to extend (ARGV[3]).
+	Longer bool
+	// QuotaApart (Redis Cluster): the user's set lives in another slot, so
+	// the script leaves the count to the caller (ARGV[4]).
+	QuotaApart bool
+}
+
+// Call is extend.lua's KEYS and ARGV for key (its header names each).
+func (a ExtendArgs) Call(key string) (keys []string, args []any) {
+	keys = QuotaKeys([]string{LockKey(key)}, a.Holder)
+	args = []any{a.Digest, a.TTL.Milliseconds()}
+	switch {
+	case a.QuotaApart:
+		args = append(args, "", "1")
+	case a.Longer:
 		args = append(args, "1")
 	}
+	return keys, args
+}
+
+// Extend resets the TTL of the lease of a.Digest.
+func Extend(ctx context.Context, c redis.Scripter, key string, a ExtendArgs) (LockValue, error) {
+	keys, args := a.Call(key)
 	reply, err := ExtendScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return LockValue{}, RedisErr(err)
@@ -474,3 +499,10 @@ func RedisErr(err error) error {
 	// still loading or failing over: Redis did not answer.
 	return fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
 }
+
+// userEscaper makes a user name safe inside a lock's value (fields split by
+// ":") and inside a hash tag ("{…}").
+var userEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "{", "%7B", "}", "%7D")
+
+// EscapeUser is user as the scripts' keys and values carry it.
+func EscapeUser(user string) string { return userEscaper.Replace(user) }

@@ -1,7 +1,9 @@
 package script
 
 import (
+	"context"
 	_ "embed"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -43,3 +45,16 @@ var (
 // digest too, so that two attempts of one user on one key (two tokens)
 // count apart, and the one that fails gives back only its own place.
 func QuotaMember(key, digest string) string { return LockKey(key) + "#" + digest }
+
+// QuotaReserve reserves member's place in set (quota.lua "reserve") for
+// ttl, refused at max: the script's reply, code first (see its header).
+func QuotaReserve(ctx context.Context, c redis.Scripter, set, member string, ttl time.Duration, max int) ([]any, error) {
+	reply, err := QuotaScript.Run(ctx, c, []string{set}, "reserve", member, ttl.Milliseconds(), max).Slice()
+	return reply, RedisErr(err)
+}
+
+// QuotaMove sets when member stops counting in set: ttl from now (quota.lua
+// "move"); a member the set no longer counts is left out.
+func QuotaMove(ctx context.Context, c redis.Scripter, set, member string, ttl time.Duration) error {
+	return RedisErr(QuotaScript.Run(ctx, c, []string{set}, "move", member, ttl.Milliseconds()).Err())
+}

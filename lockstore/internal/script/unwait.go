@@ -1,6 +1,7 @@
 package script
 
 import (
+	"context"
 	_ "embed"
 
 	"github.com/redis/go-redis/v9"
@@ -19,3 +20,20 @@ var (
 	unwaitLua    string
 	UnwaitScript = redis.NewScript(unwaitLua)
 )
+
+// Unwait takes back a grant of key the replicas did not acknowledge, if
+// the lock is still value expiring at expiry (unwait.lua); quotaUser, when
+// not "", is the user whose set counted it.
+func Unwait(ctx context.Context, c redis.Scripter, key, value string, expiry int64, quotaUser string) error {
+	keys := []string{LockKey(key), QueueKey(key), FenceKey(key)}
+	if quotaUser != "" {
+		keys = append(keys, QuotaKey(quotaUser))
+	}
+	return RedisErr(UnwaitScript.Run(ctx, c, keys, value, expiry, Channel(key), FenceMargin.Milliseconds()).Err())
+}
+
+// SemUnwait is Unwait for a permit in slot (sem_unwait.lua).
+func SemUnwait(ctx context.Context, c redis.Scripter, key string, slot int, value, publish string) error {
+	keys := []string{SemPermitsKey(key), SemExpiryKey(key), SemQueueKey(key)}
+	return RedisErr(SemUnwaitScript.Run(ctx, c, keys, slot, value, SemChannel(key), publish).Err())
+}
