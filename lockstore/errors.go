@@ -145,7 +145,7 @@ type QuorumError struct {
 	Refused     int // nodes that answered but refuse writes (ErrRefused)
 	// NodeList, when not empty, says why nodes count for no one: they
 	// serve another node list than this gateway's, or none yet
-	// (redlock_set.go). It names node addresses: it is for the operator.
+	// (redlock/nodeset.go). It names node addresses: it is for the operator.
 	NodeList string
 }
 

@@ -20,7 +20,7 @@ import (
 )
 
 // rawGrants is c for the grant scripts of a test that runs them directly:
-// with rule D's deadline (clock.go), as the stores send them.
+// with rule D's deadline (script/clock.go), as the stores send them.
 func rawGrants(c redis.Scripter) script.Clocked {
 	return script.Clocked{Scripter: c, Clocks: script.NewClocks(time.Second, false)}
 }

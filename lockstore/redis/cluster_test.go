@@ -178,7 +178,7 @@ func moveSlot(t *testing.T, c *redistest.Cluster, key string, src, dst *redistes
 }
 
 // On a Cluster a user's count lives on another shard than the lock, and
-// is changed in steps of its own (redis_cluster_quota.go): a refused acquire
+// is changed in steps of its own (cluster_quota.go): a refused acquire
 // gives its place back, a release takes the count out, and what a gateway
 // that died after reserving leaves counts only until the lease it reserved
 // for would have ended.

@@ -39,11 +39,11 @@ type Options struct {
 	Timeout time.Duration
 	// WaitReplicas, when above zero, holds back the answer to a grant, a
 	// renewal or an extend until that many replicas acknowledged it (Redis
-	// WAIT, for at most Timeout); see redis_replicas.go. Single and Sentinel
+	// WAIT, for at most Timeout); see replicas.go. Single and Sentinel
 	// modes only: on a Cluster WAIT would need the connection of the shard
 	// that ran the script.
 	WaitReplicas int
-	// Tracer, when set, traces each command a request sends (trace.go).
+	// Tracer, when set, traces each command a request sends (script/trace.go).
 	Tracer trace.Tracer
 }
 

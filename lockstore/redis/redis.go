@@ -21,7 +21,7 @@ import (
 // per user, so they hold across every gateway on the Redis. On a single
 // Redis or Sentinel the same script changes the set and the lock: the
 // count is exact. On a Cluster the set lives in the user's slot, apart
-// from the lock's, and each change takes two scripts (redis_cluster_quota.go):
+// from the lock's, and each change takes two scripts (cluster_quota.go):
 // the cap still holds across gateways (a place is reserved before the
 // lock is taken, and given back only after it is gone), but a gateway
 // that dies between the two steps leaves the count one too high until the
@@ -31,12 +31,12 @@ type Store struct {
 	client redis.UniversalClient
 	// scripts runs the scripts of requests: for one server (single,
 	// Sentinel) a nodeBatch of client, which sends the scripts of
-	// concurrent requests as one pipeline (redlock_batch.go); client on a
+	// concurrent requests as one pipeline (script/batch.go); client on a
 	// Cluster.
 	scripts  redis.Scripter
 	batch    *script.Batch  // scripts, when it batches
-	clocks   *script.Clocks // rule D's samples of the servers (clock.go)
-	acks     replicaAcks    // LOCKGW_REDIS_WAIT_REPLICAS (redis_replicas.go)
+	clocks   *script.Clocks // rule D's samples of the servers (script/clock.go)
+	acks     replicaAcks    // LOCKGW_REDIS_WAIT_REPLICAS (replicas.go)
 	notifier *script.Notifier
 	rooms    *rooms // the waiters of this store, by key (wait_room.go)
 	// publish is how the scripts tell waiters: PUBLISH, or SPUBLISH on a
@@ -60,7 +60,7 @@ var _ lockstore.Store = (*Store)(nil)
 //
 // A Cluster client gets a hook that reloads its slot map when a node
 // cannot be reached, so that the store finds a promoted replica at once
-// (redis_cluster_quota.go).
+// (cluster_quota.go).
 func New(client redis.UniversalClient) *Store {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		cc.AddHook(reloadOnFailure{cc})
@@ -79,7 +79,7 @@ func New(client redis.UniversalClient) *Store {
 }
 
 // grants is the client for the scripts that grant: they carry rule D's
-// deadline (clock.go).
+// deadline (script/clock.go).
 func (s *Store) grants(c redis.Scripter) script.Clocked {
 	return script.Clocked{Scripter: c, Clocks: s.clocks}
 }
@@ -104,7 +104,7 @@ func clientTimeout(client redis.UniversalClient) time.Duration {
 // Acquire implements Store.
 func (s *Store) Acquire(ctx context.Context, key string, req lockstore.AcquireRequest) (lockstore.Lease, error) {
 	if req.Wait > 0 {
-		return s.acquireWaiting(ctx, key, &req) // wait.go
+		return s.acquireInLine(ctx, key, &req) // wait.go
 	}
 	return s.acquireNow(ctx, key, &req)
 }

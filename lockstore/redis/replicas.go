@@ -53,7 +53,7 @@ func (s *Store) acquireAcked(ctx context.Context, key string, a script.AcquireAr
 	var reply *redis.Cmd
 	var expiry *redis.Cmd
 	for try := 0; ; try++ {
-		// Rule D (clock.go): the grant's deadline, sampled on this
+		// Rule D (script/clock.go): the grant's deadline, sampled on this
 		// connection's server.
 		deadline, giveUp, err := s.clocks.Deadline(ctx, conn, script.LockKey(key))
 		if err != nil {

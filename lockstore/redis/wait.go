@@ -20,7 +20,7 @@ const (
 	waitRefresh   = time.Second
 )
 
-// acquireWaiting is an acquire that may wait: a first try, and when the
+// acquireInLine is an acquire that may wait in key's line: a first try, and when the
 // key is held, queueing the caller for key and taking the lock when it is
 // the caller's turn (wait.For, wait.Told): woken by the release, grant or
 // leave that makes it first (pub/sub names its ticket), by the holder's
@@ -31,7 +31,7 @@ const (
 // Its goroutine (the request's) only sleeps: the tries, and the Redis
 // calls that queue the caller, run aside (internal/aside) on the wait's state,
 // which is on the heap, so that the stack it parks with stays small.
-func (s *Store) acquireWaiting(ctx context.Context, key string, req *lockstore.AcquireRequest) (lockstore.Lease, error) {
+func (s *Store) acquireInLine(ctx context.Context, key string, req *lockstore.AcquireRequest) (lockstore.Lease, error) {
 	q := &waiting{s: s, ctx: ctx, key: key, req: req}
 	defer q.leave()
 	if done := aside.Run(q.first); done {

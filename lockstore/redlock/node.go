@@ -18,7 +18,7 @@ import (
 type redlockNode struct {
 	addr     string
 	client   *redis.Client
-	batch    *script.Batch    // client, for the scripts of requests (redlock_batch.go)
+	batch    *script.Batch    // client, for the scripts of requests (script/batch.go)
 	notifier *script.Notifier // releases on this node, for waiters
 	// probe is a client of its own for the prober (see observe), so that
 	// its dials neither wait for client's pool nor count towards the
@@ -26,8 +26,8 @@ type redlockNode struct {
 	probe *redis.Client
 
 	// grant and semGrant are batch and client with the node list check in
-	// front of the scripts that grant or lengthen (redlock_set.go), and
-	// rule D's deadline on grants (clock.go).
+	// front of the scripts that grant or lengthen (nodeset.go), and
+	// rule D's deadline on grants (script/clock.go).
 	grant, semGrant script.Clocked
 
 	warmMu sync.Mutex // one warm-up at a time: two would share the pool

@@ -18,17 +18,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// The Redlock store lives in five files:
-//
-//	redlock.go         the type, its options and its rules (this file)
-//	redlock_ops.go     Acquire, Extend, Release, Inspect, Ping
-//	redlock_quorum.go  fan-out to the nodes and counting their answers
-//	redlock_node.go    one node: health, warm-up, the restart guard
-//	redlock_batch.go   one node: concurrent scripts sent as one pipeline
-//
-// docs/safety.md argues, rule by rule, why no interleaving of these
-// operations grants one key to two holders.
-
 const (
 	// DefaultNodeTimeout is how long Redlock waits for one node by default.
 	DefaultNodeTimeout = 50 * time.Millisecond
@@ -78,7 +67,7 @@ type Options struct {
 	// exists so tests can show what the guard prevents; never set it in
 	// production.
 	DisableRestartGuard bool
-	// Tracer, when set, traces each node call a request makes (trace.go).
+	// Tracer, when set, traces each node call a request makes (script/trace.go).
 	Tracer trace.Tracer
 }
 
@@ -107,7 +96,7 @@ type Options struct {
 // Every write to a live value moves its expiry forward, and a release
 // deletes only the value and expiry it read, so a late delete cannot remove
 // a later grant or a lease an extend answered for. Grants and confirmations
-// carry rule D's deadline (clock.go).
+// carry rule D's deadline (script/clock.go).
 //
 // # Acquire
 //
@@ -215,7 +204,7 @@ type Store struct {
 	quarantine  time.Duration // maxTTL + drift
 	log         zerolog.Logger
 	onVote      func(node, vote string)
-	set         *nodeSet // the node list, as the nodes remember it (redlock_set.go)
+	set         *nodeSet // the node list, as the nodes remember it (nodeset.go)
 
 	idMu   sync.Mutex // serializes the nodes' run_id checks (sameRedis)
 	mu     sync.Mutex // guards closed, and bg.Add against Close's bg.Wait
@@ -346,7 +335,7 @@ func New(nodes []*redis.Options, opts Options) (*Store, error) {
 		if o.WriteBufferSize <= 0 {
 			o.WriteBufferSize = 4 << 10
 		}
-		// Batches (redlock_batch.go) are pipelines: run them on the pool the
+		// Batches (script/batch.go) are pipelines: run them on the pool the
 		// warm-up fills, not on a pool of their own that would dial inside
 		// a request's NodeTimeout.
 		if o.PipelinePoolSize == 0 {
@@ -362,8 +351,8 @@ func New(nodes []*redis.Options, opts Options) (*Store, error) {
 		}
 		n.client = redis.NewClient(&o)
 		n.batch = script.NewBatch(n.client, r.nodeTimeout)
-		// Grants carry rule D's deadline (clock.go) and go out with the
-		// node list check in front (redlock_set.go).
+		// Grants carry rule D's deadline (script/clock.go) and go out with the
+		// node list check in front (nodeset.go).
 		clk := script.NewClocks(r.nodeTimeout, false)
 		n.grant = script.Clocked{Scripter: setGuard{Scripter: n.batch, set: r.set, i: i}, Clocks: clk}
 		n.semGrant = script.Clocked{Scripter: setGuard{Scripter: n.client, set: r.set, i: i}, Clocks: clk}

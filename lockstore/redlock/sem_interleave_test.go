@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The staged interleavings of redlock_interleave_test.go, for a permit of
+// The staged interleavings of interleave_test.go, for a permit of
 // a limit-1 semaphore (one slot: the lock's case, through the semaphore
 // scripts): work of a request that lands after the request answered must
 // not take a later grant of the same token away.
@@ -233,7 +233,7 @@ func TestRedlockSemRetryKeepsConfirmedFence(t *testing.T) {
 	assert.Equal(t, first.Fence, st.Holders[0].Fence, "the permit carries it")
 }
 
-// slotOf is redlock_sem.go's firstSlot: the slot a token's first round asks for.
+// slotOf is sem.go's firstSlot: the slot a token's first round asks for.
 func slotOf(token string, limit int) int {
 	n, _ := strconv.ParseUint(digest(token)[:15], 16, 64)
 	return 1 + int(n%uint64(limit))

@@ -154,7 +154,7 @@ func init() {
 }
 
 // rlScripts are the scripts a Redlock sends, by the SHA-1 it names, plain
-// and behind nodeset.lua (redlock_set.go), with a control's substitutions.
+// and behind nodeset.lua (nodeset.go), with a control's substitutions.
 func rlScripts(subst map[string]string) map[string]sim.SimScript {
 	out := map[string]sim.SimScript{}
 	get := func(name, src string) string {

@@ -203,7 +203,7 @@ func (c *Clocks) Settle(err error, giveUp time.Time) {
 // on the way can still deliver what it had read.
 func mayLand(err error) bool {
 	var rerr redis.Error
-	var refused *lockstore.RefusedError // the node answered (redlock_set.go turns its answer into one)
+	var refused *lockstore.RefusedError // the node answered (lockstore/redlock/nodeset.go turns its answer into one)
 	if errors.As(err, &rerr) || errors.As(err, &refused) {
 		return false
 	}

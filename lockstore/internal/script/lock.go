@@ -160,7 +160,7 @@ func (a AcquireArgs) Call(key string) (keys []string, args []any) {
 	cap, user := 0, ""
 	switch {
 	case a.Publish == PublishShard:
-		// On a Cluster the caller counts (redis_cluster_quota.go); the script
+		// On a Cluster the caller counts (lockstore/redis/cluster_quota.go); the script
 		// only records the user (or refuses a new grant: max -1).
 		cap, user = a.Quota.Max, a.Quota.User
 	case a.Quota.on():

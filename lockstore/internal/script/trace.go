@@ -37,7 +37,7 @@ var scriptNames = func() map[string]string {
 		names[s.Hash()] = name
 	}
 	// A Redlock script that grants or lengthens goes out with the node
-	// list check in front (redlock_set.go): the same name.
+	// list check in front (lockstore/redlock/nodeset.go): the same name.
 	for plain, g := range GuardedScripts {
 		names[g.Script.Hash()] = names[plain]
 	}
@@ -162,7 +162,7 @@ func (c *CmdTracer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 // traced runs one script call on the node, in a span of its own that
 // lasts as long as the call makes its caller wait, queueing in a batch
-// included (redlock_batch.go).
+// included (batch.go).
 func (b *Batch) traced(ctx context.Context, args []any) *redis.Cmd {
 	ctx, span, ok := b.Trace.start(ctx, args)
 	if !ok {

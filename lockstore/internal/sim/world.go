@@ -184,7 +184,7 @@ func NewSimWorld(seed uint64, nodes, gateways int, net SimNet, scripts map[strin
 	return w
 }
 
-// clocks is rule D's sampler for a simulated gateway (clock.go): on the
+// clocks is rule D's sampler for a simulated gateway (script/clock.go): on the
 // world's clock, with the gateway's backend timeout. A call fails only by
 // that timeout, which fires at its give-up moment, so settle never waits.
 func (w *SimWorld) clocks() *script.Clocks {

@@ -1,5 +1,10 @@
 package script
 
+// The wait queue's scripts: a gateway's heartbeat for its waiters of a key
+// (heartbeat.lua, sem_heartbeat.lua), and a waiter leaving the line
+// (leave.lua, sem_leave.lua). acquire.lua and sem_acquire.lua queue a waiter
+// (AcquireArgs.Ticket, SemArgs.Ticket).
+
 import (
 	"context"
 	_ "embed"
