@@ -41,7 +41,7 @@ import (
 //     grant lands after its gateway answered 503.
 
 type simControl struct {
-	scripts map[string]sim.SimScript
+	scripts map[string]sim.Script
 	want    string // the check that must find it
 	latest  bool   // check holdings by the latest answer (simHistory.latest)
 }
@@ -57,45 +57,45 @@ func init() {
 		return string(b)
 	}
 	oldCommon := old("sem_common.lua")
-	simControls["old-ttl"] = simControl{want: "one-holder|limit", latest: true, scripts: map[string]sim.SimScript{
+	simControls["old-ttl"] = simControl{want: "one-holder|limit", latest: true, scripts: map[string]sim.Script{
 		"acquire.lua":     {Src: old("acquire.lua"), Nargs: 8}, // its ARGV[9…] had another layout
 		"extend.lua":      {Src: old("extend.lua")},
 		"sem_acquire.lua": {Src: oldCommon + script.SemAcquireLua},
 		"sem_extend.lua":  {Src: oldCommon + script.SemExtendLua},
 	}}
-	simControls["old-release"] = simControl{want: "one-holder|limit", scripts: map[string]sim.SimScript{
+	simControls["old-release"] = simControl{want: "one-holder|limit", scripts: map[string]sim.Script{
 		"release.lua":     {Src: old("release.lua"), Nargs: 4},
 		"sem_release.lua": {Src: oldCommon + old("sem_release.lua"), Nargs: 3},
 	}}
 	// stale-permit: mine without its expiry check, as before the fix of
 	// docs/safety.md ("An expired permit is not held"); seed 109 found it.
-	simControls["stale-permit"] = simControl{want: "limit", scripts: map[string]sim.SimScript{}}
+	simControls["stale-permit"] = simControl{want: "limit", scripts: map[string]sim.Script{}}
 	for _, name := range []string{"sem_acquire.lua", "sem_extend.lua", "sem_release.lua", "sem_read.lua", "sem_discard.lua"} {
 		body := map[string]string{"sem_acquire.lua": script.SemAcquireLua, "sem_extend.lua": script.SemExtendLua,
 			"sem_release.lua": script.SemReleaseLua, "sem_read.lua": script.SemReadLua, "sem_discard.lua": script.SemDiscardLua}[name]
-		simControls["stale-permit"].scripts[name] = sim.SimScript{Src: sim.MustReplace(script.SemCommonLua,
+		simControls["stale-permit"].scripts[name] = sim.Script{Src: sim.MustReplace(script.SemCommonLua,
 			"if not p or p.digest ~= digest or p.exp <= now then", "if not p or p.digest ~= digest then") + body}
 	}
 	// no-deadline: deadline.lua without its time check (docs/safety.md,
 	// rule D undone): a grant answered 503 lands later (seed 128 found
 	// what that does: a lease revived after its holder's DELETE).
-	simControls["no-deadline"] = simControl{want: "late-grant", scripts: map[string]sim.SimScript{}}
+	simControls["no-deadline"] = simControl{want: "late-grant", scripts: map[string]sim.Script{}}
 	noDeadline := sim.MustReplace(script.DeadlineLua, ">= tonumber(deadline_us) then", ">= math.huge then")
-	simControls["no-deadline"].scripts["acquire.lua"] = sim.SimScript{Src: noDeadline + script.AcquireLua}
-	simControls["no-deadline"].scripts["sem_acquire.lua"] = sim.SimScript{Src: noDeadline + script.SemCommonLua + script.SemAcquireLua}
-	simControls["grant-held"] = simControl{want: "one-holder", scripts: map[string]sim.SimScript{
+	simControls["no-deadline"].scripts["acquire.lua"] = sim.Script{Src: noDeadline + script.AcquireLua}
+	simControls["no-deadline"].scripts["sem_acquire.lua"] = sim.Script{Src: noDeadline + script.SemCommonLua + script.SemAcquireLua}
+	simControls["grant-held"] = simControl{want: "one-holder", scripts: map[string]sim.Script{
 		"acquire.lua": {Src: sim.MustReplace(script.AcquireLua, "if cur then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}",
 			"if cur and string.sub(cur, 1, 64) == ARGV[1] then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}\nend\nif cur then\n  redis.call('DEL', KEYS[1])")},
 	}}
-	simControls["fence-flat"] = simControl{want: "fence-order", scripts: map[string]sim.SimScript{
+	simControls["fence-flat"] = simControl{want: "fence-order", scripts: map[string]sim.Script{
 		"acquire.lua": {Src: sim.MustReplace(script.AcquireLua,
 			"local fence = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, seed, now_us - margin * 1000)",
 			"local fence = 1000000")},
 	}}
-	simControls["over-limit"] = simControl{want: "limit", scripts: map[string]sim.SimScript{
+	simControls["over-limit"] = simControl{want: "limit", scripts: map[string]sim.Script{
 		"sem_acquire.lua": {Src: script.SemCommonLua + sim.MustReplace(script.SemAcquireLua, "local free = limit - n", "local free = limit + 1 - n")},
 	}}
-	simControls["renew-refence"] = simControl{want: "retry-fence", scripts: map[string]sim.SimScript{
+	simControls["renew-refence"] = simControl{want: "retry-fence", scripts: map[string]sim.Script{
 		"acquire.lua": {Src: sim.MustReplace(script.AcquireLua, "  redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)\n  return {2, value}",
 			"  return {2, (string.gsub(value, ':(%d+)%+', function(f) return ':' .. string.format('%.0f', tonumber(f) + 1) .. '+' end))}")},
 	}}
@@ -110,10 +110,10 @@ func TestSimRedisControls(t *testing.T) {
 			cfg := defaultsimConfig()
 			cfg.control = name
 			began := time.Now()
-			runs, found := simSweep(t, cfg, 1, sim.SimBudget(), 0, func(r sim.SimRun) bool {
+			runs, found := simSweep(t, cfg, 1, sim.Budget(), 0, func(r sim.Run) bool {
 				return strings.Contains("|"+ctl.want+"|", "|"+r.Violation.Check+"|")
 			})
-			ops, _, _, _ := sim.SimTotals(runs)
+			ops, _, _, _ := sim.Totals(runs)
 			if found == nil {
 				t.Fatalf("the simulator did not find control %s (check %s) in %d requests over %d seeds", name, ctl.want, ops, len(runs))
 			}
@@ -130,7 +130,7 @@ func TestSimRedisControls(t *testing.T) {
 // TestSimRedisControls from seed 1 on, not on these seeds.)
 func TestSimRedisFoundSeeds(t *testing.T) {
 	for _, seed := range []uint64{109, 128} {
-		runs, found := simSweep(t, defaultsimConfig(), seed, sim.SimSeedOps, 0, func(sim.SimRun) bool { return true })
+		runs, found := simSweep(t, defaultsimConfig(), seed, sim.SeedOps, 0, func(sim.Run) bool { return true })
 		require.Len(t, runs, 1)
 		if found != nil {
 			t.Fatalf("seed %d: %s", seed, found.Report())

@@ -25,20 +25,20 @@ type simConfig struct {
 	locks    []string
 	sems     map[string]int // semaphore → limit
 	ops      int            // requests to answer before the clients stop
-	net      sim.SimNet
+	net      sim.Net
 }
 
 func defaultsimConfig() simConfig {
 	return simConfig{gateways: 3, clients: 6, locks: []string{"k0", "k1"},
-		sems: map[string]int{"s0": 1, "s1": 2}, ops: sim.SimSeedOps, net: sim.DefaultSimNet}
+		sems: map[string]int{"s0": 1, "s1": 2}, ops: sim.SeedOps, net: sim.DefaultNet}
 }
 
 // runSimRedis runs one seed.
-func runSimRedis(seed uint64, cfg simConfig) sim.SimRun {
-	hist := sim.NewSimHistory()
+func runSimRedis(seed uint64, cfg simConfig) sim.Run {
+	hist := sim.NewHistory()
 	hist.Latest = simControls[cfg.control].latest
-	w := sim.NewSimWorld(seed, 1, cfg.gateways, cfg.net, sim.SimScripts(simControls[cfg.control].scripts), hist,
-		func(c redis.UniversalClient, clocks *script.Clocks) sim.SimStore {
+	w := sim.NewWorld(seed, 1, cfg.gateways, cfg.net, sim.RedisScripts(simControls[cfg.control].scripts), hist,
+		func(c redis.UniversalClient, clocks *script.Clocks) sim.Store {
 			return &Store{client: c, scripts: c, rooms: newRooms(), publish: script.PublishAll, mode: Single, clocks: clocks}
 		})
 	start := w.Now
@@ -62,7 +62,7 @@ func runSimRedis(seed uint64, cfg simConfig) sim.SimRun {
 	}
 	w.Drain()
 	hist.Check()
-	run := sim.SimRun{Seed: seed, Ops: w.Ops, Calls: w.Calls, Late: w.Late, Virtual: w.Now - start, Answers: map[string]int{}}
+	run := sim.Run{Seed: seed, Ops: w.Ops, Calls: w.Calls, Late: w.Late, Virtual: w.Now - start, Answers: map[string]int{}}
 	for _, r := range hist.Reqs {
 		kind := r.Kind
 		if r.Sem {
@@ -72,19 +72,19 @@ func runSimRedis(seed uint64, cfg simConfig) sim.SimRun {
 	}
 	if v := hist.First(); v != nil {
 		run.Violation = v
-		run.Trace = hist.TraceOf(v, run.Base(), sim.SimTraceLen)
+		run.Trace = hist.TraceOf(v, run.Base(), sim.TraceLen)
 	}
 	return run
 }
 
 type simClient struct {
 	id          int
-	w           *sim.SimWorld
+	w           *sim.World
 	cfg         *simConfig
 	token       string
 	ntok        int
 	outstanding int
-	last        *sim.SimRequest
+	last        *sim.Request
 	holds       map[string]int64 // key → until when it believes it holds it
 }
 
@@ -137,7 +137,7 @@ func (c *simClient) step() {
 	switch {
 	case c.last != nil && c.last.Answer == "503" && r.Float64() < 0.6:
 		// Retry what got no answer, with the same token.
-		key, sem, kind, ttl = c.last.Key, c.last.Sem, c.last.Kind, c.last.Ttl
+		key, sem, kind, ttl = c.last.Key, c.last.Sem, c.last.Kind, c.last.TTL
 		limit = c.w.Hist.Keys[key].Limit
 	case c.holds[key] > w.Now:
 		switch x := r.Float64(); {
@@ -166,26 +166,26 @@ func (c *simClient) step() {
 	if kind == "release" {
 		c.holds[key] = 0
 	}
-	first := r.IntN(len(w.Gws))
+	first := r.IntN(len(w.Gateways))
 	for i := range n {
-		gw := w.Gws[(first+i)%len(w.Gws)]
-		req := &sim.SimRequest{Client: c.id, Gw: gw.Id, Kind: kind, Key: key, Sem: sem, Token: c.token, Ttl: ttl, AtLeast: sim.SimAtLeast(w.R, kind, sem, ttl)}
+		gw := w.Gateways[(first+i)%len(w.Gateways)]
+		req := &sim.Request{Client: c.id, Gw: gw.ID, Kind: kind, Key: key, Sem: sem, Token: c.token, TTL: ttl, AtLeast: sim.HoldAtLeast(w.R, kind, sem, ttl)}
 		w.Hist.Sent(w.Now, req, limit)
 		c.outstanding++
-		w.Start(&sim.SimOp{Req: req, Gw: gw, Call: sim.SimCallFor(gw.Store, req, limit), Done: c.answered})
+		w.Start(&sim.Op{Req: req, Gw: gw, Call: sim.CallFor(gw.Store, req, limit), Done: c.answered})
 	}
 }
 
-func (c *simClient) answered(op *sim.SimOp) {
+func (c *simClient) answered(op *sim.Op) {
 	w, r := c.w, op.Req
-	r.Answer = sim.SimAnswerOf(r.Kind, op.Ans, op.Err)
+	r.Answer = sim.AnswerOf(r.Kind, op.Result, op.Err)
 	if r.Answer == "201" || r.Answer == "200" {
-		r.Fence = op.Ans.Fence
-		r.Expires = r.Sent + op.Ans.Granted.Microseconds()
+		r.Fence = op.Result.Fence
+		r.Expires = r.Sent + op.Result.Granted.Microseconds()
 		if c.holds[r.Key] < w.Now {
 			c.holds[r.Key] = 0
 		}
-		c.holds[r.Key] = max(c.holds[r.Key], r.Expires-sim.SimGrace)
+		c.holds[r.Key] = max(c.holds[r.Key], r.Expires-sim.Grace)
 	}
 	w.Hist.Answered(w.Now, r)
 	c.last = r
@@ -203,17 +203,17 @@ func (c *simClient) answered(op *sim.SimOp) {
 // violation.
 func TestSimRedis(t *testing.T) {
 	cfg := defaultsimConfig()
-	cfg.control = *sim.SimControlFlag
+	cfg.control = *sim.Control
 	if _, ok := simControls[cfg.control]; !ok {
 		t.Fatalf("no control %q", cfg.control)
 	}
-	began, cpu := time.Now(), sim.SimCPU()
-	var runs []sim.SimRun
-	var failed *sim.SimRun
-	if *sim.SimSeed != 0 {
-		runs, failed = simSweep(t, cfg, *sim.SimSeed, 1, 0, nil)
+	began, cpu := time.Now(), sim.CPU()
+	var runs []sim.Run
+	var failed *sim.Run
+	if *sim.Seed != 0 {
+		runs, failed = simSweep(t, cfg, *sim.Seed, 1, 0, nil)
 	} else {
-		runs, failed = simSweep(t, cfg, *sim.SimFirst, sim.SimBudget(), *sim.SimDuration, nil)
+		runs, failed = simSweep(t, cfg, *sim.First, sim.Budget(), *sim.Duration, nil)
 	}
 	sim.LogSweep(t, runs, began, cpu)
 	if failed != nil {
@@ -227,11 +227,11 @@ func TestSimRedis(t *testing.T) {
 
 // simSweep runs seeds from first until the budget (or -sim.duration) is
 // spent or a seed fails; it returns the runs and the first failure.
-func simSweep(t testing.TB, cfg simConfig, first uint64, budget int, duration time.Duration, stopAt func(sim.SimRun) bool) ([]sim.SimRun, *sim.SimRun) {
+func simSweep(t testing.TB, cfg simConfig, first uint64, budget int, duration time.Duration, stopAt func(sim.Run) bool) ([]sim.Run, *sim.Run) {
 	// One goroutine runs at a time, handing control over channels. (Not
 	// GOMAXPROCS(1), though a hand-over would be cheaper on one P: it is
 	// the whole test binary's, and the package's other tests run beside.)
-	var runs []sim.SimRun
+	var runs []sim.Run
 	began := time.Now()
 	ops := 0
 	for seed := first; ; seed++ {

@@ -87,10 +87,10 @@ type rlGateway struct {
 
 type rlOp struct {
 	id    int
-	req   *sim.SimRequest
+	req   *sim.Request
 	gw    *rlGateway
-	call  func(context.Context) (sim.SimAnswer, error)
-	ans   sim.SimAnswer
+	call  func(context.Context) (sim.Result, error)
+	ans   sim.Result
 	err   error
 	done  func(*rlOp)
 	store *Store
@@ -155,8 +155,8 @@ func init() {
 
 // rlScripts are the scripts a Redlock sends, by the SHA-1 it names, plain
 // and behind nodeset.lua (nodeset.go), with a control's substitutions.
-func rlScripts(subst map[string]string) map[string]sim.SimScript {
-	out := map[string]sim.SimScript{}
+func rlScripts(subst map[string]string) map[string]sim.Script {
+	out := map[string]sim.Script{}
 	get := func(name, src string) string {
 		if s, ok := subst[name]; ok {
 			return s
@@ -173,8 +173,8 @@ func rlScripts(subst map[string]string) map[string]sim.SimScript {
 		{"sem_discard.lua", script.SemCommonLua + script.SemDiscardLua}, {"nodeset_mark.lua", script.NodesetMarkLua},
 	} {
 		run := get(s.name, s.src)
-		out[luaredis.Sha1(s.src)] = sim.SimScript{Name: s.name, Src: run}
-		out[luaredis.Sha1(script.NodesetLua+s.src)] = sim.SimScript{Name: s.name, Src: guard + run}
+		out[luaredis.Sha1(s.src)] = sim.Script{Name: s.name, Src: run}
+		out[luaredis.Sha1(script.NodesetLua+s.src)] = sim.Script{Name: s.name, Src: guard + run}
 	}
 	return out
 }
@@ -279,18 +279,18 @@ func (w *rlWorld) start(op *rlOp) {
 }
 
 // runSimRedlock runs one seed in a bubble of its own.
-func runSimRedlock(t *testing.T, seed uint64, cfg rlConfig) sim.SimRun {
+func runSimRedlock(t *testing.T, seed uint64, cfg rlConfig) sim.Run {
 	redis.SetLogger(rlQuiet{}) // dials refused by crashed nodes are the point
-	var run sim.SimRun
+	var run sim.Run
 	synctest.Test(t, func(t *testing.T) {
 		run = runSimRedlockIn(seed, cfg)
 	})
 	return run
 }
 
-func runSimRedlockIn(seed uint64, cfg rlConfig) sim.SimRun {
+func runSimRedlockIn(seed uint64, cfg rlConfig) sim.Run {
 	ctl := rlControls[cfg.control]
-	hist := sim.NewSimHistory()
+	hist := sim.NewHistory()
 	hist.OwnFences = !cfg.strictRetry
 	w := &rlWorld{seed: seed, r: rand.New(rand.NewPCG(seed, 0x7ed1)), net: cfg.net, t0: time.Now(), hist: hist,
 		scripts: rlScripts(ctl.scripts), conns: map[string]int{}, closed: map[*Store]bool{}, wake: make(chan struct{}, 1), pending: map[*rlOp]bool{}}
@@ -398,7 +398,7 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) sim.SimRun {
 	// quarantine have passed, a healthy majority grants: an acquire of each
 	// key with a fresh token, through each gateway whose list the nodes
 	// serve, is answered 201 (a permit, 201), and its release 204.
-	w.net = rlNet{SimNet: sim.SimNet{Timeout: cfg.net.Timeout, DelayMin: cfg.net.DelayMin, DelayMax: cfg.net.DelayMax}}
+	w.net = rlNet{Net: sim.Net{Timeout: cfg.net.Timeout, DelayMin: cfg.net.DelayMin, DelayMax: cfg.net.DelayMax}}
 	for _, g := range w.gws {
 		g.slowUntil = 0
 	}
@@ -420,7 +420,7 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) sim.SimRun {
 		return w.bg == 0
 	})
 	hist.Check()
-	run := sim.SimRun{Seed: seed, Ops: w.ops, Calls: w.calls, Late: w.late, Virtual: w.now() - start, Answers: map[string]int{}}
+	run := sim.Run{Seed: seed, Ops: w.ops, Calls: w.calls, Late: w.late, Virtual: w.now() - start, Answers: map[string]int{}}
 	for _, r := range hist.Reqs {
 		kind := r.Kind
 		if r.Sem {
@@ -434,7 +434,7 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) sim.SimRun {
 	}
 	if v := hist.First(); v != nil {
 		run.Violation = v
-		run.Trace = hist.TraceOf(v, 0, sim.SimTraceLen)
+		run.Trace = hist.TraceOf(v, 0, sim.TraceLen)
 	}
 	return run
 }
@@ -495,11 +495,11 @@ func (w *rlWorld) checkLive(cfg rlConfig) {
 		for _, key := range keys {
 			k := w.hist.Keys[key]
 			for _, kind := range []string{"acquire", "release"} {
-				req := &sim.SimRequest{Client: 99, Gw: g.id, Kind: kind, Key: key, Sem: k.Sem, Token: fmt.Sprintf("live.g%d.%s", g.id, key), Ttl: 100 * time.Millisecond}
+				req := &sim.Request{Client: 99, Gw: g.id, Kind: kind, Key: key, Sem: k.Sem, Token: fmt.Sprintf("live.g%d.%s", g.id, key), TTL: 100 * time.Millisecond}
 				w.hist.Sent(w.now(), req, k.Limit)
 				answered := false
-				w.start(&rlOp{req: req, gw: g, call: sim.SimCallFor(g.store, req, k.Limit), done: func(op *rlOp) {
-					op.req.Answer = sim.SimAnswerOf(op.req.Kind, op.ans, op.err)
+				w.start(&rlOp{req: req, gw: g, call: sim.CallFor(g.store, req, k.Limit), done: func(op *rlOp) {
+					op.req.Answer = sim.AnswerOf(op.req.Kind, op.ans, op.err)
 					if op.req.Answer == "201" {
 						op.req.Fence = op.ans.Fence
 						op.req.Expires = op.req.Sent + op.ans.Granted.Microseconds()
@@ -511,7 +511,7 @@ func (w *rlWorld) checkLive(cfg rlConfig) {
 				want := map[string]string{"acquire": "201", "release": "204"}[kind]
 				if req.Answer != want {
 					w.hist.Violate("liveness", w.now(), key, "#%d %s through gateway %d (nodes %v) answered %s in a quiet world, not %s",
-						req.Id, kind, g.id, g.list, req.Answer, want)
+						req.ID, kind, g.id, g.list, req.Answer, want)
 					return
 				}
 			}
@@ -543,7 +543,7 @@ type rlClient struct {
 	token       string
 	ntok        int
 	outstanding int
-	last        *sim.SimRequest
+	last        *sim.Request
 	holds       map[string]int64
 }
 
@@ -597,7 +597,7 @@ func (c *rlClient) step() {
 	n := 1
 	switch {
 	case c.last != nil && c.last.Answer == "503" && r.Float64() < 0.6:
-		key, sem, kind, ttl = c.last.Key, c.last.Sem, c.last.Kind, c.last.Ttl
+		key, sem, kind, ttl = c.last.Key, c.last.Sem, c.last.Kind, c.last.TTL
 		limit = w.hist.Keys[key].Limit
 	case c.holds[key] > now:
 		switch x := r.Float64(); {
@@ -633,24 +633,24 @@ func (c *rlClient) step() {
 	first := r.IntN(len(gws))
 	for i := range n {
 		gw := gws[(first+i)%len(gws)]
-		req := &sim.SimRequest{Client: c.id, Gw: gw.id, Kind: kind, Key: key, Sem: sem, Token: c.token, Ttl: ttl, AtLeast: sim.SimAtLeast(w.r, kind, sem, ttl)}
+		req := &sim.Request{Client: c.id, Gw: gw.id, Kind: kind, Key: key, Sem: sem, Token: c.token, TTL: ttl, AtLeast: sim.HoldAtLeast(w.r, kind, sem, ttl)}
 		w.hist.Sent(now, req, limit)
 		c.outstanding++
-		w.start(&rlOp{req: req, gw: gw, call: sim.SimCallFor(gw.store, req, limit), done: c.answered})
+		w.start(&rlOp{req: req, gw: gw, call: sim.CallFor(gw.store, req, limit), done: c.answered})
 	}
 }
 
 func (c *rlClient) answered(op *rlOp) {
 	w, r := c.w, op.req
 	now := w.now()
-	r.Answer = sim.SimAnswerOf(r.Kind, op.ans, op.err)
+	r.Answer = sim.AnswerOf(r.Kind, op.ans, op.err)
 	if r.Answer == "201" || r.Answer == "200" {
 		r.Fence = op.ans.Fence
 		r.Expires = r.Sent + op.ans.Granted.Microseconds()
 		if c.holds[r.Key] < now {
 			c.holds[r.Key] = 0
 		}
-		c.holds[r.Key] = max(c.holds[r.Key], r.Expires-sim.SimGrace)
+		c.holds[r.Key] = max(c.holds[r.Key], r.Expires-sim.Grace)
 	}
 	w.hist.Answered(now, r)
 	c.last = r
@@ -666,8 +666,8 @@ func (c *rlClient) answered(op *rlOp) {
 
 // rlSweep runs seeds from first until the budget (or duration) is spent or
 // a seed fails (stopAt).
-func rlSweep(t *testing.T, control string, first uint64, budget int, duration time.Duration, stopAt func(sim.SimRun) bool) ([]sim.SimRun, *sim.SimRun) {
-	var runs []sim.SimRun
+func rlSweep(t *testing.T, control string, first uint64, budget int, duration time.Duration, stopAt func(sim.Run) bool) ([]sim.Run, *sim.Run) {
+	var runs []sim.Run
 	began := time.Now()
 	ops := 0
 	for seed := first; ; seed++ {
@@ -696,20 +696,20 @@ func rlSweep(t *testing.T, control string, first uint64, budget int, duration ti
 // TestSimRedlock runs the Redlock simulator without controls: no seed may
 // find a violation.
 func TestSimRedlock(t *testing.T) {
-	control := *sim.SimControlFlag
+	control := *sim.Control
 	if _, ok := rlControls[control]; !ok {
 		t.Fatalf("no Redlock control %q", control)
 	}
-	began, cpu := time.Now(), sim.SimCPU()
-	var runs []sim.SimRun
-	var failed *sim.SimRun
+	began, cpu := time.Now(), sim.CPU()
+	var runs []sim.Run
+	var failed *sim.Run
 	switch {
-	case *sim.SimSeed != 0:
-		runs, failed = rlSweep(t, control, *sim.SimSeed, 1, 0, nil)
-	case *sim.SimOps > 0:
-		runs, failed = rlSweep(t, control, *sim.SimFirst, *sim.SimOps, *sim.SimDuration, nil)
+	case *sim.Seed != 0:
+		runs, failed = rlSweep(t, control, *sim.Seed, 1, 0, nil)
+	case *sim.Ops > 0:
+		runs, failed = rlSweep(t, control, *sim.First, *sim.Ops, *sim.Duration, nil)
 	default:
-		runs, failed = rlSweep(t, control, *sim.SimFirst, sim.RedlockBudget, *sim.SimDuration, nil)
+		runs, failed = rlSweep(t, control, *sim.First, sim.RedlockBudget, *sim.Duration, nil)
 	}
 	sim.LogSweep(t, runs, began, cpu)
 	if failed != nil {
@@ -717,7 +717,7 @@ func TestSimRedlock(t *testing.T) {
 		if control != "" {
 			ctl = " -sim.control " + control
 		}
-		t.Fatalf("%s\nreplay: go test ./lockstore -run 'TestSimRedlock$' -sim.seed %d%s -v", failed.RlReport(), failed.Seed, ctl)
+		t.Fatalf("%s\nreplay: go test ./lockstore -run 'TestSimRedlock$' -sim.seed %d%s -v", failed.RedlockReport(), failed.Seed, ctl)
 	}
 }
 
@@ -731,14 +731,14 @@ func TestSimRedlockControls(t *testing.T) {
 		ctl := rlControls[name]
 		t.Run(name, func(t *testing.T) {
 			began := time.Now()
-			runs, found := rlSweep(t, name, 1, sim.RedlockBudget, 0, func(r sim.SimRun) bool {
+			runs, found := rlSweep(t, name, 1, sim.RedlockBudget, 0, func(r sim.Run) bool {
 				return strings.Contains("|"+ctl.want+"|", "|"+r.Violation.Check+"|")
 			})
-			ops, _, _, _ := sim.SimTotals(runs)
+			ops, _, _, _ := sim.Totals(runs)
 			if found == nil {
 				t.Fatalf("the simulator did not find Redlock control %s (check %s) in %d requests over %d seeds", name, ctl.want, ops, len(runs))
 			}
-			t.Logf("found after %d requests (%d seeds, %s): %s", ops, len(runs), time.Since(began).Round(time.Millisecond), found.RlReport())
+			t.Logf("found after %d requests (%d seeds, %s): %s", ops, len(runs), time.Since(began).Round(time.Millisecond), found.RedlockReport())
 		})
 	}
 }
@@ -756,7 +756,7 @@ func TestSimRedlockControls(t *testing.T) {
 // fails only if the strict promise held for the whole short budget (then
 // turn the check on in TestSimRedlock).
 func TestSimRedlockStrictFences(t *testing.T) {
-	var found *sim.SimRun
+	var found *sim.Run
 	for seed := uint64(1); seed <= 10 && found == nil; seed++ {
 		cfg := defaultRLConfig(seed)
 		cfg.strictRetry = true
@@ -766,6 +766,6 @@ func TestSimRedlockStrictFences(t *testing.T) {
 	}
 	if found != nil {
 		t.Skipf("outside docs/api.md's promise on Redlock, as expected (twins, a retry that reached fewer than a majority of its lease's nodes, or a call whose earlier round confirmed the lease): %s",
-			found.RlReport())
+			found.RedlockReport())
 	}
 }

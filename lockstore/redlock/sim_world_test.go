@@ -57,7 +57,7 @@ import (
 
 // rlNet adds to simNet what only the Redlock model has.
 type rlNet struct {
-	sim.SimNet
+	sim.Net
 	pCrash     float64 // per client request, a node crashes (loses its data)
 	downMax    int64   // how long a crashed node stays down at most
 	pGWRestart float64 // per client request, a gateway process is replaced
@@ -66,7 +66,7 @@ type rlNet struct {
 }
 
 var defaultRLNet = rlNet{
-	SimNet: sim.SimNet{
+	Net: sim.Net{
 		Timeout: 20_000, DelayMin: 50, DelayMax: 1_500,
 		PSlow: 0.02, SlowMax: 400_000, PLoss: 0.004,
 		PSlowGW: 0.002, SlowGWFor: 300_000,
@@ -84,12 +84,12 @@ type rlWorld struct {
 	net   rlNet
 	t0    time.Time // the bubble's start
 	seq   uint64
-	queue sim.SimQueue // events; at in µs since t0
+	queue sim.Queue // events; at in µs since t0
 	nodes []*rlNode
 	gws   []*rlGateway
-	hist  *sim.SimHistory
+	hist  *sim.History
 
-	scripts map[string]sim.SimScript // by SHA-1 of what the gateway sends
+	scripts map[string]sim.Script // by SHA-1 of what the gateway sends
 
 	mu       sync.Mutex // guards what goroutines of the real code hand the world
 	arrivals []*rlMsg
@@ -163,7 +163,7 @@ func (w *rlWorld) now() int64 { return time.Since(w.t0).Microseconds() }
 
 func (w *rlWorld) at(t int64, fn func()) {
 	w.seq++
-	heap.Push(&w.queue, &sim.SimEvent{At: t, Seq: w.seq, Fn: fn})
+	heap.Push(&w.queue, &sim.Event{At: t, Seq: w.seq, Fn: fn})
 }
 
 func (w *rlWorld) after(d int64, fn func()) { w.at(w.now()+d, fn) }
@@ -219,7 +219,7 @@ func (w *rlWorld) loop(stop func() bool) {
 				continue // something was written before next: take it first
 			}
 		}
-		e := heap.Pop(&w.queue).(*sim.SimEvent)
+		e := heap.Pop(&w.queue).(*sim.Event)
 		e.Fn()
 	}
 }
@@ -264,7 +264,7 @@ func (w *rlWorld) send(m *rlMsg) {
 	if w.chance(w.net.PPause) {
 		n := c.node
 		n.pausedUntil = max(n.pausedUntil, w.now()+w.r.Int64N(w.net.PauseMax))
-		w.hist.Note(w.now(), "", "node %d paused until +%s", n.id, sim.SimDur(n.pausedUntil-w.now()))
+		w.hist.Note(w.now(), "", "node %d paused until +%s", n.id, sim.Dur(n.pausedUntil-w.now()))
 	}
 }
 
@@ -341,7 +341,7 @@ func (w *rlWorld) exec(n *rlNode, argv []string) (val any, err error, script str
 			if src == "" {
 				panic(fmt.Sprintf("sim: the gateway called an unknown script %s", sha))
 			}
-			s = sim.SimScript{Name: "?", Src: src}
+			s = sim.Script{Name: "?", Src: src}
 		}
 		nk, _ := strconv.Atoi(argv[2])
 		keys := argv[3 : 3+nk]
@@ -362,7 +362,7 @@ func (w *rlWorld) exec(n *rlNode, argv []string) (val any, err error, script str
 
 func (w *rlWorld) noteRan(n *rlNode, c *rlConn, script string, argv []string, val any, err error, late bool) {
 	nk, _ := strconv.Atoi(argv[2])
-	key := sim.SimKeyOf(argv[3 : 3+nk])
+	key := sim.KeyOf(argv[3 : 3+nk])
 	if w.hist.Keys[key] == nil {
 		return
 	}
@@ -377,7 +377,7 @@ func (w *rlWorld) noteRan(n *rlNode, c *rlConn, script string, argv []string, va
 	if late {
 		when = "  LATE: its gateway gave up"
 	}
-	w.hist.Note(w.now(), key, "  n%d runs %s from %s%s → %s%s", n.id, strings.TrimSuffix(script, ".lua"), c.name, tok, w.hist.Short(sim.SimReply{Val: val, Err: err}), when)
+	w.hist.Note(w.now(), key, "  n%d runs %s from %s%s → %s%s", n.id, strings.TrimSuffix(script, ".lua"), c.name, tok, w.hist.Short(sim.Reply{Val: val, Err: err}), when)
 }
 
 // noteMark checks rule T's claim where it is decided: a finish (a node
@@ -429,7 +429,7 @@ func (w *rlWorld) noteMark(n *rlNode, argv []string, val any) {
 			continue
 		}
 		w.hist.Violate("transition-settled", now, r.Key, "n%d was given the new list while #%d (%s through old gateway %d, %s, fence %d) holds until %s: a new gateway could grant beside it",
-			n.id, r.Id, r.Kind, g.id, r.Answer, r.Fence, sim.SimDur(r.Expires))
+			n.id, r.ID, r.Kind, g.id, r.Answer, r.Fence, sim.Dur(r.Expires))
 		return
 	}
 }
@@ -453,7 +453,7 @@ func (w *rlWorld) crash(n *rlNode, down int64) {
 	n.srv.FlushAll()
 	n.loaded = map[string]bool{}
 	n.runID = fmt.Sprintf("%040x", w.r.Uint64())
-	w.hist.Note(w.now(), "", "node %d crashed, data lost; back at +%s with a new run_id", n.id, sim.SimDur(down))
+	w.hist.Note(w.now(), "", "node %d crashed, data lost; back at +%s with a new run_id", n.id, sim.Dur(down))
 }
 
 // dial is the gateways' go-redis Dialer: an rlConn to the node at addr.

@@ -39,17 +39,17 @@ import (
 // simGrace: a client stops 1 ms before expires_at. The node keeps expiries
 // in ms (a permit is dropped once TIME's ms reaches its expiry) while the
 // gateway's start has µs: the last sub-millisecond is not promised.
-const SimGrace = 1000
+const Grace = 1000
 
-type SimRequest struct {
-	Id       int
+type Request struct {
+	ID       int
 	Client   int
 	Gw       int
 	Kind     string // acquire, extend, release
 	Key      string
 	Sem      bool
 	Token    string
-	Ttl      time.Duration
+	TTL      time.Duration
 	AtLeast  time.Duration // a lock acquire's HoldAtLeast (rule L)
 	Sent     int64
 	answered int64
@@ -67,43 +67,43 @@ type SimRequest struct {
 	seqGrantReq int
 }
 
-type simInterval struct {
+type interval struct {
 	token    string
 	from, to int64
-	req      *SimRequest
+	req      *Request
 }
 
-type simSession struct {
+type holding struct {
 	fence int64
 	until int64
 	req   int
 }
 
-type simKeyHist struct {
+type keyHist struct {
 	name     string
 	Sem      bool
 	Limit    int
-	iv       []simInterval
+	iv       []interval
 	releases map[string][]int64
 	maxFence map[string]int64
-	session  map[string]*simSession
-	trace    []simTraceEvent
+	session  map[string]*holding
+	trace    []traceEvent
 }
 
-type simTraceEvent struct {
+type traceEvent struct {
 	at  int64
 	msg string
 }
 
-// simViolation is a checker's finding.
-type simViolation struct {
+// Violation is a checker's finding.
+type Violation struct {
 	Check string // one-holder, limit, fence-unique, fence-order, retry-fence, error
 	at    int64
 	key   string
 	msg   string
 }
 
-type SimHistory struct {
+type History struct {
 	// latest: a client believes the expiry of its latest answer, not the
 	// latest of all its answers (a weaker promise, what a client before
 	// rule V1 could count on; a control uses it to show it finds a late
@@ -121,29 +121,29 @@ type SimHistory struct {
 	// scopes the promise so; docs/api.md does not
 	// (sim_redlock: TestSimRedlockStrictFences).
 	OwnFences  bool
-	Keys       map[string]*simKeyHist
-	Violations []simViolation
+	Keys       map[string]*keyHist
+	Violations []Violation
 	digests    map[string]string // digest → token, for the trace
-	Reqs       []*SimRequest
-	global     []simTraceEvent
+	Reqs       []*Request
+	global     []traceEvent
 }
 
-func NewSimHistory() *SimHistory {
-	return &SimHistory{Keys: map[string]*simKeyHist{}, digests: map[string]string{}}
+func NewHistory() *History {
+	return &History{Keys: map[string]*keyHist{}, digests: map[string]string{}}
 }
 
-func (h *SimHistory) Key(name string, sem bool, limit int) *simKeyHist {
+func (h *History) Key(name string, sem bool, limit int) *keyHist {
 	k := h.Keys[name]
 	if k == nil {
-		k = &simKeyHist{name: name, Sem: sem, Limit: limit, releases: map[string][]int64{},
-			maxFence: map[string]int64{}, session: map[string]*simSession{}}
+		k = &keyHist{name: name, Sem: sem, Limit: limit, releases: map[string][]int64{},
+			maxFence: map[string]int64{}, session: map[string]*holding{}}
 		h.Keys[name] = k
 	}
 	return k
 }
 
-func (h *SimHistory) Note(at int64, key, format string, args ...any) {
-	e := simTraceEvent{at: at, msg: fmt.Sprintf(format, args...)}
+func (h *History) Note(at int64, key, format string, args ...any) {
+	e := traceEvent{at: at, msg: fmt.Sprintf(format, args...)}
 	if k := h.Keys[key]; k != nil {
 		k.trace = append(k.trace, e)
 		return
@@ -151,11 +151,11 @@ func (h *SimHistory) Note(at int64, key, format string, args ...any) {
 	h.global = append(h.global, e)
 }
 
-func (h *SimHistory) Violate(check string, at int64, key, format string, args ...any) {
-	h.Violations = append(h.Violations, simViolation{Check: check, at: at, key: key, msg: fmt.Sprintf(format, args...)})
+func (h *History) Violate(check string, at int64, key, format string, args ...any) {
+	h.Violations = append(h.Violations, Violation{Check: check, at: at, key: key, msg: fmt.Sprintf(format, args...)})
 }
 
-func (h *SimHistory) TokenOf(digest string) string {
+func (h *History) TokenOf(digest string) string {
 	if t, ok := h.digests[digest]; ok {
 		return t
 	}
@@ -164,9 +164,9 @@ func (h *SimHistory) TokenOf(digest string) string {
 
 // sent records a request as it leaves its client, with the snapshots the
 // fence checks compare its answer to.
-func (h *SimHistory) Sent(now int64, r *SimRequest, limit int) {
+func (h *History) Sent(now int64, r *Request, limit int) {
 	h.Reqs = append(h.Reqs, r)
-	r.Id = len(h.Reqs)
+	r.ID = len(h.Reqs)
 	r.Sent = now
 	h.digests[script.DigestHex(r.Token)] = r.Token
 	k := h.Key(r.Key, r.Sem, limit)
@@ -185,33 +185,33 @@ func (h *SimHistory) Sent(now int64, r *SimRequest, limit int) {
 		k.releases[r.Token] = append(k.releases[r.Token], now)
 		delete(k.session, r.Token)
 	}
-	h.Note(now, r.Key, "c%d → gw%d  #%d %s tok=%s%s", r.Client, r.Gw, r.Id, r.Kind, r.Token, ttlNote(r))
+	h.Note(now, r.Key, "c%d → gw%d  #%d %s tok=%s%s", r.Client, r.Gw, r.ID, r.Kind, r.Token, ttlNote(r))
 }
 
-func ttlNote(r *SimRequest) string {
+func ttlNote(r *Request) string {
 	if r.Kind == "release" {
 		return ""
 	}
-	return fmt.Sprintf(" ttl=%v", r.Ttl)
+	return fmt.Sprintf(" ttl=%v", r.TTL)
 }
 
 // answered records a request's answer and runs the online checks.
-func (h *SimHistory) Answered(now int64, r *SimRequest) {
+func (h *History) Answered(now int64, r *Request) {
 	r.answered = now
 	k := h.Keys[r.Key]
 	detail := ""
 	if r.Answer == "201" || r.Answer == "200" {
-		detail = fmt.Sprintf(" fence=%d expires=+%s", r.Fence, SimDur(r.Expires-now))
+		detail = fmt.Sprintf(" fence=%d expires=+%s", r.Fence, Dur(r.Expires-now))
 	}
-	h.Note(now, r.Key, "gw%d → c%d  #%d %s%s", r.Gw, r.Client, r.Id, r.Answer, detail)
+	h.Note(now, r.Key, "gw%d → c%d  #%d %s%s", r.Gw, r.Client, r.ID, r.Answer, detail)
 	if strings.HasPrefix(r.Answer, "500") {
-		h.Violate("error", now, r.Key, "#%d %s answered %s", r.Id, r.Kind, r.Answer)
+		h.Violate("error", now, r.Key, "#%d %s answered %s", r.ID, r.Kind, r.Answer)
 	}
 	if r.Answer != "201" && r.Answer != "200" {
 		return
 	}
-	if r.Expires-SimGrace > now {
-		k.iv = append(k.iv, simInterval{token: r.Token, from: now, to: r.Expires - SimGrace, req: r})
+	if r.Expires-Grace > now {
+		k.iv = append(k.iv, interval{token: r.Token, from: now, to: r.Expires - Grace, req: r})
 	}
 	if r.Kind != "acquire" {
 		if s := k.session[r.Token]; s != nil && s.until > r.Sent {
@@ -219,7 +219,7 @@ func (h *SimHistory) Answered(now int64, r *SimRequest) {
 			// same lease, the same fence (docs/api.md).
 			if r.Fence != s.fence && !h.OwnFences {
 				h.Violate("extend-fence", now, r.Key, "#%d, an extend of tok %s sent while it held the key with fence %d (granted by #%d), answered fence %d",
-					r.Id, r.Token, s.fence, s.req, r.Fence)
+					r.ID, r.Token, s.fence, s.req, r.Fence)
 			}
 			s.until = max(s.until, r.Expires)
 		} else if r.Expires > now {
@@ -227,7 +227,7 @@ func (h *SimHistory) Answered(now int64, r *SimRequest) {
 			// found a lease of the token all the same: one granted by a PUT
 			// of the token answered 503, "outcome unknown", that landed
 			// after (docs/api.md, Safe retries). Its fence is that grant's.
-			k.session[r.Token] = &simSession{fence: r.Fence, until: r.Expires, req: r.Id}
+			k.session[r.Token] = &holding{fence: r.Fence, until: r.Expires, req: r.ID}
 		}
 		return
 	}
@@ -235,27 +235,27 @@ func (h *SimHistory) Answered(now int64, r *SimRequest) {
 	// token since may exceed: the order is between new grants.
 	if r.Answer == "201" && r.otherToken != "" && r.Fence <= r.otherFence {
 		h.Violate("fence-order", now, r.Key, "#%d (tok %s) answered fence %d, not above fence %d answered to tok %s before #%d was sent",
-			r.Id, r.Token, r.Fence, r.otherFence, r.otherToken, r.Id)
+			r.ID, r.Token, r.Fence, r.otherFence, r.otherToken, r.ID)
 	}
 	if r.ownFence > 0 && !h.OwnFences && (r.Fence < r.ownFence || (r.Answer == "201" && r.Fence == r.ownFence)) {
 		h.Violate("fence-order", now, r.Key, "#%d (tok %s) answered %s with fence %d after the same token was answered fence %d",
-			r.Id, r.Token, r.Answer, r.Fence, r.ownFence)
+			r.ID, r.Token, r.Answer, r.Fence, r.ownFence)
 	}
-	if r.seqActive && now < r.seqUntil-SimGrace && r.Fence != r.seqFence && !h.OwnFences {
+	if r.seqActive && now < r.seqUntil-Grace && r.Fence != r.seqFence && !h.OwnFences {
 		h.Violate("retry-fence", now, r.Key, "#%d, a retry of tok %s sent while it held the key with fence %d (granted by #%d, until +%s), answered %s with fence %d",
-			r.Id, r.Token, r.seqFence, r.seqGrantReq, SimDur(r.seqUntil-r.Sent), r.Answer, r.Fence)
+			r.ID, r.Token, r.seqFence, r.seqGrantReq, Dur(r.seqUntil-r.Sent), r.Answer, r.Fence)
 	}
 	k.maxFence[r.Token] = max(k.maxFence[r.Token], r.Fence)
 	if s := k.session[r.Token]; s != nil && s.until > now {
-		s.fence, s.until, s.req = r.Fence, max(s.until, r.Expires), r.Id
+		s.fence, s.until, s.req = r.Fence, max(s.until, r.Expires), r.ID
 	} else if r.Expires > now {
-		k.session[r.Token] = &simSession{fence: r.Fence, until: r.Expires, req: r.Id}
+		k.session[r.Token] = &holding{fence: r.Fence, until: r.Expires, req: r.ID}
 	}
 }
 
 // nodeRan logs a script's run on a node in the trace of its key.
-func (h *SimHistory) nodeRan(now int64, c *simCall, name string, r SimReply, late bool) {
-	key := SimKeyOf(c.keys)
+func (h *History) nodeRan(now int64, c *scriptCall, name string, r Reply, late bool) {
+	key := KeyOf(c.keys)
 	tok := ""
 	if len(c.args) > 0 {
 		if d, ok := c.args[0].(string); ok && len(d) == 64 {
@@ -264,12 +264,12 @@ func (h *SimHistory) nodeRan(now int64, c *simCall, name string, r SimReply, lat
 	}
 	when := ""
 	if late {
-		when = fmt.Sprintf("  LATE: sent %s ago, its gateway gave up", SimDur(now-c.sentAt))
+		when = fmt.Sprintf("  LATE: sent %s ago, its gateway gave up", Dur(now-c.sentAt))
 	}
-	h.Note(now, key, "  node runs %s for #%d%s → %s%s", name, c.op.Req.Id, tok, h.Short(r), when)
+	h.Note(now, key, "  node runs %s for #%d%s → %s%s", name, c.op.Req.ID, tok, h.Short(r), when)
 }
 
-func (h *SimHistory) Short(r SimReply) string {
+func (h *History) Short(r Reply) string {
 	if r.Err != nil {
 		return "error " + r.Err.Error()
 	}
@@ -286,7 +286,7 @@ func (h *SimHistory) Short(r SimReply) string {
 // check runs the interval checks (one holder, limit) over the whole
 // history, after the run: a holding ends at the first release its token
 // sent after it began.
-func (h *SimHistory) Check() {
+func (h *History) Check() {
 	names := make([]string, 0, len(h.Keys))
 	for n := range h.Keys {
 		names = append(names, n)
@@ -294,7 +294,7 @@ func (h *SimHistory) Check() {
 	sort.Strings(names)
 	for _, n := range names {
 		k := h.Keys[n]
-		iv := make([]simInterval, 0, len(k.iv))
+		iv := make([]interval, 0, len(k.iv))
 		next := map[string]int64{} // token → when its next answer came
 		for i := len(k.iv) - 1; i >= 0; i-- {
 			v := &k.iv[i]
@@ -315,7 +315,7 @@ func (h *SimHistory) Check() {
 			}
 		}
 		sort.SliceStable(iv, func(i, j int) bool { return iv[i].from < iv[j].from })
-		var active []simInterval
+		var active []interval
 		for _, v := range iv {
 			keep := active[:0]
 			for _, a := range active {
@@ -324,7 +324,7 @@ func (h *SimHistory) Check() {
 				}
 			}
 			active = append(keep, v)
-			holders := map[string]simInterval{}
+			holders := map[string]interval{}
 			for _, a := range active {
 				if old, ok := holders[a.token]; !ok || a.to > old.to {
 					holders[a.token] = a
@@ -336,7 +336,7 @@ func (h *SimHistory) Check() {
 				for _, a := range active {
 					if a.token != v.token && a.req.Fence == v.req.Fence {
 						h.Violate("fence-unique", v.from, n, "tok %s (#%d %s) and tok %s (#%d %s) hold permits at once with one fence, %d",
-							a.token, a.req.Id, a.req.Answer, v.token, v.req.Id, v.req.Answer, v.req.Fence)
+							a.token, a.req.ID, a.req.Answer, v.token, v.req.ID, v.req.Answer, v.req.Fence)
 						break
 					}
 				}
@@ -349,7 +349,7 @@ func (h *SimHistory) Check() {
 				var parts []string
 				for _, a := range active {
 					parts = append(parts, fmt.Sprintf("tok %s (#%d %s, fence %d, told it holds until +%s)",
-						a.token, a.req.Id, a.req.Answer, a.req.Fence, SimDur(a.to+SimGrace-v.from)))
+						a.token, a.req.ID, a.req.Answer, a.req.Fence, Dur(a.to+Grace-v.from)))
 				}
 				check := "one-holder"
 				if k.Sem {
@@ -363,8 +363,8 @@ func (h *SimHistory) Check() {
 }
 
 // first is the earliest violation.
-func (h *SimHistory) First() *simViolation {
-	var f *simViolation
+func (h *History) First() *Violation {
+	var f *Violation
 	for i := range h.Violations {
 		if f == nil || h.Violations[i].at < f.at {
 			f = &h.Violations[i]
@@ -375,12 +375,12 @@ func (h *SimHistory) First() *simViolation {
 
 // traceOf is the last events of v's key up to its time (and a little
 // after): the short replayable story of the failure.
-func (h *SimHistory) TraceOf(v *simViolation, base int64, n int) string {
+func (h *History) TraceOf(v *Violation, base int64, n int) string {
 	k := h.Keys[v.key]
 	if k == nil {
 		return ""
 	}
-	var ev []simTraceEvent
+	var ev []traceEvent
 	for _, e := range k.trace {
 		if e.at <= v.at+1000 {
 			ev = append(ev, e)

@@ -8,7 +8,7 @@ import (
 	"fmt"
 )
 
-func (r SimRun) RlReport() string {
+func (r Run) RedlockReport() string {
 	v := r.Violation
 	return fmt.Sprintf("seed %d: %s at %.3f ms on %s: %s\n%s", r.Seed, v.Check, float64(v.at)/1000, v.key, v.msg, r.Trace)
 }

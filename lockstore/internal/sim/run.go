@@ -40,69 +40,69 @@ func MustReplace(src, old, new string) string {
 //	go test ./lockstore -run TestSimRedis -sim.duration 10m (make sim)
 //	go test ./lockstore -run TestSimRedis -sim.control old-release
 var (
-	SimSeed        = flag.Uint64("sim.seed", 0, "simulator: run only this seed")
-	SimFirst       = flag.Uint64("sim.first", 1, "simulator: the first seed of a run")
-	SimOps         = flag.Int("sim.ops", 0, "simulator: requests to run in all (default 100 000; make sim runs for a duration)")
-	SimDuration    = flag.Duration("sim.duration", 0, "simulator: run seeds until this much wall time has passed")
-	SimControlFlag = flag.String("sim.control", "", "simulator: undo this rule (a control; see simControls)")
+	Seed     = flag.Uint64("sim.seed", 0, "simulator: run only this seed")
+	First    = flag.Uint64("sim.first", 1, "simulator: the first seed of a run")
+	Ops      = flag.Int("sim.ops", 0, "simulator: requests to run in all (default 100 000; make sim runs for a duration)")
+	Duration = flag.Duration("sim.duration", 0, "simulator: run seeds until this much wall time has passed")
+	Control  = flag.String("sim.control", "", "simulator: undo this rule (a control; see simControls)")
 )
 
 // simSeedOps is how many requests one seed runs: short runs keep traces
 // short and seeds many.
-const SimSeedOps = 2_000
+const SeedOps = 2_000
 
 // simRun is one seed's outcome.
-type SimRun struct {
+type Run struct {
 	Seed      uint64
 	Ops       int
 	Calls     int
 	Late      int
 	Virtual   int64 // µs of virtual time
-	Violation *simViolation
+	Violation *Violation
 	Trace     string
 	Answers   map[string]int // "acquire 201", … : what the workload reached
 }
 
-func (r SimRun) Report() string {
+func (r Run) Report() string {
 	v := r.Violation
 	return fmt.Sprintf("seed %d: %s at %.3f ms on %s: %s\n%s", r.Seed, v.Check, float64(v.at-r.Base())/1000, v.key, v.msg, r.Trace)
 }
 
-func (r SimRun) Base() int64 { return 1_800_000_000_000_000 + int64(r.Seed%1000)*1_000_000_000 }
+func (r Run) Base() int64 { return 1_800_000_000_000_000 + int64(r.Seed%1000)*1_000_000_000 }
 
 // simCallFor is the store call a request makes: the real code.
-func SimCallFor(s SimStore, r *SimRequest, limit int) func(context.Context) (SimAnswer, error) {
+func CallFor(s Store, r *Request, limit int) func(context.Context) (Result, error) {
 	owner := fmt.Sprintf("c%d", r.Client)
 	switch {
 	case !r.Sem && r.Kind == "acquire":
-		return func(ctx context.Context) (SimAnswer, error) {
-			l, err := s.Acquire(ctx, r.Key, lockstore.AcquireRequest{Token: r.Token, TTL: r.Ttl, Owner: owner, HoldAtLeast: r.AtLeast})
-			return SimAnswer{Fence: l.Fence, Granted: l.Granted, renewed: l.Renewed}, err
+		return func(ctx context.Context) (Result, error) {
+			l, err := s.Acquire(ctx, r.Key, lockstore.AcquireRequest{Token: r.Token, TTL: r.TTL, Owner: owner, HoldAtLeast: r.AtLeast})
+			return Result{Fence: l.Fence, Granted: l.Granted, renewed: l.Renewed}, err
 		}
 	case !r.Sem && r.Kind == "extend":
-		return func(ctx context.Context) (SimAnswer, error) {
-			l, err := s.Extend(ctx, r.Key, r.Token, r.Ttl)
-			return SimAnswer{Fence: l.Fence, Granted: l.Granted}, err
+		return func(ctx context.Context) (Result, error) {
+			l, err := s.Extend(ctx, r.Key, r.Token, r.TTL)
+			return Result{Fence: l.Fence, Granted: l.Granted}, err
 		}
 	case !r.Sem:
-		return func(ctx context.Context) (SimAnswer, error) { return SimAnswer{}, s.Release(ctx, r.Key, r.Token) }
+		return func(ctx context.Context) (Result, error) { return Result{}, s.Release(ctx, r.Key, r.Token) }
 	case r.Kind == "acquire":
-		return func(ctx context.Context) (SimAnswer, error) {
-			p, err := s.SemAcquire(ctx, r.Key, lockstore.PermitRequest{Token: r.Token, TTL: r.Ttl, Owner: owner, Limit: limit})
-			return SimAnswer{Fence: p.Fence, Granted: p.Granted, renewed: p.Renewed}, err
+		return func(ctx context.Context) (Result, error) {
+			p, err := s.SemAcquire(ctx, r.Key, lockstore.PermitRequest{Token: r.Token, TTL: r.TTL, Owner: owner, Limit: limit})
+			return Result{Fence: p.Fence, Granted: p.Granted, renewed: p.Renewed}, err
 		}
 	case r.Kind == "extend":
-		return func(ctx context.Context) (SimAnswer, error) {
-			p, err := s.SemExtend(ctx, r.Key, r.Token, r.Ttl)
-			return SimAnswer{Fence: p.Fence, Granted: p.Granted}, err
+		return func(ctx context.Context) (Result, error) {
+			p, err := s.SemExtend(ctx, r.Key, r.Token, r.TTL)
+			return Result{Fence: p.Fence, Granted: p.Granted}, err
 		}
 	}
-	return func(ctx context.Context) (SimAnswer, error) { return SimAnswer{}, s.SemRelease(ctx, r.Key, r.Token) }
+	return func(ctx context.Context) (Result, error) { return Result{}, s.SemRelease(ctx, r.Key, r.Token) }
 }
 
 // simAnswerOf is the HTTP status the gateway would answer (handlers'
 // table), in short.
-func SimAnswerOf(kind string, a SimAnswer, err error) string {
+func AnswerOf(kind string, a Result, err error) string {
 	var held *lockstore.HeldError
 	var full *lockstore.FullError
 	var mismatch *lockstore.LimitMismatchError
@@ -131,7 +131,7 @@ func SimAnswerOf(kind string, a SimAnswer, err error) string {
 
 // simCPU is the CPU time the process used so far: what the simulator's
 // speed is measured in, since a loaded machine stretches wall time.
-func SimCPU() time.Duration {
+func CPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -140,9 +140,9 @@ func SimCPU() time.Duration {
 }
 
 // simBudget is how many requests a test runs in all.
-func SimBudget() int {
-	if *SimOps > 0 {
-		return *SimOps
+func Budget() int {
+	if *Ops > 0 {
+		return *Ops
 	}
 	// The short budget of 100 000 simulated requests is shared: the
 	// `redis` model runs 80 000, the Redlock model RedlockBudget (20 000),
@@ -157,12 +157,12 @@ const RedlockBudget = 20_000
 
 // logSweep reports a sweep's totals and speed (CPU time: a loaded machine
 // stretches wall time), and with -v the answers by kind.
-func LogSweep(t *testing.T, runs []SimRun, began time.Time, cpu time.Duration) {
+func LogSweep(t *testing.T, runs []Run, began time.Time, cpu time.Duration) {
 	t.Helper()
-	elapsed, used := time.Since(began), SimCPU()-cpu
-	ops, calls, late, virtual := SimTotals(runs)
+	elapsed, used := time.Since(began), CPU()-cpu
+	ops, calls, late, virtual := Totals(runs)
 	t.Logf("%d seeds (%d … %d), %d requests, %d script calls (%d landed after their gateway gave up), %s virtual; %s wall, %s CPU: %.0f requests per CPU second",
-		len(runs), runs[0].Seed, runs[len(runs)-1].Seed, ops, calls, late, SimDur(virtual), elapsed.Round(time.Millisecond),
+		len(runs), runs[0].Seed, runs[len(runs)-1].Seed, ops, calls, late, Dur(virtual), elapsed.Round(time.Millisecond),
 		used.Round(time.Millisecond), float64(ops)/used.Seconds())
 	if testing.Verbose() {
 		all := map[string]int{}
@@ -180,7 +180,7 @@ func LogSweep(t *testing.T, runs []SimRun, began time.Time, cpu time.Duration) {
 	}
 }
 
-func SimTotals(runs []SimRun) (ops, calls, late int, virtual int64) {
+func Totals(runs []Run) (ops, calls, late int, virtual int64) {
 	for _, r := range runs {
 		ops += r.Ops
 		calls += r.Calls
@@ -191,10 +191,10 @@ func SimTotals(runs []SimRun) (ops, calls, late int, virtual int64) {
 }
 
 // simTraceLen is how many events of the failing key a report shows.
-var SimTraceLen = 60
+var TraceLen = 60
 
-// SimStore is what simCallFor calls: a Redis or a Redlock.
-type SimStore interface {
+// Store is what simCallFor calls: a Redis or a Redlock.
+type Store interface {
 	lockstore.Store
 	lockstore.Semaphores
 }
@@ -202,7 +202,7 @@ type SimStore interface {
 // simAtLeast is a lock acquire's HoldAtLeast: one in ten asks the key to
 // stay held at least the lease's length after the grant, so that its
 // releases leave lingering values (docs/safety.md, rule L).
-func SimAtLeast(r *rand.Rand, kind string, sem bool, ttl time.Duration) time.Duration {
+func HoldAtLeast(r *rand.Rand, kind string, sem bool, ttl time.Duration) time.Duration {
 	if kind != "acquire" || sem || r.Float64() >= 0.1 {
 		return 0
 	}

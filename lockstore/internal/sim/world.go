@@ -35,7 +35,7 @@ import (
 // says: the late writes of docs/safety.md.
 
 // simNet is the network and fault model, in virtual µs.
-type SimNet struct {
+type Net struct {
 	Timeout   int64 // the gateway's backend timeout
 	DelayMin  int64 // a message's usual delay: uniform in [delayMin, delayMax]
 	DelayMax  int64
@@ -49,35 +49,35 @@ type SimNet struct {
 	PauseMax  int64
 }
 
-var DefaultSimNet = SimNet{
+var DefaultNet = Net{
 	Timeout: 20_000, DelayMin: 50, DelayMax: 1_500,
 	PSlow: 0.03, SlowMax: 400_000, PLoss: 0.01, pDup: 0.005,
 	PSlowGW: 0.002, SlowGWFor: 300_000,
 	PPause: 0.001, PauseMax: 150_000,
 }
 
-type SimEvent struct {
+type Event struct {
 	At  int64
 	Seq uint64
 	Fn  func()
 }
 
-type SimQueue []*SimEvent
+type Queue []*Event
 
-func (q SimQueue) Len() int { return len(q) }
+func (q Queue) Len() int { return len(q) }
 
-func (q SimQueue) Less(i, j int) bool {
+func (q Queue) Less(i, j int) bool {
 	if q[i].At != q[j].At {
 		return q[i].At < q[j].At
 	}
 	return q[i].Seq < q[j].Seq
 }
 
-func (q SimQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q Queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
 
-func (q *SimQueue) Push(x any) { *q = append(*q, x.(*SimEvent)) }
+func (q *Queue) Push(x any) { *q = append(*q, x.(*Event)) }
 
-func (q *SimQueue) Pop() any {
+func (q *Queue) Pop() any {
 	old := *q
 	e := old[len(old)-1]
 	*q = old[:len(old)-1]
@@ -87,32 +87,32 @@ func (q *SimQueue) Pop() any {
 // simScript is a script as a node runs it: its name, its source, and how
 // many arguments it reads (0: all; a control running an older script
 // passes what the older Go code did).
-type SimScript struct {
+type Script struct {
 	Name  string
 	Src   string
 	Nargs int
 }
 
-type SimWorld struct {
-	seed    uint64
-	R       *rand.Rand
-	net     SimNet
-	Now     int64
-	seq     uint64
-	queue   SimQueue
-	park    chan simPark
-	running *SimOp
-	nodes   []*simNode
-	Gws     []*simGateway
-	scripts map[string]SimScript // by the SHA-1 the Go code names
-	Hist    *SimHistory
-	Ops     int // requests answered
-	Calls   int // script calls delivered to a node
-	Late    int // script calls that ran after their gateway gave up
-	pending map[*SimOp]bool
+type World struct {
+	seed     uint64
+	R        *rand.Rand
+	net      Net
+	Now      int64
+	seq      uint64
+	queue    Queue
+	park     chan parked
+	running  *Op
+	nodes    []*node
+	Gateways []*Gateway
+	scripts  map[string]Script // by the SHA-1 the Go code names
+	Hist     *History
+	Ops      int // requests answered
+	Calls    int // script calls delivered to a node
+	Late     int // script calls that ran after their gateway gave up
+	pending  map[*Op]bool
 }
 
-type simNode struct {
+type node struct {
 	id          int
 	srv         *luaredis.Server
 	offset      int64 // the node's clock minus true time, µs
@@ -120,66 +120,66 @@ type simNode struct {
 	loaded      map[string]bool // SCRIPT LOAD / EVAL seen since the last restart
 }
 
-type simGateway struct {
-	Id        int
-	Store     SimStore
+type Gateway struct {
+	ID        int
+	Store     Store
 	slowUntil int64 // a slow path to the node until then
 }
 
 // simOp is one client request running in a gateway.
-type SimOp struct {
-	Req  *SimRequest
-	Gw   *simGateway
-	Call func(ctx context.Context) (SimAnswer, error)
-	Ans  SimAnswer
-	Err  error
-	Done func(*SimOp)
+type Op struct {
+	Req    *Request
+	Gw     *Gateway
+	Call   func(ctx context.Context) (Result, error)
+	Result Result
+	Err    error
+	Done   func(*Op)
 }
 
 // simAnswer is what a store method returned that the checkers need.
-type SimAnswer struct {
+type Result struct {
 	Fence   int64
 	Granted time.Duration
 	renewed bool
 }
 
-type simCall struct {
-	op       *SimOp
+type scriptCall struct {
+	op       *Op
 	sha      string
 	src      string // "" for EVALSHA
 	keys     []string
 	args     []any
-	reply    chan SimReply
+	reply    chan Reply
 	answered bool // the gateway has its answer (a reply, or its timeout)
 	sentAt   int64
 }
 
-type SimReply struct {
+type Reply struct {
 	Val any
 	Err error
 }
 
-type simPark struct {
-	call *simCall // nil: the op returned
+type parked struct {
+	call *scriptCall // nil: the op returned
 }
 
-var errSimTimeout = errors.New("i/o timeout (simulated: the gateway gave up on the call)")
+var errTimeout = errors.New("i/o timeout (simulated: the gateway gave up on the call)")
 
-// NewSimWorld makes a world of nodes and gateways; newStore makes a
+// NewWorld makes a world of nodes and gateways; newStore makes a
 // gateway's store over its simulated client and rule D's clock sampler.
-func NewSimWorld(seed uint64, nodes, gateways int, net SimNet, scripts map[string]SimScript, hist *SimHistory,
-	newStore func(client redis.UniversalClient, clocks *script.Clocks) SimStore) *SimWorld {
-	w := &SimWorld{seed: seed, R: rand.New(rand.NewPCG(seed, 0x51a7)), net: net, park: make(chan simPark),
-		scripts: scripts, Hist: hist, pending: map[*SimOp]bool{}}
+func NewWorld(seed uint64, nodes, gateways int, net Net, scripts map[string]Script, hist *History,
+	newStore func(client redis.UniversalClient, clocks *script.Clocks) Store) *World {
+	w := &World{seed: seed, R: rand.New(rand.NewPCG(seed, 0x51a7)), net: net, park: make(chan parked),
+		scripts: scripts, Hist: hist, pending: map[*Op]bool{}}
 	w.Now = 1_800_000_000_000_000 + int64(seed%1000)*1_000_000_000
 	for i := range nodes {
-		n := &simNode{id: i, srv: luaredis.New(), offset: w.R.Int64N(2_000_000) - 1_000_000, loaded: map[string]bool{}}
+		n := &node{id: i, srv: luaredis.New(), offset: w.R.Int64N(2_000_000) - 1_000_000, loaded: map[string]bool{}}
 		w.nodes = append(w.nodes, n)
 	}
 	for i := range gateways {
-		g := &simGateway{Id: i}
-		g.Store = newStore(simRedis{w: w}, w.clocks())
-		w.Gws = append(w.Gws, g)
+		g := &Gateway{ID: i}
+		g.Store = newStore(redisClient{w: w}, w.clocks())
+		w.Gateways = append(w.Gateways, g)
 	}
 	return w
 }
@@ -187,7 +187,7 @@ func NewSimWorld(seed uint64, nodes, gateways int, net SimNet, scripts map[strin
 // clocks is rule D's sampler for a simulated gateway (script/clock.go): on the
 // world's clock, with the gateway's backend timeout. A call fails only by
 // that timeout, which fires at its give-up moment, so settle never waits.
-func (w *SimWorld) clocks() *script.Clocks {
+func (w *World) clocks() *script.Clocks {
 	c := script.NewClocks(time.Duration(w.net.Timeout)*time.Microsecond, false)
 	c.Now = func() time.Time { return time.UnixMicro(w.Now) }
 	c.SleepUntil = func(t time.Time) {
@@ -196,39 +196,39 @@ func (w *SimWorld) clocks() *script.Clocks {
 	return c
 }
 
-func (w *SimWorld) at(t int64, fn func()) {
+func (w *World) at(t int64, fn func()) {
 	w.seq++
-	heap.Push(&w.queue, &SimEvent{At: t, Seq: w.seq, Fn: fn})
+	heap.Push(&w.queue, &Event{At: t, Seq: w.seq, Fn: fn})
 }
 
-func (w *SimWorld) After(d int64, fn func()) { w.at(w.Now+d, fn) }
+func (w *World) After(d int64, fn func()) { w.at(w.Now+d, fn) }
 
 // step runs the next event; false when none is left.
-func (w *SimWorld) Step() bool {
+func (w *World) Step() bool {
 	if len(w.queue) == 0 {
 		return false
 	}
-	e := heap.Pop(&w.queue).(*SimEvent)
+	e := heap.Pop(&w.queue).(*Event)
 	w.Now = max(w.Now, e.At)
 	e.Fn()
 	return true
 }
 
-func (w *SimWorld) chance(p float64) bool { return w.R.Float64() < p }
+func (w *World) chance(p float64) bool { return w.R.Float64() < p }
 
 // start runs op in its gateway: a goroutine of its own, to which the world
 // hands control until it parks on a script call or returns.
-func (w *SimWorld) Start(op *SimOp) {
+func (w *World) Start(op *Op) {
 	w.pending[op] = true
 	w.running = op
 	go func() {
-		op.Ans, op.Err = op.Call(context.Background())
-		w.park <- simPark{}
+		op.Result, op.Err = op.Call(context.Background())
+		w.park <- parked{}
 	}()
 	w.await(op)
 }
 
-func (w *SimWorld) await(op *SimOp) {
+func (w *World) await(op *Op) {
 	p := <-w.park
 	w.running = nil
 	if p.call == nil {
@@ -240,7 +240,7 @@ func (w *SimWorld) await(op *SimOp) {
 	w.send(p.call)
 }
 
-func (w *SimWorld) resume(c *simCall, r SimReply) {
+func (w *World) resume(c *scriptCall, r Reply) {
 	c.answered = true
 	w.running = c.op
 	c.reply <- r
@@ -249,7 +249,7 @@ func (w *SimWorld) resume(c *simCall, r SimReply) {
 
 // drain ends the ops still waiting on a call, as if their calls timed out,
 // so no goroutine is left behind.
-func (w *SimWorld) Drain() {
+func (w *World) Drain() {
 	for len(w.pending) > 0 {
 		if !w.Step() {
 			break
@@ -257,7 +257,7 @@ func (w *SimWorld) Drain() {
 	}
 }
 
-func (w *SimWorld) delay(g *simGateway) int64 {
+func (w *World) delay(g *Gateway) int64 {
 	if w.Now < g.slowUntil && w.chance(0.5) || w.chance(w.net.PSlow) {
 		return w.net.Timeout + w.R.Int64N(w.net.SlowMax-w.net.Timeout)
 	}
@@ -265,7 +265,7 @@ func (w *SimWorld) delay(g *simGateway) int64 {
 }
 
 // send puts a gateway's script call on the wire to the node.
-func (w *SimWorld) send(c *simCall) {
+func (w *World) send(c *scriptCall) {
 	g := c.op.Gw
 	c.sentAt = w.Now
 	if w.chance(w.net.PSlowGW) {
@@ -273,7 +273,7 @@ func (w *SimWorld) send(c *simCall) {
 	}
 	w.After(w.net.Timeout, func() {
 		if !c.answered {
-			w.resume(c, SimReply{Err: errSimTimeout})
+			w.resume(c, Reply{Err: errTimeout})
 		}
 	})
 	if !w.chance(w.net.PLoss) {
@@ -285,13 +285,13 @@ func (w *SimWorld) send(c *simCall) {
 	if w.chance(w.net.PPause) {
 		n := w.nodes[0]
 		n.pausedUntil = max(n.pausedUntil, w.Now+w.R.Int64N(w.net.PauseMax))
-		w.Hist.Note(w.Now, "", "node %d paused until +%s", n.id, SimDur(n.pausedUntil-w.Now))
+		w.Hist.Note(w.Now, "", "node %d paused until +%s", n.id, Dur(n.pausedUntil-w.Now))
 	}
 }
 
 // deliver runs a call on a node, which answers it (unless the answer is
 // lost) over the same kind of link.
-func (w *SimWorld) deliver(c *simCall, n *simNode) {
+func (w *World) deliver(c *scriptCall, n *node) {
 	if w.Now < n.pausedUntil { // a paused process reads its socket when it resumes
 		w.at(n.pausedUntil, func() { w.deliver(c, n) })
 		return
@@ -302,7 +302,7 @@ func (w *SimWorld) deliver(c *simCall, n *simNode) {
 		panic(fmt.Sprintf("sim: the gateway called an unknown script %s", c.sha))
 	}
 	n.srv.SetTime(w.Now + n.offset)
-	var r SimReply
+	var r Reply
 	if c.src == "" && !n.loaded[c.sha] {
 		r.Err = luaredis.Error("NOSCRIPT No matching script. Please use EVAL.")
 	} else {
@@ -324,9 +324,9 @@ func (w *SimWorld) deliver(c *simCall, n *simNode) {
 	// Rule D: a grant that runs once its gateway may have answered 503
 	// for it (its call's timeout) grants nothing (codes 1 and 2 of both
 	// scripts: a new grant, a renewal).
-	if (s.Name == "acquire.lua" || s.Name == "sem_acquire.lua") && w.Now >= c.sentAt+w.net.Timeout && simGranted(r) {
-		w.Hist.Violate("late-grant", w.Now, SimKeyOf(c.keys), "%s of #%d ran %s after it was sent, past its gateway's give-up, and answered %s",
-			s.Name, c.op.Req.Id, SimDur(w.Now-c.sentAt), w.Hist.Short(r))
+	if (s.Name == "acquire.lua" || s.Name == "sem_acquire.lua") && w.Now >= c.sentAt+w.net.Timeout && granted(r) {
+		w.Hist.Violate("late-grant", w.Now, KeyOf(c.keys), "%s of #%d ran %s after it was sent, past its gateway's give-up, and answered %s",
+			s.Name, c.op.Req.ID, Dur(w.Now-c.sentAt), w.Hist.Short(r))
 	}
 	if w.chance(w.net.PLoss) {
 		return
@@ -338,8 +338,8 @@ func (w *SimWorld) deliver(c *simCall, n *simNode) {
 	})
 }
 
-// simGranted says whether a grant script's reply is a grant or a renewal.
-func simGranted(r SimReply) bool {
+// granted says whether a grant script's reply is a grant or a renewal.
+func granted(r Reply) bool {
 	list, ok := r.Val.([]any)
 	if r.Err != nil || !ok || len(list) == 0 {
 		return false
@@ -348,29 +348,29 @@ func simGranted(r SimReply) bool {
 	return code == 1 || code == 2
 }
 
-// simRedis is the gateways' go-redis client: it implements only what
+// redisClient is the gateways' go-redis client: it implements only what
 // redis.Script.Run calls (EvalSha, then Eval on NOSCRIPT); any other method
 // panics on the nil interface.
-type simRedis struct {
+type redisClient struct {
 	redis.UniversalClient
-	w *SimWorld
+	w *World
 }
 
-func (c simRedis) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+func (c redisClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	return c.do(ctx, sha, "", keys, args)
 }
 
-func (c simRedis) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+func (c redisClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	return c.do(ctx, luaredis.Sha1(script), script, keys, args)
 }
 
-func (c simRedis) do(ctx context.Context, sha, src string, keys []string, args []any) *redis.Cmd {
+func (c redisClient) do(ctx context.Context, sha, src string, keys []string, args []any) *redis.Cmd {
 	op := c.w.running
 	if op == nil {
 		panic("sim: a script call outside a simulated request")
 	}
-	call := &simCall{op: op, sha: sha, src: src, keys: keys, args: args, reply: make(chan SimReply)}
-	c.w.park <- simPark{call: call}
+	call := &scriptCall{op: op, sha: sha, src: src, keys: keys, args: args, reply: make(chan Reply)}
+	c.w.park <- parked{call: call}
 	r := <-call.reply
 	cmd := redis.NewCmd(ctx)
 	if r.Err != nil {
@@ -384,9 +384,9 @@ func (c simRedis) do(ctx context.Context, sha, src string, keys []string, args [
 // simScripts are the scripts the `redis` gateway runs, by SHA-1, with the
 // substitutions a control makes (by name: the source to run instead, and
 // how many arguments it reads).
-func SimScripts(subst map[string]SimScript) map[string]SimScript {
-	out := map[string]SimScript{}
-	for _, s := range []SimScript{
+func RedisScripts(subst map[string]Script) map[string]Script {
+	out := map[string]Script{}
+	for _, s := range []Script{
 		{Name: "acquire.lua", Src: script.DeadlineLua + script.AcquireLua},
 		{Name: "clock.lua", Src: script.ClockLua},
 		{Name: "extend.lua", Src: script.ExtendLua},
@@ -415,7 +415,7 @@ func SimScripts(subst map[string]SimScript) map[string]SimScript {
 
 // simKeyOf names the simulated key a script call is about, from its first
 // Redis key ("lockgw:{k}:lock", "lockgw:{sem#k}:permits").
-func SimKeyOf(keys []string) string {
+func KeyOf(keys []string) string {
 	if len(keys) == 0 {
 		return ""
 	}
@@ -426,6 +426,6 @@ func SimKeyOf(keys []string) string {
 	return k
 }
 
-func SimDur(us int64) string {
+func Dur(us int64) string {
 	return time.Duration(us * 1000).String()
 }
