@@ -43,7 +43,7 @@ import (
 type simControl struct {
 	scripts map[string]sim.Script
 	want    string // the check that must find it
-	latest  bool   // check holdings by the latest answer (simHistory.latest)
+	latest  bool   // check holdings by the latest answer (sim.History.Latest)
 }
 
 var simControls = map[string]simControl{"": {}}

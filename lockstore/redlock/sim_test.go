@@ -33,7 +33,7 @@ import (
 // gateway processes replaced mid-run (a new process trusts the first
 // run_id it sees: rule Q must cover it), and a gateway deployed mid-run
 // with another node list over shared nodes (rule C: it must be refused).
-// The same checkers (sim_check) read every history, and, after each
+// The same checkers (sim.History) read every history, and, after each
 // seed, a quiet stretch checks that a healthy majority grants (liveness).
 //
 //	go test ./lockstore -run 'TestSimRedlock$' -v               the short budget
@@ -59,7 +59,7 @@ type rlConfig struct {
 	transition bool
 	// strictRetry checks docs/api.md's fence promises to a token that
 	// holds the key: a sequential retry and an extend answer its fence, a
-	// 201 to it a higher one (simHistory.ownFences).
+	// 201 to it a higher one (sim.History.OwnFences).
 	strictRetry bool
 	net         rlNet
 }
@@ -746,7 +746,7 @@ func TestSimRedlockControls(t *testing.T) {
 // TestSimRedlockStrictFences checks fence promises to a token that holds
 // the key stricter than docs/api.md makes on Redlock (every sequential
 // retry and extend answer its fence; a 201 to it a higher one), which
-// TestSimRedlock leaves out (simHistory.ownFences). docs/api.md promises
+// TestSimRedlock leaves out (sim.History.OwnFences). docs/api.md promises
 // the fence to a retry that reaches a majority of the nodes that granted
 // the lease; one that reaches fewer may be answered 201 with a higher
 // fence, and a call whose earlier round confirmed the lease answers 201

@@ -28,7 +28,7 @@ import (
 )
 
 // The Redlock simulator's world (issue 26). Unlike the `redis` model
-// (sim_world), which replaces the gateway's go-redis client, this one runs
+// (sim.World), which replaces the gateway's go-redis client, this one runs
 // the whole real Redlock store: NewRedlock with real go-redis clients, its
 // fan-out goroutines, batches, warm-ups, probers, the node-list marking
 // passes, and the restart guard's INFO on every new connection. Only the
@@ -55,7 +55,7 @@ import (
 // cannot do that, and A1 does not allow it (the `redis` model's
 // duplication is a gateway-level twin here, which clients do).
 
-// rlNet adds to simNet what only the Redlock model has.
+// rlNet adds to sim.Net what only the Redlock model has.
 type rlNet struct {
 	sim.Net
 	pCrash     float64 // per client request, a node crashes (loses its data)

@@ -1,7 +1,3 @@
-// The simulator runs one goroutine at a time, so the race detector finds
-// nothing in it, and slows its Lua interpreter several times over: make
-// test runs it without -race (Makefile, test).
-
 package sim
 
 import (
@@ -13,34 +9,13 @@ import (
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 )
 
-// The simulator's history and checkers. What a client was told is all they
-// look at (and the node's log, for the trace):
-//
-//   - one holder: a client holds a lock from an answer that granted or
-//     extended it (201/200) until the expires_at it was given (the
-//     gateway's start + ttl, less simGrace) or until it sends a release,
-//     whichever comes first; two tokens never hold one lock at once;
-//   - the limit: at most limit tokens hold permits of one semaphore at once;
-//   - fences unique: permits held at once by two tokens carry two fences;
-//   - fences increase: a new grant (201) sent after another token's grant
-//     was answered gets a higher fence; one sent after the same token's grant
-//     was answered gets no lower a fence (a new grant, 201, a higher one);
-//   - a sequential same-token retry keeps its fence: an acquire sent while
-//     the token holds the key (after its grant's answer, before its expiry,
-//     no release in between) and answered before that expiry gets the same
-//     fence;
-//   - "a 204 never removes a later grant" is the one-holder check: a grant
-//     answered after a release was sent is a new holding, which a late
-//     delete that removed it would leave open to a second holder.
-//
-// Clients send a release only when nothing else of theirs is outstanding,
-// so every answer after a release's send is to a request sent after it.
-
-// simGrace: a client stops 1 ms before expires_at. The node keeps expiries
+// Grace: a client stops 1 ms before expires_at. The node keeps expiries
 // in ms (a permit is dropped once TIME's ms reaches its expiry) while the
 // gateway's start has µs: the last sub-millisecond is not promised.
 const Grace = 1000
 
+// Request is one client request: what the workload sends, and, once it
+// is answered, what the client was told.
 type Request struct {
 	ID       int
 	Client   int
@@ -67,18 +42,21 @@ type Request struct {
 	seqGrantReq int
 }
 
+// interval is a token's holding of a key, as an answer told it.
 type interval struct {
 	token    string
 	from, to int64
 	req      *Request
 }
 
+// holding is a token's lease on a key, for the fence checks.
 type holding struct {
 	fence int64
 	until int64
 	req   int
 }
 
+// keyHist is one key's history.
 type keyHist struct {
 	name     string
 	Sem      bool
@@ -90,6 +68,7 @@ type keyHist struct {
 	trace    []traceEvent
 }
 
+// traceEvent is one line of a trace.
 type traceEvent struct {
 	at  int64
 	msg string
@@ -103,13 +82,36 @@ type Violation struct {
 	msg   string
 }
 
+// History is a run's requests and their answers, and its checkers. What
+// a client was told is all they look at (and the nodes' log, for the
+// trace):
+//
+//   - one holder: a client holds a lock from an answer that granted or
+//     extended it (201/200) until the expires_at it was given (the
+//     gateway's start + ttl, less Grace) or until it sends a release,
+//     whichever comes first; two tokens never hold one lock at once;
+//   - the limit: at most limit tokens hold permits of one semaphore at once;
+//   - fences unique: permits held at once by two tokens carry two fences;
+//   - fences increase: a new grant (201) sent after another token's grant
+//     was answered gets a higher fence; one sent after the same token's grant
+//     was answered gets no lower a fence (a new grant, 201, a higher one);
+//   - a sequential same-token retry keeps its fence: an acquire sent while
+//     the token holds the key (after its grant's answer, before its expiry,
+//     no release in between) and answered before that expiry gets the same
+//     fence;
+//   - "a 204 never removes a later grant" is the one-holder check: a grant
+//     answered after a release was sent is a new holding, which a late
+//     delete that removed it would leave open to a second holder.
+//
+// Clients send a release only when nothing else of theirs is outstanding,
+// so every answer after a release's send is to a request sent after it.
 type History struct {
-	// latest: a client believes the expiry of its latest answer, not the
+	// Latest: a client believes the expiry of its latest answer, not the
 	// latest of all its answers (a weaker promise, what a client before
 	// rule V1 could count on; a control uses it to show it finds a late
 	// write, not a shorter answer).
 	Latest bool
-	// ownFences: no checks of what a token is answered against its own
+	// OwnFences: no checks of what a token is answered against its own
 	// earlier answers (retry-fence, extend-fence, and fence-order within
 	// one token); the order across holders stays checked. On Redlock a
 	// lease's values can disagree on its fence (a renewal whose write-back
@@ -119,7 +121,7 @@ type History struct {
 	// 201, with it or above it, and a permit's retry whose write-back finds
 	// a counter past its fence raises it. docs/safety.md ("Retries")
 	// scopes the promise so; docs/api.md does not
-	// (sim_redlock: TestSimRedlockStrictFences).
+	// (lockstore/redlock: TestSimRedlockStrictFences).
 	OwnFences  bool
 	Keys       map[string]*keyHist
 	Violations []Violation
@@ -128,10 +130,13 @@ type History struct {
 	global     []traceEvent
 }
 
+// NewHistory returns an empty History.
 func NewHistory() *History {
 	return &History{Keys: map[string]*keyHist{}, digests: map[string]string{}}
 }
 
+// Key is name's history, made on first use: a semaphore's when sem, with
+// its limit.
 func (h *History) Key(name string, sem bool, limit int) *keyHist {
 	k := h.Keys[name]
 	if k == nil {
@@ -142,6 +147,8 @@ func (h *History) Key(name string, sem bool, limit int) *keyHist {
 	return k
 }
 
+// Note adds a line to the trace of key (with no such key, to every
+// trace around its time).
 func (h *History) Note(at int64, key, format string, args ...any) {
 	e := traceEvent{at: at, msg: fmt.Sprintf(format, args...)}
 	if k := h.Keys[key]; k != nil {
@@ -151,10 +158,12 @@ func (h *History) Note(at int64, key, format string, args ...any) {
 	h.global = append(h.global, e)
 }
 
+// Violate records a finding of check.
 func (h *History) Violate(check string, at int64, key, format string, args ...any) {
 	h.Violations = append(h.Violations, Violation{Check: check, at: at, key: key, msg: fmt.Sprintf(format, args...)})
 }
 
+// TokenOf is the token whose digest the nodes store, for the trace.
 func (h *History) TokenOf(digest string) string {
 	if t, ok := h.digests[digest]; ok {
 		return t
@@ -162,7 +171,7 @@ func (h *History) TokenOf(digest string) string {
 	return digest[:min(8, len(digest))]
 }
 
-// sent records a request as it leaves its client, with the snapshots the
+// Sent records a request as it leaves its client, with the snapshots the
 // fence checks compare its answer to.
 func (h *History) Sent(now int64, r *Request, limit int) {
 	h.Reqs = append(h.Reqs, r)
@@ -195,7 +204,7 @@ func ttlNote(r *Request) string {
 	return fmt.Sprintf(" ttl=%v", r.TTL)
 }
 
-// answered records a request's answer and runs the online checks.
+// Answered records a request's answer and runs the online checks.
 func (h *History) Answered(now int64, r *Request) {
 	r.answered = now
 	k := h.Keys[r.Key]
@@ -269,6 +278,7 @@ func (h *History) nodeRan(now int64, c *scriptCall, name string, r Reply, late b
 	h.Note(now, key, "  node runs %s for #%d%s → %s%s", name, c.op.Req.ID, tok, h.Short(r), when)
 }
 
+// Short writes a node's reply for the trace, with tokens for digests.
 func (h *History) Short(r Reply) string {
 	if r.Err != nil {
 		return "error " + r.Err.Error()
@@ -283,7 +293,7 @@ func (h *History) Short(r Reply) string {
 	return s
 }
 
-// check runs the interval checks (one holder, limit) over the whole
+// Check runs the interval checks (one holder, limit) over the whole
 // history, after the run: a holding ends at the first release its token
 // sent after it began.
 func (h *History) Check() {
@@ -362,7 +372,7 @@ func (h *History) Check() {
 	}
 }
 
-// first is the earliest violation.
+// First is the earliest violation.
 func (h *History) First() *Violation {
 	var f *Violation
 	for i := range h.Violations {
@@ -373,7 +383,7 @@ func (h *History) First() *Violation {
 	return f
 }
 
-// traceOf is the last events of v's key up to its time (and a little
+// TraceOf is the last events of v's key up to its time (and a little
 // after): the short replayable story of the failure.
 func (h *History) TraceOf(v *Violation, base int64, n int) string {
 	k := h.Keys[v.key]

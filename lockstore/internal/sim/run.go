@@ -1,7 +1,3 @@
-// The simulator runs one goroutine at a time, so the race detector finds
-// nothing in it, and slows its Lua interpreter several times over: make
-// test runs it without -race (Makefile, test).
-
 package sim
 
 import (
@@ -19,6 +15,10 @@ import (
 	"github.com/lockgateway/lockgateway/lockstore"
 )
 
+// MustReplace is src with its one occurrence of old replaced by new: how a
+// control undoes a rule in a script. It panics when src does not hold old
+// exactly once, so a control cannot silently stop undoing anything once the
+// script changes.
 func MustReplace(src, old, new string) string {
 	if strings.Count(src, old) != 1 {
 		panic("sim control: the script no longer contains " + old)
@@ -26,19 +26,9 @@ func MustReplace(src, old, new string) string {
 	return strings.Replace(src, old, new, 1)
 }
 
-// The simulator on the `redis` backend (one node, N = 1): several gateways
-// running the real Redis store code, clients taking, extending, renewing
-// and releasing locks and permits of a few keys, through any gateway, with
-// retries after 503 (same token), twins (one token through two gateways at
-// once), fresh tokens, leases left to expire; the world (sim_world) delays,
-// loses, duplicates and reorders their script calls and pauses the node.
-// Every history is checked (sim_check). A failing seed prints its trace
-// and the command that replays it.
-//
-//	go test -short ./lockstore -run TestSimRedis            100 000 requests
-//	go test ./lockstore -run TestSimRedis -sim.seed 7 -v    one seed, its numbers
-//	go test ./lockstore -run TestSimRedis -sim.duration 10m (make sim)
-//	go test ./lockstore -run TestSimRedis -sim.control old-release
+// Seed, First, Ops, Duration and Control are the flags -sim.seed,
+// -sim.first, -sim.ops, -sim.duration and -sim.control of both models'
+// tests (the package doc shows them in use).
 var (
 	Seed     = flag.Uint64("sim.seed", 0, "simulator: run only this seed")
 	First    = flag.Uint64("sim.first", 1, "simulator: the first seed of a run")
@@ -47,11 +37,11 @@ var (
 	Control  = flag.String("sim.control", "", "simulator: undo this rule (a control; see simControls)")
 )
 
-// simSeedOps is how many requests one seed runs: short runs keep traces
-// short and seeds many.
+// SeedOps is how many requests one seed of the `redis` model runs: short
+// runs keep traces short and seeds many.
 const SeedOps = 2_000
 
-// simRun is one seed's outcome.
+// Run is one seed's outcome.
 type Run struct {
 	Seed      uint64
 	Ops       int
@@ -63,14 +53,27 @@ type Run struct {
 	Answers   map[string]int // "acquire 201", … : what the workload reached
 }
 
-func (r Run) Report() string {
+// Report tells r's violation and its trace, in ms since the start of a
+// World's run (Base).
+func (r Run) Report() string { return r.report(r.Base()) }
+
+// RedlockReport is Report for a run of the Redlock model, whose clock
+// starts at 0.
+func (r Run) RedlockReport() string { return r.report(0) }
+
+func (r Run) report(base int64) string {
 	v := r.Violation
-	return fmt.Sprintf("seed %d: %s at %.3f ms on %s: %s\n%s", r.Seed, v.Check, float64(v.at-r.Base())/1000, v.key, v.msg, r.Trace)
+	return fmt.Sprintf("seed %d: %s at %.3f ms on %s: %s\n%s", r.Seed, v.Check, float64(v.at-base)/1000, v.key, v.msg, r.Trace)
 }
 
-func (r Run) Base() int64 { return 1_800_000_000_000_000 + int64(r.Seed%1000)*1_000_000_000 }
+// Base is the virtual time, in µs, at which the World of r's seed starts.
+func (r Run) Base() int64 { return startOf(r.Seed) }
 
-// simCallFor is the store call a request makes: the real code.
+// startOf is the virtual time at which a seed's World starts, in µs since
+// the Unix epoch: early 2027, 1000 s apart by seed.
+func startOf(seed uint64) int64 { return 1_800_000_000_000_000 + int64(seed%1000)*1_000_000_000 }
+
+// CallFor is the store call a request makes: the real code.
 func CallFor(s Store, r *Request, limit int) func(context.Context) (Result, error) {
 	owner := fmt.Sprintf("c%d", r.Client)
 	switch {
@@ -100,7 +103,7 @@ func CallFor(s Store, r *Request, limit int) func(context.Context) (Result, erro
 	return func(ctx context.Context) (Result, error) { return Result{}, s.SemRelease(ctx, r.Key, r.Token) }
 }
 
-// simAnswerOf is the HTTP status the gateway would answer (handlers'
+// AnswerOf is the HTTP status the gateway would answer (handlers'
 // table), in short.
 func AnswerOf(kind string, a Result, err error) string {
 	var held *lockstore.HeldError
@@ -129,7 +132,7 @@ func AnswerOf(kind string, a Result, err error) string {
 	return "500 " + err.Error()
 }
 
-// simCPU is the CPU time the process used so far: what the simulator's
+// CPU is the CPU time the process used so far: what the simulator's
 // speed is measured in, since a loaded machine stretches wall time.
 func CPU() time.Duration {
 	var ru syscall.Rusage
@@ -139,7 +142,7 @@ func CPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// simBudget is how many requests a test runs in all.
+// Budget is how many requests the `redis` model's sweep runs in all.
 func Budget() int {
 	if *Ops > 0 {
 		return *Ops
@@ -152,10 +155,10 @@ func Budget() int {
 }
 
 // RedlockBudget is the Redlock model's share of the short budget of
-// simulated requests (SimBudget): the `redis` model runs the rest.
+// simulated requests (Budget): the `redis` model runs the rest.
 const RedlockBudget = 20_000
 
-// logSweep reports a sweep's totals and speed (CPU time: a loaded machine
+// LogSweep reports a sweep's totals and speed (CPU time: a loaded machine
 // stretches wall time), and with -v the answers by kind.
 func LogSweep(t *testing.T, runs []Run, began time.Time, cpu time.Duration) {
 	t.Helper()
@@ -180,6 +183,7 @@ func LogSweep(t *testing.T, runs []Run, began time.Time, cpu time.Duration) {
 	}
 }
 
+// Totals sums runs' requests, script calls, late calls and virtual time.
 func Totals(runs []Run) (ops, calls, late int, virtual int64) {
 	for _, r := range runs {
 		ops += r.Ops
@@ -190,16 +194,16 @@ func Totals(runs []Run) (ops, calls, late int, virtual int64) {
 	return
 }
 
-// simTraceLen is how many events of the failing key a report shows.
+// TraceLen is how many events of the failing key a report shows.
 var TraceLen = 60
 
-// Store is what simCallFor calls: a Redis or a Redlock.
+// Store is what CallFor calls: a Redis or a Redlock.
 type Store interface {
 	lockstore.Store
 	lockstore.Semaphores
 }
 
-// simAtLeast is a lock acquire's HoldAtLeast: one in ten asks the key to
+// HoldAtLeast is a lock acquire's HoldAtLeast: one in ten asks the key to
 // stay held at least the lease's length after the grant, so that its
 // releases leave lingering values (docs/safety.md, rule L).
 func HoldAtLeast(r *rand.Rand, kind string, sem bool, ttl time.Duration) time.Duration {

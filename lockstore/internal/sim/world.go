@@ -1,7 +1,3 @@
-// The simulator runs one goroutine at a time, so the race detector finds
-// nothing in it, and slows its Lua interpreter several times over: make
-// test runs it without -race (Makefile, test).
-
 package sim
 
 import (
@@ -18,28 +14,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The deterministic simulator's world (issue 26): one thread, a seeded
-// PRNG, virtual time in µs, an event queue. Nodes are internal/luaredis
-// servers running the real scripts (the differential test proves them equal
-// to Redis). Gateways run the real Go code: each client request is a call
-// of the store's own method (Redis.Acquire, Redis.Release, …) in a goroutine
-// of its own, whose go-redis client is simRedis: every script call it makes
-// parks the goroutine and becomes a message the world delivers, delays,
-// loses, duplicates or reorders. Only one goroutine runs at a time (the
-// world hands control to it and waits until it parks again or returns), so
-// a seed replays exactly.
-//
-// A call the gateway gave up on (its backend timeout passed) is answered
-// with a timeout error, which the Go code turns into ErrUnavailable (503,
-// "outcome unknown"), and its message still lands later, when its delay
-// says: the late writes of docs/safety.md.
-
-// simNet is the network and fault model, in virtual µs.
+// Net is the network and fault model, in virtual µs.
 type Net struct {
 	Timeout   int64 // the gateway's backend timeout
-	DelayMin  int64 // a message's usual delay: uniform in [delayMin, delayMax]
+	DelayMin  int64 // a message's usual delay: uniform in [DelayMin, DelayMax]
 	DelayMax  int64
-	PSlow     float64 // a message is slow (a retransmission): uniform in [timeout, slowMax]
+	PSlow     float64 // a message is slow (a retransmission): uniform in [Timeout, SlowMax]
 	SlowMax   int64
 	PLoss     float64 // a message is lost (each way)
 	pDup      float64 // a request is delivered twice
@@ -49,6 +29,7 @@ type Net struct {
 	PauseMax  int64
 }
 
+// DefaultNet is the `redis` model's network.
 var DefaultNet = Net{
 	Timeout: 20_000, DelayMin: 50, DelayMax: 1_500,
 	PSlow: 0.03, SlowMax: 400_000, PLoss: 0.01, pDup: 0.005,
@@ -56,12 +37,16 @@ var DefaultNet = Net{
 	PPause: 0.001, PauseMax: 150_000,
 }
 
+// Event is something that happens at a virtual time. Events run in the
+// order of At (µs), then of Seq (the order they were scheduled in), so
+// that a seed replays.
 type Event struct {
 	At  int64
 	Seq uint64
 	Fn  func()
 }
 
+// Queue is a world's events, a container/heap by time.
 type Queue []*Event
 
 func (q Queue) Len() int { return len(q) }
@@ -84,7 +69,7 @@ func (q *Queue) Pop() any {
 	return e
 }
 
-// simScript is a script as a node runs it: its name, its source, and how
+// Script is a script as a node runs it: its name, its source, and how
 // many arguments it reads (0: all; a control running an older script
 // passes what the older Go code did).
 type Script struct {
@@ -93,6 +78,21 @@ type Script struct {
 	Nargs int
 }
 
+// World is the `redis` model's world (issue 26): one thread, a seeded
+// PRNG, virtual time in µs (Now), an event queue. Nodes are
+// internal/luaredis servers running the real scripts. Gateways run the
+// real Go code: each client request is an Op, a call of the store's own
+// method (Store.Acquire, Store.Release, …) in a goroutine of its own, whose
+// go-redis client is a redisClient: every script call it makes parks the
+// goroutine and becomes a message the world delivers, delays, loses,
+// duplicates or reorders. Only one goroutine runs at a time (the world
+// hands control to it and waits until it parks again or returns), so a
+// seed replays exactly.
+//
+// A call the gateway gave up on (its backend timeout passed) is answered
+// with a timeout error, which the Go code turns into ErrUnavailable (503,
+// "outcome unknown"), and its message still lands later, when its delay
+// says: the late writes of docs/safety.md.
 type World struct {
 	seed     uint64
 	R        *rand.Rand
@@ -120,13 +120,15 @@ type node struct {
 	loaded      map[string]bool // SCRIPT LOAD / EVAL seen since the last restart
 }
 
+// Gateway is one gateway process: its store over the world's client.
 type Gateway struct {
 	ID        int
 	Store     Store
 	slowUntil int64 // a slow path to the node until then
 }
 
-// simOp is one client request running in a gateway.
+// Op is one client request running in a gateway: Call, then Done with
+// its Result and Err.
 type Op struct {
 	Req    *Request
 	Gw     *Gateway
@@ -136,13 +138,14 @@ type Op struct {
 	Done   func(*Op)
 }
 
-// simAnswer is what a store method returned that the checkers need.
+// Result is what a store method returned that the checkers need.
 type Result struct {
 	Fence   int64
 	Granted time.Duration
 	renewed bool
 }
 
+// scriptCall is one script call a gateway made, as a message.
 type scriptCall struct {
 	op       *Op
 	sha      string
@@ -154,11 +157,13 @@ type scriptCall struct {
 	sentAt   int64
 }
 
+// Reply is a node's answer to a script call.
 type Reply struct {
 	Val any
 	Err error
 }
 
+// parked is what a request's goroutine hands the world as it stops.
 type parked struct {
 	call *scriptCall // nil: the op returned
 }
@@ -171,7 +176,7 @@ func NewWorld(seed uint64, nodes, gateways int, net Net, scripts map[string]Scri
 	newStore func(client redis.UniversalClient, clocks *script.Clocks) Store) *World {
 	w := &World{seed: seed, R: rand.New(rand.NewPCG(seed, 0x51a7)), net: net, park: make(chan parked),
 		scripts: scripts, Hist: hist, pending: map[*Op]bool{}}
-	w.Now = 1_800_000_000_000_000 + int64(seed%1000)*1_000_000_000
+	w.Now = startOf(seed)
 	for i := range nodes {
 		n := &node{id: i, srv: luaredis.New(), offset: w.R.Int64N(2_000_000) - 1_000_000, loaded: map[string]bool{}}
 		w.nodes = append(w.nodes, n)
@@ -201,9 +206,10 @@ func (w *World) at(t int64, fn func()) {
 	heap.Push(&w.queue, &Event{At: t, Seq: w.seq, Fn: fn})
 }
 
+// After runs fn d µs from now.
 func (w *World) After(d int64, fn func()) { w.at(w.Now+d, fn) }
 
-// step runs the next event; false when none is left.
+// Step runs the next event; false when none is left.
 func (w *World) Step() bool {
 	if len(w.queue) == 0 {
 		return false
@@ -216,7 +222,7 @@ func (w *World) Step() bool {
 
 func (w *World) chance(p float64) bool { return w.R.Float64() < p }
 
-// start runs op in its gateway: a goroutine of its own, to which the world
+// Start runs op in its gateway: a goroutine of its own, to which the world
 // hands control until it parks on a script call or returns.
 func (w *World) Start(op *Op) {
 	w.pending[op] = true
@@ -247,7 +253,7 @@ func (w *World) resume(c *scriptCall, r Reply) {
 	w.await(c.op)
 }
 
-// drain ends the ops still waiting on a call, as if their calls timed out,
+// Drain ends the ops still waiting on a call, as if their calls timed out,
 // so no goroutine is left behind.
 func (w *World) Drain() {
 	for len(w.pending) > 0 {
@@ -381,7 +387,7 @@ func (c redisClient) do(ctx context.Context, sha, src string, keys []string, arg
 	return cmd
 }
 
-// simScripts are the scripts the `redis` gateway runs, by SHA-1, with the
+// RedisScripts are the scripts the `redis` gateway runs, by SHA-1, with the
 // substitutions a control makes (by name: the source to run instead, and
 // how many arguments it reads).
 func RedisScripts(subst map[string]Script) map[string]Script {
@@ -413,7 +419,7 @@ func RedisScripts(subst map[string]Script) map[string]Script {
 	return out
 }
 
-// simKeyOf names the simulated key a script call is about, from its first
+// KeyOf names the simulated key a script call is about, from its first
 // Redis key ("lockgw:{k}:lock", "lockgw:{sem#k}:permits").
 func KeyOf(keys []string) string {
 	if len(keys) == 0 {
@@ -426,6 +432,7 @@ func KeyOf(keys []string) string {
 	return k
 }
 
+// Dur writes us µs as a time.Duration does.
 func Dur(us int64) string {
 	return time.Duration(us * 1000).String()
 }
