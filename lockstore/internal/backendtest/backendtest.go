@@ -1,7 +1,11 @@
 // Package backendtest starts the Redis-based backends on test servers for
 // the tests of several packages (lockstore, lockstore/redis,
-// lockstore/redlock): a Redis store, a Redis Cluster store, Redlock
-// nodes, and leases planted straight into a node.
+// lockstore/redlock), which cannot share _test.go files: a Redis store, a
+// Redis Cluster store, Redlock nodes, and leases planted straight into a
+// node. Everything it starts is stopped or closed when the test ends.
+//
+// It imports the backends, so lockstore's own tests use it only from the
+// external test package, lockstore_test: lockstore imports no backend.
 package backendtest
 
 import (

@@ -7,8 +7,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// beforeScript runs hook before the first call of one script (by its
-// SHA) that goes through it, and counts the calls: a forced release's
+// BeforeScript runs Hook before the first call of one script (by its
+// Sha) that goes through it, and counts the calls: a forced release's
 // delete, staged to land after a write that came between its read and it.
 type BeforeScript struct {
 	redis.Scripter

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// testLateRelease stages, on s whose nodes are nodes, the second step of a
+// TestLateRelease stages, on s whose nodes are nodes, the second step of a
 // release landing late: its reads were answered, its deletes reach every
 // node only after a later request of the same token was answered. Each
 // delete must find the lease changed, and leave it.
