@@ -88,38 +88,55 @@ type BatchExtender interface {
 // ExtendAll extends exts through s: in one batch when s is a
 // BatchExtender, else each with Extend, all at once.
 func ExtendAll(ctx context.Context, s Store, exts []Extension) []Extended {
-	if b, ok := s.(BatchExtender); ok {
-		return b.ExtendBatch(ctx, exts)
+	return extendAll(ctx, s, exts, BatchExtender.ExtendBatch, extendLease(s))
+}
+
+// ExtendEach runs s.Extend for exts[i], for every i in which (all when
+// which is nil), at once, with each extension's user as the quota hint:
+// what a BatchExtender does for the extensions it does not batch.
+func ExtendEach(ctx context.Context, s Store, exts []Extension, out []Extended, which []int) {
+	extendEach(ctx, exts, out, which, extendLease(s))
+}
+
+// extendLease is s.Extend of one Extension, with its user as the quota
+// hint.
+func extendLease(s Store) func(context.Context, Extension) Extended {
+	return func(ctx context.Context, e Extension) Extended {
+		if e.User != "" {
+			ctx = WithUser(ctx, e.User)
+		}
+		l, err := s.Extend(ctx, e.Key, e.Token, e.TTL)
+		return Extended{Lease: l, Err: err}
 	}
-	out := make([]Extended, len(exts))
-	ExtendEach(ctx, s, exts, out, nil)
+}
+
+// extendAll is ExtendAll and SemExtendAll: exts through batch when store
+// is a B (it batches), else through extend, each, all at once; the
+// outcomes in the order of exts.
+func extendAll[B, R any](ctx context.Context, store any, exts []Extension,
+	batch func(B, context.Context, []Extension) []R, extend func(context.Context, Extension) R,
+) []R {
+	if b, ok := store.(B); ok {
+		return batch(b, ctx, exts)
+	}
+	out := make([]R, len(exts))
+	extendEach(ctx, exts, out, nil, extend)
 	return out
 }
 
-// extendEach runs s.Extend for exts[i], for every i in which (all when
-// which is nil), at once, with each extension's user as the quota hint.
-func ExtendEach(ctx context.Context, s Store, exts []Extension, out []Extended, which []int) {
-	atOnce(len(exts), which, func(i int) {
-		e, ectx := exts[i], ctx
-		if e.User != "" {
-			ectx = WithUser(ctx, e.User)
-		}
-		out[i].Lease, out[i].Err = s.Extend(ectx, e.Key, e.Token, e.TTL)
-	})
-}
-
-// atOnce runs fn(i) for every i in which (0 … n-1 when which is nil), each
-// on a goroutine of its own, and returns when all have.
-func atOnce(n int, which []int, fn func(i int)) {
+// extendEach sets out[i] to extend's outcome for exts[i], for every i in
+// which (all when which is nil), each in a goroutine of its own: what
+// ExtendEach and SemExtendEach do with their store's extend.
+func extendEach[R any](ctx context.Context, exts []Extension, out []R, which []int, extend func(context.Context, Extension) R) {
 	if which == nil {
-		which = make([]int, n)
+		which = make([]int, len(exts))
 		for i := range which {
 			which[i] = i
 		}
 	}
 	var wg sync.WaitGroup
 	for _, i := range which {
-		wg.Go(func() { fn(i) })
+		wg.Go(func() { out[i] = extend(ctx, exts[i]) })
 	}
 	wg.Wait()
 }

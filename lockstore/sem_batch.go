@@ -23,18 +23,20 @@ type SemExtended struct {
 // BatchSemExtender, else each with SemExtend, all at once (Memory, whose
 // calls cost no round trip; Redlock, which extends each on every node).
 func SemExtendAll(ctx context.Context, s Semaphores, exts []Extension) []SemExtended {
-	if b, ok := s.(BatchSemExtender); ok {
-		return b.SemExtendBatch(ctx, exts)
-	}
-	out := make([]SemExtended, len(exts))
-	SemExtendEach(ctx, s, exts, out, nil)
-	return out
+	return extendAll(ctx, s, exts, BatchSemExtender.SemExtendBatch, extendPermit(s))
 }
 
-// semExtendEach runs s.SemExtend for exts[i], for every i in which (all
-// when which is nil), at once.
+// SemExtendEach runs s.SemExtend for exts[i], for every i in which (all
+// when which is nil), at once: what a BatchSemExtender does for the
+// extensions it does not batch.
 func SemExtendEach(ctx context.Context, s Semaphores, exts []Extension, out []SemExtended, which []int) {
-	atOnce(len(exts), which, func(i int) {
-		out[i].Permit, out[i].Err = s.SemExtend(ctx, exts[i].Key, exts[i].Token, exts[i].TTL)
-	})
+	extendEach(ctx, exts, out, which, extendPermit(s))
+}
+
+// extendPermit is s.SemExtend of one Extension (its User unused).
+func extendPermit(s Semaphores) func(context.Context, Extension) SemExtended {
+	return func(ctx context.Context, e Extension) SemExtended {
+		p, err := s.SemExtend(ctx, e.Key, e.Token, e.TTL)
+		return SemExtended{Permit: p, Err: err}
+	}
 }
