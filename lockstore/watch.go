@@ -354,46 +354,68 @@ type Spreader interface {
 // NewLockHub returns a Hub watching locks in store, reading each with
 // Inspect bounded by timeout.
 func NewLockHub(store Store, timeout time.Duration) *Hub[LockState] {
-	spread, spreads := store.(Spreader)
+	spread, _ := store.(Spreader)
 	k := Kind[LockState]{
 		Inspect: func(ctx context.Context, key string) (LockState, error) {
-			start := time.Now()
-			var l Lease
-			var late time.Duration
-			var err error
-			if spreads {
-				l, late, err = spread.InspectSpread(ctx, key)
-			} else {
-				l, err = store.Inspect(ctx, key)
-			}
-			if errors.Is(err, ErrNotHeld) {
-				return LockState{}, nil
-			}
-			if err != nil {
+			l, held, slack, err := watchRead(ctx, key, spread, store.Inspect, Spreader.InspectSpread)
+			if !held {
 				return LockState{}, err
 			}
-			return LockState{Held: true, Lease: l, Slack: time.Since(start) + late}, nil
+			return LockState{Held: true, Lease: l, Slack: slack}, nil
 		},
 		Same: SameLock,
 		Ends: func(s LockState) time.Time {
 			if !s.Held {
 				return time.Time{}
 			}
-			if spreads {
-				// ExpiresAt is conservative: the nodes let the lease go up
-				// to that much later, and a read in between would find it
-				// still held.
-				return s.Lease.ExpiresAt.Add(spread.EndSpread(s.Lease.Granted))
-			}
-			return s.Lease.ExpiresAt
+			return watchEnd(spread, s.Lease.ExpiresAt, s.Lease.Granted)
 		},
-		Poll:    watchPollSignalled,
 		Timeout: timeout,
 	}
 	if s, ok := store.(Signaler); ok {
 		k.Signal = s.Signal
 	}
-	if spreads {
+	return newWatchHub(k, spread)
+}
+
+// watchRead reads key for a hub: through spreadRead when the store is a
+// Spreader (spread not nil), else through read. held is false when the key
+// is free (ErrNotHeld, then err is nil) or the read failed (err); slack is
+// how far past ExpiresAt what it read may still end: the read's own time,
+// and the spread of the store's nodes.
+func watchRead[V any](ctx context.Context, key string, spread Spreader,
+	read func(context.Context, string) (V, error),
+	spreadRead func(Spreader, context.Context, string) (V, time.Duration, error),
+) (v V, held bool, slack time.Duration, err error) {
+	start := time.Now()
+	var late time.Duration
+	if spread != nil {
+		v, late, err = spreadRead(spread, ctx, key)
+	} else {
+		v, err = read(ctx, key)
+	}
+	if errors.Is(err, ErrNotHeld) {
+		return v, false, 0, nil
+	}
+	return v, err == nil, time.Since(start) + late, err
+}
+
+// watchEnd is when a lease or permit granted for granted may last be found
+// held: at expires, or, on a Spreader (spread not nil), up to EndSpread
+// later. ExpiresAt is conservative: the nodes let the lease go up to that
+// much later, and a read in between would find it still held.
+func watchEnd(spread Spreader, expires time.Time, granted time.Duration) time.Time {
+	if spread == nil {
+		return expires
+	}
+	return expires.Add(spread.EndSpread(granted))
+}
+
+// newWatchHub is the Hub of k, which polls as often as its store needs
+// (watchPollSignalled, watchPollSpread).
+func newWatchHub[S any](k Kind[S], spread Spreader) *Hub[S] {
+	k.Poll = watchPollSignalled
+	if spread != nil {
 		k.Poll = watchPollSpread
 	}
 	return NewHub(k)

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"time"
 )
 
@@ -67,48 +66,33 @@ type SemSignaler interface {
 
 // NewSemHub returns a Hub watching the semaphores of store.
 func NewSemHub(store Semaphores, timeout time.Duration) *Hub[SemState] {
-	spread, spreads := store.(Spreader)
+	spread, _ := store.(Spreader)
 	k := Kind[SemState]{
 		Inspect: func(ctx context.Context, key string) (SemState, error) {
-			start := time.Now()
-			var st SemaphoreState
-			var late time.Duration
-			var err error
-			if spreads {
-				st, late, err = spread.SemInspectSpread(ctx, key)
-			} else {
-				st, err = store.SemInspect(ctx, key)
-			}
-			if errors.Is(err, ErrNotHeld) {
-				return SemState{Sem: SemaphoreState{Key: key}}, nil
-			}
+			st, held, slack, err := watchRead(ctx, key, spread, store.SemInspect, Spreader.SemInspectSpread)
 			if err != nil {
 				return SemState{}, err
 			}
-			return SemState{Sem: st, Slack: time.Since(start) + late}, nil
+			if !held {
+				return SemState{Sem: SemaphoreState{Key: key}}, nil
+			}
+			return SemState{Sem: st, Slack: slack}, nil
 		},
 		Same: SameSem,
 		Ends: func(s SemState) time.Time {
 			var first time.Time
 			for _, p := range s.Sem.Holders {
-				end := p.ExpiresAt
-				if spreads {
-					end = end.Add(spread.EndSpread(p.Granted))
-				}
+				end := watchEnd(spread, p.ExpiresAt, p.Granted)
 				if first.IsZero() || end.Before(first) {
 					first = end
 				}
 			}
 			return first
 		},
-		Poll:    watchPollSignalled,
 		Timeout: timeout,
 	}
 	if s, ok := store.(SemSignaler); ok {
 		k.Signal = s.SemSignal
 	}
-	if spreads {
-		k.Poll = watchPollSpread
-	}
-	return NewHub(k)
+	return newWatchHub(k, spread)
 }
