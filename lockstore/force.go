@@ -48,7 +48,7 @@ func CheckForce(key string, fence int64, permit bool) error {
 	return nil
 }
 
-// forcedErr is a forced release's answer for what a Release would answer
+// ForcedErr is a forced release's answer for what a Release would answer
 // ErrTokenMismatch: the holder it read let go of the key, and another
 // holds it now. The lease it was to release is gone; nothing was released.
 func ForcedErr(err error) error {

@@ -34,7 +34,7 @@ type Signaler interface {
 	Signal(ctx context.Context, key string, wake chan struct{}) (stop func(), err error)
 }
 
-// watchPrefix marks a notifier registration that receives every message on
+// WatchPrefix marks a notifier registration that receives every message on
 // its channel (notifier.dispatch), where a waiter receives only its own.
 // Waiter ids (tickets, "<gateway>.<id>" in base64url) never contain ":".
 // Payloads the scripts publish for watchers start with "!", so they never
