@@ -27,7 +27,7 @@ func TestReleaseDeletesOnlyAsRead(t *testing.T) {
 	token := lockstore.NewToken()
 	digest := script.DigestHex(token)
 
-	scripttest.TestLateRelease(t, s, token, []redis.Scripter{rdb})
+	scripttest.LateRelease(t, s, token, []redis.Scripter{rdb})
 
 	t.Run("a permit", func(t *testing.T) {
 		key := "late/permit"

@@ -221,7 +221,7 @@ func TestSimRedis(t *testing.T) {
 		if cfg.control != "" {
 			ctl = " -sim.control " + cfg.control
 		}
-		t.Fatalf("%s\nreplay: go test ./lockstore -run 'TestSimRedis$' -sim.seed %d%s -v", failed.Report(), failed.Seed, ctl)
+		t.Fatalf("%s\nreplay: go test ./lockstore/redis -run 'TestSimRedis$' -sim.seed %d%s -v", failed.Report(), failed.Seed, ctl)
 	}
 }
 

@@ -27,7 +27,7 @@ func TestRedlockReleaseDeletesOnlyAsRead(t *testing.T) {
 	for i, srv := range srvs {
 		nodes[i] = srv.Client()
 	}
-	scripttest.TestLateRelease(t, s, lockstore.NewToken(), nodes)
+	scripttest.LateRelease(t, s, lockstore.NewToken(), nodes)
 }
 
 // TestRedlockPermitReleaseDeletesOnlyAsRead: the same for a permit, whose

@@ -25,10 +25,10 @@ import (
 
 // The simulator on the `redlock` backend: N = 3 or 5 nodes, several
 // gateways, each a real *Redlock (NewRedlock, its own go-redis clients to
-// every node), clients as in the `redis` model (sim_redis: same-token
+// every node), clients as in the `redis` model (lockstore/redis/sim_test.go: same-token
 // retries after a 503, twins through two gateways, renewals, extends,
 // releases, leases left to expire), and, besides the `redis` model's
-// faults (sim_rlworld): node crashes that lose the node's data and come
+// faults (sim_world_test.go): node crashes that lose the node's data and come
 // back with a new run_id, node clocks with an offset and a rate (A3),
 // gateway processes replaced mid-run (a new process trusts the first
 // run_id it sees: rule Q must cover it), and a gateway deployed mid-run
@@ -36,9 +36,9 @@ import (
 // The same checkers (sim.History) read every history, and, after each
 // seed, a quiet stretch checks that a healthy majority grants (liveness).
 //
-//	go test ./lockstore -run 'TestSimRedlock$' -v               the short budget
-//	go test ./lockstore -run 'TestSimRedlock$' -sim.seed 7 -v    one seed
-//	go test ./lockstore -run 'TestSimRedlock$' -sim.duration 10m (make sim)
+//	go test ./lockstore/redlock -run 'TestSimRedlock$' -v               the short budget
+//	go test ./lockstore/redlock -run 'TestSimRedlock$' -sim.seed 7 -v    one seed
+//	go test ./lockstore/redlock -run 'TestSimRedlock$' -sim.duration 10m (make sim)
 
 // rlSeedOps is how many requests one Redlock seed runs.
 const rlSeedOps = 600
@@ -567,7 +567,7 @@ func (c *rlClient) pickKey() (string, bool, int) {
 	return names[i], true, c.cfg.sems[names[i]]
 }
 
-// step is the client's next move (sim_redis's simClient.step, over a
+// step is the client's next move (lockstore/redis/sim_test.go's simClient.step, over a
 // Redlock).
 func (c *rlClient) step() {
 	w := c.w
@@ -717,7 +717,7 @@ func TestSimRedlock(t *testing.T) {
 		if control != "" {
 			ctl = " -sim.control " + control
 		}
-		t.Fatalf("%s\nreplay: go test ./lockstore -run 'TestSimRedlock$' -sim.seed %d%s -v", failed.RedlockReport(), failed.Seed, ctl)
+		t.Fatalf("%s\nreplay: go test ./lockstore/redlock -run 'TestSimRedlock$' -sim.seed %d%s -v", failed.RedlockReport(), failed.Seed, ctl)
 	}
 }
 

@@ -85,7 +85,7 @@ func TestLuaredisMatchesRedis(t *testing.T) {
 			for i := range *diffOps {
 				d.step(i)
 				if t.Failed() {
-					t.Logf("replay: go test ./lockstore -run TestLuaredisMatchesRedis -diff.seed %d -diff.ops %d", seed, i+1)
+					t.Logf("replay: go test ./lockstore/internal/script -run TestLuaredisMatchesRedis -diff.seed %d -diff.ops %d", seed, i+1)
 					return
 				}
 			}

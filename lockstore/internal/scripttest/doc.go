@@ -7,6 +7,6 @@
 // forced one, deletes a lease only as it read it, so a delete landing
 // late, after the same token was granted, renewed or extended again, finds
 // the lease changed and leaves it. BeforeScript wraps a store's script
-// client to run a hook before a script's first call; TestLateRelease
+// client to run a hook before a script's first call; LateRelease
 // replays a release's reads, a later request, then the release's deletes.
 package scripttest

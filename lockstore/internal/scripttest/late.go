@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestLateRelease stages, on s whose nodes are nodes, the second step of a
+// LateRelease stages, on s whose nodes are nodes, the second step of a
 // release landing late: its reads were answered, its deletes reach every
 // node only after a later request of the same token was answered. Each
 // delete must find the lease changed, and leave it.
-func TestLateRelease(t *testing.T, s lockstore.Store, token string, nodes []redis.Scripter) {
+func LateRelease(t *testing.T, s lockstore.Store, token string, nodes []redis.Scripter) {
 	ctx := context.Background()
 	digest := script.DigestHex(token)
 	for _, later := range []struct {

@@ -34,7 +34,7 @@ var (
 	First    = flag.Uint64("sim.first", 1, "simulator: the first seed of a run")
 	Ops      = flag.Int("sim.ops", 0, "simulator: requests to run in all (default 100 000; make sim runs for a duration)")
 	Duration = flag.Duration("sim.duration", 0, "simulator: run seeds until this much wall time has passed")
-	Control  = flag.String("sim.control", "", "simulator: undo this rule (a control; see simControls)")
+	Control  = flag.String("sim.control", "", "simulator: undo this rule (a control; the redis model's simControls, the Redlock model's rlControls)")
 )
 
 // SeedOps is how many requests one seed of the `redis` model runs: short
