@@ -31,7 +31,7 @@ import (
 // watchers of a key cost the backend what one does.
 //
 // Another kind of key (semaphores) reuses awaitChange and serveEvents
-// with a hub over its own state (lockstore.Kind: its inspect function and
+// with a hub over its own state (lockstore.Source: its inspect function and
 // its channel), its tag, and its own diff from one state to the next.
 
 // LockHub is the hub locks are watched through.

@@ -41,8 +41,9 @@ type Signaler interface {
 // name a waiter or equal "*".
 const WatchPrefix = "watch:"
 
-// Kind tells a Hub how to watch one kind of key.
-type Kind[S any] struct {
+// Source tells a Hub how to read and follow one kind of key (locks,
+// semaphores).
+type Source[S any] struct {
 	// Inspect reads key's state; a free key is a state, not an error.
 	Inspect func(ctx context.Context, key string) (S, error)
 	// Same reports whether two reads show the same state: an update is
@@ -74,13 +75,13 @@ type Update[S any] struct {
 
 // Hub fans the state of watched keys out to their watchers.
 type Hub[S any] struct {
-	kind   Kind[S]
+	kind   Source[S]
 	mu     sync.Mutex
 	topics map[string]*topic[S]
 }
 
 // NewHub returns a Hub for keys of kind k.
-func NewHub[S any](k Kind[S]) *Hub[S] {
+func NewHub[S any](k Source[S]) *Hub[S] {
 	if k.Poll <= 0 {
 		k.Poll = time.Second
 	}
@@ -355,7 +356,7 @@ type Spreader interface {
 // Inspect bounded by timeout.
 func NewLockHub(store Store, timeout time.Duration) *Hub[LockState] {
 	spread, _ := store.(Spreader)
-	k := Kind[LockState]{
+	k := Source[LockState]{
 		Inspect: func(ctx context.Context, key string) (LockState, error) {
 			l, held, slack, err := watchRead(ctx, key, spread, store.Inspect, Spreader.InspectSpread)
 			if !held {
@@ -413,7 +414,7 @@ func watchEnd(spread Spreader, expires time.Time, granted time.Duration) time.Ti
 
 // newWatchHub is the Hub of k, which polls as often as its store needs
 // (watchPollSignalled, watchPollSpread).
-func newWatchHub[S any](k Kind[S], spread Spreader) *Hub[S] {
+func newWatchHub[S any](k Source[S], spread Spreader) *Hub[S] {
 	k.Poll = watchPollSignalled
 	if spread != nil {
 		k.Poll = watchPollSpread

@@ -67,7 +67,7 @@ type SemSignaler interface {
 // NewSemHub returns a Hub watching the semaphores of store.
 func NewSemHub(store Semaphores, timeout time.Duration) *Hub[SemState] {
 	spread, _ := store.(Spreader)
-	k := Kind[SemState]{
+	k := Source[SemState]{
 		Inspect: func(ctx context.Context, key string) (SemState, error) {
 			st, held, slack, err := watchRead(ctx, key, spread, store.SemInspect, Spreader.SemInspectSpread)
 			if err != nil {

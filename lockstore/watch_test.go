@@ -40,9 +40,9 @@ func (c *counter) set(n int) {
 	}
 }
 
-func (c *counter) kind() lockstore.Kind[int] {
+func (c *counter) kind() lockstore.Source[int] {
 	c.wakes = make(map[chan struct{}]struct{})
-	return lockstore.Kind[int]{
+	return lockstore.Source[int]{
 		Inspect: func(context.Context, string) (int, error) {
 			c.reads.Add(1)
 			c.mu.Lock()
