@@ -80,7 +80,7 @@ func (r *Store) List(ctx context.Context, q lockstore.ListQuery) (lockstore.List
 				remaining = min(remaining, h.Remaining)
 				waiters = max(waiters, h.Waiters)
 			}
-			v := majorityValue(values)
+			v := lockValues.majority(values)
 			ttl := max(remaining-drift(remaining), 0)
 			items = append(items, lockstore.Listed{
 				Lease:   lockstore.Lease{Key: key, Owner: v.Owner, Fence: v.Fence, Granted: v.Length, Left: ttl, ExpiresAt: start.Add(ttl)},

@@ -349,7 +349,7 @@ func (r *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	validity := ttl - time.Since(start) - drift(ttl)
 	switch {
 	case r.q().all(t.okAt) && validity > 0:
-		v := majorityValue(t.ok)
+		v := lockValues.majority(t.ok)
 		return lockstore.Lease{
 			Key: key, Token: token, Owner: v.Owner, Fence: v.Fence, Granted: ttl,
 			ExpiresAt: start.Add(ttl - drift(ttl)),
@@ -445,7 +445,7 @@ func (r *Store) release(ctx context.Context, key, digest string, fence int64) (s
 		v.Linger = linger
 		return struct{}{}, releaseRead(ctx, n.batch, key, digest, v, !forced, forced)
 	})
-	return majorityValue(t.ok), released(ctx, r, t, dels, "lease")
+	return lockValues.majority(t.ok), released(ctx, r, t, dels, "lease")
 }
 
 // holderRead is the digest of the lease a forced release's reads found
@@ -484,7 +484,7 @@ func (r *Store) holderRead(ctx context.Context, reads []nodeResult[script.LockVa
 	}
 	could := false // a lease of the fence asked for could hold a majority
 	for d, m := range at {
-		named := fence == 0 || majorityValue(values[d]).Fence == fence
+		named := fence == 0 || lockValues.majority(values[d]).Fence == fence
 		if named && r.q().any(m) {
 			return d, nil
 		}
@@ -591,7 +591,7 @@ func (r *Store) InspectSpread(ctx context.Context, key string) (lockstore.Lease,
 			remaining = min(remaining, h.remaining)
 			longest = max(longest, h.remaining)
 		}
-		v := majorityValue(values)
+		v := lockValues.majority(values)
 		ttl := max(remaining-drift(remaining), 0)
 		l := lockstore.Lease{Key: key, Owner: v.Owner, Fence: v.Fence, Granted: v.Length, Left: ttl, ExpiresAt: start.Add(ttl)}
 		return l, watchLate(start, longest, l.ExpiresAt), nil

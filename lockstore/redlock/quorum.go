@@ -223,15 +223,17 @@ func (t ownedTally[T]) unavailable(r *Store) error {
 	return r.quorumError(t.failed, t.quarantined, t.refused)
 }
 
-// majorityValue is the value most of vs carry, by fence (the highest fence
-// on a tie). After a grant, a majority carries the grant's fence; a node that
-// granted too late to be counted may carry its own.
-func majorityValue(vs []script.LockValue) script.LockValue {
+// majority is the value most of vs carry, by fence (the highest fence on
+// a tie), for a lock or a permit alike. After a grant, a majority carries
+// the grant's fence; a node that granted too late to be counted may carry
+// its own.
+func (k valueKind[V]) majority(vs []V) V {
 	count := make(map[int64]int, len(vs))
 	best := vs[0]
 	for _, v := range vs {
-		count[v.Fence]++
-		if c, b := count[v.Fence], count[best.Fence]; c > b || (c == b && v.Fence > best.Fence) {
+		f := k.fence(v)
+		count[f]++
+		if c, b := count[f], count[k.fence(best)]; c > b || (c == b && f > k.fence(best)) {
 			best = v
 		}
 	}

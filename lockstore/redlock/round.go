@@ -3,12 +3,34 @@ package redlock
 import (
 	"context"
 	"slices"
+	"time"
+
+	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 )
 
 // Rule G1 of docs/safety.md ("The rules"), for locks and permits alike: a
 // round's fence from its granting nodes' values, and its confirmations.
 // A permit is a lock of one slot (docs/safety.md, "Semaphores"); only the
 // script that confirms differs (confirm.lua, sem_confirm.lua).
+
+// valueKind reads, for the code locks and permits share, the fields their
+// values (script.LockValue, script.SemValue) have in common: a permit is a
+// lock of one slot, but Go's generics reach no fields.
+type valueKind[V any] struct {
+	fence  func(V) int64
+	length func(V) time.Duration // as last granted or extended
+}
+
+var (
+	lockValues = valueKind[script.LockValue]{
+		fence:  func(v script.LockValue) int64 { return v.Fence },
+		length: func(v script.LockValue) time.Duration { return v.Length },
+	}
+	semValues = valueKind[script.SemValue]{
+		fence:  func(v script.SemValue) int64 { return v.Fence },
+		length: func(v script.SemValue) time.Duration { return v.Length },
+	}
+)
 
 // roundValue is one node's answer to a round's vote, as G1 reads it.
 type roundValue struct {

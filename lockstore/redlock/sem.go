@@ -324,27 +324,13 @@ func (r *Store) SemExtend(ctx context.Context, key, token string, ttl time.Durat
 	validity := ttl - time.Since(start) - drift(ttl)
 	switch {
 	case r.q().all(okAt) && validity > 0:
-		v := majoritySemValue(ok)
+		v := semValues.majority(ok)
 		return lockstore.Permit{Key: key, Token: token, Owner: v.Owner, Limit: v.Limit, Fence: v.Fence,
 			Granted: ttl, ExpiresAt: start.Add(ttl - drift(ttl))}, nil
 	case r.q().all(okAt):
 		return lockstore.Permit{}, fmt.Errorf("%w: redlock extended the permit on a majority too slowly to vouch for it", lockstore.ErrUnavailable)
 	}
 	return lockstore.Permit{}, t.decide(r)
-}
-
-// majoritySemValue is the value most of vs carry, by fence (the highest on
-// a tie), as majorityValue.
-func majoritySemValue(vs []script.SemValue) script.SemValue {
-	count := make(map[int64]int, len(vs))
-	best := vs[0]
-	for _, v := range vs {
-		count[v.Fence]++
-		if c, b := count[v.Fence], count[best.Fence]; c > b || (c == b && v.Fence > best.Fence) {
-			best = v
-		}
-	}
-	return best
 }
 
 // SemRelease implements Semaphores with Release's two steps: read every
@@ -504,7 +490,7 @@ func (r *Store) semInspect(ctx context.Context, key string) (lockstore.Semaphore
 			left = min(left, v.Left)
 			longest = max(longest, v.Left)
 		}
-		v := majoritySemValue(vs)
+		v := semValues.majority(vs)
 		left = max(left-drift(left), 0)
 		p := lockstore.Permit{Key: key, Owner: v.Owner, Limit: st.Limit, Fence: v.Fence,
 			Granted: v.Length, Left: left, ExpiresAt: start.Add(left)}
