@@ -169,7 +169,7 @@ func (r *Store) acquireOnce(ctx context.Context, c *acquireCall) (_ lockstore.Le
 		}
 	}
 
-	var made []script.LockValue // by node: a lease this round alone confirmed there
+	var made []*script.LockValue // by node: a lease this round alone confirmed there
 	if ctx.Err() == nil && r.q().all(granted) {
 		lease, ok, confirmed := r.confirmGrant(ctx, c, a, votes, start)
 		if ok {
@@ -201,13 +201,10 @@ func (r *Store) provisional(ttl time.Duration) time.Duration {
 	return min(ttl, max(20*r.nodeTimeout, time.Second))
 }
 
-// confirmGrant is G1 for a lock round (confirmRound, with confirm.lua).
-// When the round does not stand, made holds, by node, the leases this
-// round alone made there (confirm.lua's {1}), as they were left: the
-// round's to delete as read.
+// confirmGrant is G1 for a lock round (confirmVotes, with confirm.lua).
 func (r *Store) confirmGrant(ctx context.Context, c *acquireCall, a script.AcquireArgs,
 	votes []nodeResult[script.AcquireResult], start time.Time,
-) (_ lockstore.Lease, ok bool, made []script.LockValue) {
+) (_ lockstore.Lease, ok bool, made []*script.LockValue) {
 	key, req := c.key, c.req
 	values := make([]roundValue, len(votes))
 	for i, v := range votes {
@@ -217,32 +214,22 @@ func (r *Store) confirmGrant(ctx context.Context, c *acquireCall, a script.Acqui
 				confirmed: !lv.Provisional(), maker: script.MakerOf(lv.Attempt), owner: lv.Owner}
 		}
 	}
-	made = make([]script.LockValue, len(votes))
 	margin := script.FenceMargin.Milliseconds()
-	g := r.confirmRound(ctx, values, c.rounds, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, error) {
+	g, ok, made := confirmVotes(ctx, r, values, c.rounds, req.TTL, start, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, script.LockValue, error) {
 		reply, err := script.ConfirmScript.Run(ctx, n.grant, []string{script.LockKey(key), script.FenceKey(key)},
 			a.Digest, maker, strconv.FormatInt(fence, 10), margin, req.TTL.Milliseconds()).Slice()
 		if err != nil {
-			return 0, script.RedisErr(err)
+			return 0, script.LockValue{}, script.RedisErr(err)
 		}
-		code, v, err := parseConfirm(reply)
-		if code == confirmMade {
-			made[i] = v
-		}
-		return code, err
+		return parseConfirm(reply)
 	})
-	validity := req.TTL - time.Since(start) - drift(req.TTL)
-	if !r.q().all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
+	if !ok {
 		return lockstore.Lease{}, false, made
-	}
-	owner := req.Owner
-	if g.hasOwner {
-		owner = g.owner
 	}
 	return lockstore.Lease{
 		Key:       key,
 		Token:     req.Token,
-		Owner:     owner,
+		Owner:     g.ownerOr(req.Owner),
 		Fence:     g.fence,
 		Granted:   req.TTL,
 		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
@@ -277,47 +264,20 @@ func failedVote(err error) string {
 	return "failed"
 }
 
-// discard withdraws what a failed round left (docs/safety.md, G1): only for
-// liveness, so that other rounds need not wait for it to expire. Where the
-// round alone made a lease (made[i], confirm.lua's {1}) it deletes it as
-// the confirmation left it (release.lua: not if anything wrote to it
-// since); elsewhere it withdraws the round's provisional value (discard.lua,
-// W). It runs under fresh contexts (the caller's may be why the round
-// failed), waits for the nodes where the round made a value, and goes on
-// in the background for those that did not answer: their script may still
-// land, before or after the withdrawal (then that value expires on its
-// own, within the provisional TTL). No confirmation of the round can land
-// after this: fanOut returned only once every deadline had passed.
-func (r *Store) discard(ctx context.Context, key, digest, round string, votes []nodeResult[script.AcquireResult], made []script.LockValue) {
-	detached := context.WithoutCancel(ctx)
-	del := func(i int, n *redlockNode) {
-		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
-		defer cancel()
-		var err error
-		if made != nil && made[i].Raw != "" {
-			// Changed since (errMoved), gone or another's: a node's answer.
+// discard is G1's clean-up of a failed lock round (cleanup), with
+// release.lua and discard.lua, on the node's batch.
+func (r *Store) discard(ctx context.Context, key, digest, round string, votes []nodeResult[script.AcquireResult], made []*script.LockValue) {
+	cleanup[script.AcquireResult, script.LockValue]{
+		voted: func(v script.AcquireResult) bool { return v.Code == script.AcquireNew },
+		release: func(ctx context.Context, n *redlockNode, v script.LockValue) error {
 			// Never answered as a grant: deleted, whatever its
 			// hold-at-least (rule L).
-			if err = script.Release(nctx, n.batch, key, digest, made[i], false); answered(err) || errors.Is(err, script.ErrMoved) {
-				err = nil
-			}
-		} else {
-			err = script.DiscardScript.Run(nctx, n.batch, []string{script.LockKey(key), script.QueueKey(key)}, digest, round, script.Channel(key)).Err()
-		}
-		r.observe(detached, n, script.RedisErr(err))
-	}
-	var wg sync.WaitGroup
-	for i, n := range r.nodes {
-		switch v := votes[i]; {
-		case errors.Is(v.err, errNodeDown):
-			// Never asked: nothing of this round's there.
-		case v.err != nil:
-			r.background(func() { del(i, n) })
-		case v.val.Code == script.AcquireNew || (made != nil && made[i].Raw != ""):
-			wg.Go(func() { del(i, n) })
-		}
-	}
-	wg.Wait()
+			return script.Release(ctx, n.batch, key, digest, v, false)
+		},
+		discard: func(ctx context.Context, n *redlockNode) error {
+			return script.DiscardScript.Run(ctx, n.batch, []string{script.LockKey(key), script.QueueKey(key)}, digest, round, script.Channel(key)).Err()
+		},
+	}.run(ctx, r, votes, made)
 }
 
 // Extend implements Store. On a node it only ever lengthens the lease, so

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/sleep"
@@ -149,7 +148,7 @@ func (r *Store) semOnce(ctx context.Context, key, digest string, req lockstore.P
 		}
 	}
 
-	var made []script.SemValue // by node: a permit this round alone confirmed there
+	var made []*script.SemValue // by node: a permit this round alone confirmed there
 	if ctx.Err() == nil && r.q().all(granted) {
 		p, ok, confirmed := r.semConfirm(ctx, key, a, req, votes, *rounds, start)
 		if ok {
@@ -206,13 +205,12 @@ func mostVoted(votes map[int]int) int {
 	return best
 }
 
-// semConfirm is G1 for a permit round (confirmRound, with
-// sem_confirm.lua), as confirmGrant for a lock's: when the round does not
-// stand, made holds, by node, the permits this round alone made there, as
-// they were left.
+// semConfirm is G1 for a permit round (confirmVotes, with
+// sem_confirm.lua), as confirmGrant is for a lock's. A permit's values
+// carry their node's floor (R3), which roundFence counts.
 func (r *Store) semConfirm(ctx context.Context, key string, a script.SemArgs, req lockstore.PermitRequest,
 	votes []nodeResult[script.SemResult], rounds []string, start time.Time,
-) (_ lockstore.Permit, ok bool, made []script.SemValue) {
+) (_ lockstore.Permit, ok bool, made []*script.SemValue) {
 	values := make([]roundValue, len(votes))
 	for i, v := range votes {
 		if v.err == nil && (v.val.Code == script.SemNew || v.val.Code == script.SemRenewed) {
@@ -221,67 +219,50 @@ func (r *Store) semConfirm(ctx context.Context, key string, a script.SemArgs, re
 				confirmed: sv.Confirmed, maker: script.MakerOf(sv.Field), owner: sv.Owner, floor: v.val.Floor}
 		}
 	}
-	made = make([]script.SemValue, len(votes))
 	margin := strconv.FormatInt(script.FenceMargin.Milliseconds(), 10)
-	g := r.confirmRound(ctx, values, rounds, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, error) {
+	g, ok, made := confirmVotes(ctx, r, values, rounds, req.TTL, start, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, script.SemValue, error) {
 		reply, err := script.SemConfirmScript.Run(ctx, n.semGrant, []string{script.SemPermitsKey(key), script.SemExpiryKey(key), script.SemFenceKey(key)},
 			a.Digest, maker, strconv.FormatInt(fence, 10), margin, a.Slot, req.TTL.Milliseconds(), script.SemChannel(key)).Slice()
 		if err != nil {
-			return 0, script.RedisErr(err)
+			return 0, script.SemValue{}, script.RedisErr(err)
 		}
-		code, _ := reply[0].(int64)
-		if code == confirmMade {
-			if len(reply) != 2 {
-				return 0, fmt.Errorf("lockstore: sem_confirm script replied %v", reply)
-			}
-			made[i], err = script.ParseSemValue(a.Slot, reply[1])
-		}
-		return code, err
+		return parseSemConfirm(a.Slot, reply)
 	})
-	validity := req.TTL - time.Since(start) - drift(req.TTL)
-	if !r.q().all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
+	if !ok {
 		return lockstore.Permit{}, false, made
 	}
-	owner := req.Owner
-	if g.hasOwner {
-		owner = g.owner
-	}
-	return lockstore.Permit{Key: key, Token: req.Token, Owner: owner, Limit: req.Limit, Fence: g.fence,
+	return lockstore.Permit{Key: key, Token: req.Token, Owner: g.ownerOr(req.Owner), Limit: req.Limit, Fence: g.fence,
 		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: g.renewal}, true, nil
 }
 
-// semDiscard withdraws what a failed round left, as discard does for a
-// lease: where the round alone made a permit (made[i]) it deletes it as
-// the confirmation left it (sem_release.lua: not if anything wrote to it
-// since); elsewhere it withdraws the round's provisional value
-// (sem_discard.lua, W). Liveness only.
-func (r *Store) semDiscard(ctx context.Context, key string, a script.SemArgs, votes []nodeResult[script.SemResult], made []script.SemValue) {
-	detached := context.WithoutCancel(ctx)
-	del := func(i int, n *redlockNode) {
-		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
-		defer cancel()
-		var err error
-		if made != nil && made[i].Raw != "" {
-			// Changed since (errMoved), gone or another's: a node's answer.
-			if err = script.SemRelease(nctx, n.client, key, a.Digest, script.PublishAll, made[i]); answered(err) || errors.Is(err, script.ErrMoved) {
-				err = nil
-			}
-		} else {
-			err = script.SemDiscardScript.Run(nctx, n.client, []string{script.SemPermitsKey(key), script.SemExpiryKey(key)}, a.Digest, a.Attempt, script.SemChannel(key)).Err()
-		}
-		r.observe(detached, n, script.RedisErr(err))
+// parseSemConfirm reads sem_confirm.lua's reply: its code, and for
+// confirmMade the permit as left (its value carries its expiry).
+func parseSemConfirm(slot int, reply []any) (int64, script.SemValue, error) {
+	code, _ := reply[0].(int64)
+	if code != confirmMade {
+		return code, script.SemValue{}, nil
 	}
-	var wg sync.WaitGroup
-	for i, n := range r.nodes {
-		switch v := votes[i]; {
-		case errors.Is(v.err, errNodeDown):
-		case v.err != nil:
-			r.background(func() { del(i, n) })
-		case v.val.Code == script.SemNew || (made != nil && made[i].Raw != ""):
-			wg.Go(func() { del(i, n) })
-		}
+	if len(reply) != 2 {
+		return 0, script.SemValue{}, fmt.Errorf("lockstore: sem_confirm script replied %v", reply)
 	}
-	wg.Wait()
+	v, err := script.ParseSemValue(slot, reply[1])
+	return code, v, err
+}
+
+// semDiscard is G1's clean-up of a failed permit round (cleanup), with
+// sem_release.lua and sem_discard.lua. Unlike a lock's, it runs on the
+// node's client, not its batch, and a permit has no hold-at-least to
+// honour (rule L is the lock's).
+func (r *Store) semDiscard(ctx context.Context, key string, a script.SemArgs, votes []nodeResult[script.SemResult], made []*script.SemValue) {
+	cleanup[script.SemResult, script.SemValue]{
+		voted: func(v script.SemResult) bool { return v.Code == script.SemNew },
+		release: func(ctx context.Context, n *redlockNode, v script.SemValue) error {
+			return script.SemRelease(ctx, n.client, key, a.Digest, script.PublishAll, v)
+		},
+		discard: func(ctx context.Context, n *redlockNode) error {
+			return script.SemDiscardScript.Run(ctx, n.client, []string{script.SemPermitsKey(key), script.SemExpiryKey(key)}, a.Digest, a.Attempt, script.SemChannel(key)).Err()
+		},
+	}.run(ctx, r, votes, made)
 }
 
 // SemExtend implements Semaphores, with Extend's rules: only ever
