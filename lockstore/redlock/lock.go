@@ -291,9 +291,23 @@ func (r *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.LockValue, error) {
 		return script.Extend(ctx, n.grant, key, script.ExtendArgs{Digest: digest, TTL: ttl, Longer: true})
 	})
-	t := tallyOwned(votes)
+	v, ttl, err := extended(ctx, r, lockValues, tallyOwned(votes), ttl, start, "lease")
+	if err != nil {
+		return lockstore.Lease{}, err
+	}
+	return lockstore.Lease{
+		Key: key, Token: token, Owner: v.Owner, Fence: v.Fence, Granted: ttl,
+		ExpiresAt: start.Add(ttl - drift(ttl)),
+	}, nil
+}
+
+// extended is G3's answer from the tally of an extend's votes, for a
+// lease or a permit (what): the value most of the nodes that extended it
+// carry, and the length the answer grants.
+func extended[V any](ctx context.Context, r *Store, k valueKind[V], t ownedTally[V], ttl time.Duration, start time.Time, what string) (_ V, granted time.Duration, _ error) {
+	var none V
 	if err := ctx.Err(); err != nil {
-		return lockstore.Lease{}, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+		return none, 0, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
 	}
 	if ttl == 0 {
 		// Each node applied the length its value records; they may differ
@@ -301,26 +315,22 @@ func (r *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 		// counted is what every one of them holds at least, so validity is
 		// measured from it. A node that recorded none refused (ErrInvalid).
 		for _, v := range t.ok {
-			if ttl == 0 || v.Length < ttl {
-				ttl = v.Length
+			if l := k.length(v); ttl == 0 || l < ttl {
+				ttl = l
 			}
 		}
 	}
 	validity := ttl - time.Since(start) - drift(ttl)
 	switch {
 	case r.q().all(t.okAt) && validity > 0:
-		v := lockValues.majority(t.ok)
-		return lockstore.Lease{
-			Key: key, Token: token, Owner: v.Owner, Fence: v.Fence, Granted: ttl,
-			ExpiresAt: start.Add(ttl - drift(ttl)),
-		}, nil
+		return k.majority(t.ok), ttl, nil
 	case r.q().all(t.okAt):
-		return lockstore.Lease{}, fmt.Errorf("%w: redlock extended the lease on a majority too slowly to vouch for it", lockstore.ErrUnavailable)
+		return none, 0, fmt.Errorf("%w: redlock extended the %s on a majority too slowly to vouch for it", lockstore.ErrUnavailable, what)
 	}
 	// What it found of the token's on a minority is left to expire: an
 	// acquire round of the same token may have just written it, and
 	// deleting it could cut that grant's majority.
-	return lockstore.Lease{}, t.decide(r)
+	return none, 0, t.decide(r)
 }
 
 // Release implements Store, in two steps. It reads every node first and

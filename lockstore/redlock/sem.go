@@ -277,9 +277,6 @@ func (r *Store) SemExtend(ctx context.Context, key, token string, ttl time.Durat
 		return script.SemExtend(ctx, n.semGrant, key, digest, ttl, true, script.PublishAll)
 	})
 	t := tallyOwned(votes)
-	if err := ctx.Err(); err != nil {
-		return lockstore.Permit{}, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
-	}
 	// Only the slot most nodes extended counts (another is a leftover).
 	bySlot := make(map[int]int)
 	for _, v := range t.ok {
@@ -294,24 +291,13 @@ func (r *Store) SemExtend(ctx context.Context, key, token string, ttl time.Durat
 			okAt[i] = true
 		}
 	}
-	t.okAt = okAt
-	if ttl == 0 {
-		for _, v := range ok {
-			if ttl == 0 || v.Length < ttl {
-				ttl = v.Length
-			}
-		}
+	t.ok, t.okAt = ok, okAt
+	v, ttl, err := extended(ctx, r, semValues, t, ttl, start, "permit")
+	if err != nil {
+		return lockstore.Permit{}, err
 	}
-	validity := ttl - time.Since(start) - drift(ttl)
-	switch {
-	case r.q().all(okAt) && validity > 0:
-		v := semValues.majority(ok)
-		return lockstore.Permit{Key: key, Token: token, Owner: v.Owner, Limit: v.Limit, Fence: v.Fence,
-			Granted: ttl, ExpiresAt: start.Add(ttl - drift(ttl))}, nil
-	case r.q().all(okAt):
-		return lockstore.Permit{}, fmt.Errorf("%w: redlock extended the permit on a majority too slowly to vouch for it", lockstore.ErrUnavailable)
-	}
-	return lockstore.Permit{}, t.decide(r)
+	return lockstore.Permit{Key: key, Token: token, Owner: v.Owner, Limit: v.Limit, Fence: v.Fence,
+		Granted: ttl, ExpiresAt: start.Add(ttl - drift(ttl))}, nil
 }
 
 // SemRelease implements Semaphores with Release's two steps: read every
