@@ -116,11 +116,52 @@ func (r *Store) acquireRounds(ctx context.Context, c *acquireCall) (lockstore.Le
 		if !retry || attempt == redlockAttempts {
 			return lease, err
 		}
-		pause := time.Millisecond + rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond))
-		if !sleep.For(ctx, pause) {
+		if !pause(ctx, attempt) {
 			return lockstore.Lease{}, err
 		}
 	}
+}
+
+// pause is the short random pause before another round, after the
+// attempt-th split vote; false when ctx ended first.
+func pause(ctx context.Context, attempt int) bool {
+	return sleep.For(ctx, time.Millisecond+rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond)))
+}
+
+// countVotes reads a round's votes for the OnVote hook and the quorum
+// error: a vote that got no answer and one from a quarantined node are
+// counted here; judge reads each other (a counted node's answer) and
+// names it, "granted" or "held".
+func countVotes[R any](r *Store, votes []nodeResult[R], judge func(i int, v R) string) (failed, quarantined, refused int) {
+	for i, v := range votes {
+		var vote string
+		switch {
+		case v.err != nil:
+			failed++
+			if vote = failedVote(v.err); vote == "refused" {
+				refused++
+			}
+		case !v.counted:
+			quarantined++
+			vote = "quarantined"
+		default:
+			vote = judge(i, v.val)
+		}
+		if r.onVote != nil {
+			r.onVote(r.nodes[i].addr, vote)
+		}
+	}
+	return failed, quarantined, refused
+}
+
+// unheld is n nodes' time until a slot frees (heldRemaining), none said
+// held yet.
+func unheld(n int) []time.Duration {
+	d := make([]time.Duration, n)
+	for i := range d {
+		d[i] = -1
+	}
+	return d
 }
 
 // acquireOnce runs one Redlock round under a fresh round id (G1 in
@@ -143,31 +184,16 @@ func (r *Store) acquireOnce(ctx context.Context, c *acquireCall) (_ lockstore.Le
 	})
 
 	granted := make([]bool, len(votes)) // by node
-	held := make([]time.Duration, len(votes))
+	held := unheld(len(votes))
 	heldAt := make([]bool, len(votes))
-	failed, quarantined, refused := 0, 0, 0
-	for i, v := range votes {
-		held[i] = -1
-		vote := "granted"
-		switch {
-		case v.err != nil:
-			failed++
-			if vote = failedVote(v.err); vote == "refused" {
-				refused++
-			}
-		case !v.counted:
-			quarantined++
-			vote = "quarantined"
-		case v.val.Code == script.AcquireHeld:
-			held[i], heldAt[i] = v.val.Remaining, true
-			vote = "held"
-		default:
-			granted[i] = true
+	failed, quarantined, refused := countVotes(r, votes, func(i int, v script.AcquireResult) string {
+		if v.Code == script.AcquireHeld {
+			held[i], heldAt[i] = v.Remaining, true
+			return "held"
 		}
-		if r.onVote != nil {
-			r.onVote(r.nodes[i].addr, vote)
-		}
-	}
+		granted[i] = true
+		return "granted"
+	})
 
 	var made []*script.LockValue // by node: a lease this round alone confirmed there
 	if ctx.Err() == nil && r.q().all(granted) {

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lockgateway/lockgateway/internal/sleep"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 	"github.com/lockgateway/lockgateway/lockstore/internal/wait"
@@ -70,8 +69,7 @@ func (r *Store) semRounds(ctx context.Context, key, digest string, req lockstore
 		// (a client's retry while the first is in flight) can each find
 		// the other's slot and swap.
 		if next == slot || attempt > 1 {
-			pause := time.Millisecond + rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond))
-			if !sleep.For(ctx, pause) {
+			if !pause(ctx, attempt) {
 				return lockstore.Permit{}, err
 			}
 		}
@@ -103,50 +101,35 @@ func (r *Store) semOnce(ctx context.Context, key, digest string, req lockstore.P
 		return script.SemAcquire(ctx, n.semGrant, key, a)
 	})
 
-	granted := make([]bool, len(votes))       // by node
-	full := make([]time.Duration, len(votes)) // nodes with no free slot: time until one frees; -1 others
+	granted := make([]bool, len(votes)) // by node
+	full := unheld(len(votes))          // nodes with no free slot: time until one frees
 	fullAt := make([]bool, len(votes))
 	answeredAt := make([]bool, len(votes)) // counted nodes that answered
 	mismatchAt := make([]bool, len(votes))
-	failed, quarantined, refused := 0, 0, 0
 	var mismatch []script.SemResult
 	freeVotes := make(map[int]int) // slot → nodes that have it free
 	elsewhere := make(map[int]int) // slot → nodes where the token holds it
-	for i, v := range votes {
-		full[i] = -1
-		answeredAt[i] = v.err == nil && v.counted
-		vote := "granted"
-		switch {
-		case v.err != nil:
-			failed++
-			if vote = failedVote(v.err); vote == "refused" {
-				refused++
-			}
-		case !v.counted:
-			quarantined++
-			vote = "quarantined"
-		case v.val.Code == script.SemNew || v.val.Code == script.SemRenewed:
+	failed, quarantined, refused := countVotes(r, votes, func(i int, v script.SemResult) string {
+		answeredAt[i] = true
+		switch v.Code {
+		case script.SemNew, script.SemRenewed:
 			granted[i] = true
-		case v.val.Code == script.SemMismatch:
-			mismatch = append(mismatch, v.val)
+			return "granted"
+		case script.SemMismatch:
+			mismatch = append(mismatch, v)
 			mismatchAt[i] = true
-			vote = "held"
-		case v.val.Code == script.SemElsewise:
-			elsewhere[v.val.Slot]++
-			vote = "held"
+		case script.SemElsewise:
+			elsewhere[v.Slot]++
 		default:
-			vote = "held"
-			if v.val.FreeCount == 0 {
-				full[i], fullAt[i] = v.val.Remaining, true
+			if v.FreeCount == 0 {
+				full[i], fullAt[i] = v.Remaining, true
 			}
-			for _, s := range v.val.Free {
+			for _, s := range v.Free {
 				freeVotes[s]++
 			}
 		}
-		if r.onVote != nil {
-			r.onVote(r.nodes[i].addr, vote)
-		}
-	}
+		return "held"
+	})
 
 	var made []*script.SemValue // by node: a permit this round alone confirmed there
 	if ctx.Err() == nil && r.q().all(granted) {
