@@ -309,31 +309,50 @@ func (r *Store) discard(ctx context.Context, key, digest, round string, votes []
 // Extend implements Store. On a node it only ever lengthens the lease, so
 // an extend that lands after its answer cannot cut short a later grant.
 func (r *Store) Extend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Lease, error) {
-	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
-		return lockstore.Lease{}, err
-	}
-	digest := script.DigestHex(token)
-	start := time.Now()
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.LockValue, error) {
+	v, granted, start, err := extend(ctx, r, lockValues, key, token, ttl, func(ctx context.Context, n *redlockNode, digest string) (script.LockValue, error) {
 		return script.Extend(ctx, n.grant, key, script.ExtendArgs{Digest: digest, TTL: ttl, Longer: true})
 	})
-	v, ttl, err := extended(ctx, r, lockValues, tallyOwned(votes), ttl, start, "lease")
 	if err != nil {
 		return lockstore.Lease{}, err
 	}
 	return lockstore.Lease{
-		Key: key, Token: token, Owner: v.Owner, Fence: v.Fence, Granted: ttl,
-		ExpiresAt: start.Add(ttl - drift(ttl)),
+		Key: key, Token: token, Owner: v.Owner, Fence: v.Fence, Granted: granted,
+		ExpiresAt: start.Add(granted - drift(granted)),
 	}, nil
 }
 
-// extended is G3's answer from the tally of an extend's votes, for a
-// lease or a permit (what): the value most of the nodes that extended it
-// carry, and the length the answer grants.
-func extended[V any](ctx context.Context, r *Store, k valueKind[V], t ownedTally[V], ttl time.Duration, start time.Time, what string) (_ V, granted time.Duration, _ error) {
+// extend is G3 for a lease or a permit: E on every node (call, with the
+// token's digest), and the answer: the value most of the nodes that
+// extended it carry, the length granted, and the start of the extend,
+// from which its expiry counts.
+func extend[V any](ctx context.Context, r *Store, k valueKind[V], key, token string, ttl time.Duration,
+	call func(ctx context.Context, n *redlockNode, digest string) (V, error),
+) (_ V, granted time.Duration, start time.Time, _ error) {
 	var none V
+	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
+		return none, 0, start, err
+	}
+	digest := script.DigestHex(token)
+	start = time.Now()
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (V, error) {
+		return call(ctx, n, digest)
+	})
+	t := tallyOwned(votes)
 	if err := ctx.Err(); err != nil {
-		return none, 0, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+		return none, 0, start, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	}
+	// Only the slot most nodes extended counts (another is a leftover of
+	// the token's; a lock's values are all in one).
+	bySlot := make(map[int]int)
+	for _, v := range t.ok {
+		bySlot[k.slot(v)]++
+	}
+	slot := mostVoted(bySlot)
+	t.ok = nil
+	for i, v := range votes {
+		if t.okAt[i] = t.okAt[i] && k.slot(v.val) == slot; t.okAt[i] {
+			t.ok = append(t.ok, v.val)
+		}
 	}
 	if ttl == 0 {
 		// Each node applied the length its value records; they may differ
@@ -349,14 +368,14 @@ func extended[V any](ctx context.Context, r *Store, k valueKind[V], t ownedTally
 	validity := ttl - time.Since(start) - drift(ttl)
 	switch {
 	case r.q().all(t.okAt) && validity > 0:
-		return k.majority(t.ok), ttl, nil
+		return k.majority(t.ok), ttl, start, nil
 	case r.q().all(t.okAt):
-		return none, 0, fmt.Errorf("%w: redlock extended the %s on a majority too slowly to vouch for it", lockstore.ErrUnavailable, what)
+		return none, 0, start, fmt.Errorf("%w: redlock extended the %s on a majority too slowly to vouch for it", lockstore.ErrUnavailable, k.what)
 	}
 	// What it found of the token's on a minority is left to expire: an
 	// acquire round of the same token may have just written it, and
 	// deleting it could cut that grant's majority.
-	return none, 0, t.decide(r)
+	return none, 0, start, t.decide(r)
 }
 
 // Release implements Store, in two steps. It reads every node first and

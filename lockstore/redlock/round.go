@@ -19,18 +19,24 @@ import (
 // values (script.LockValue, script.SemValue) have in common: a permit is a
 // lock of one slot, but Go's generics reach no fields.
 type valueKind[V any] struct {
+	what   string // "lease" or "permit", for messages
 	fence  func(V) int64
 	length func(V) time.Duration // as last granted or extended
+	slot   func(V) int           // a lock's: 0, its one
 }
 
 var (
 	lockValues = valueKind[script.LockValue]{
+		what:   "lease",
 		fence:  func(v script.LockValue) int64 { return v.Fence },
 		length: func(v script.LockValue) time.Duration { return v.Length },
+		slot:   func(script.LockValue) int { return 0 },
 	}
 	semValues = valueKind[script.SemValue]{
+		what:   "permit",
 		fence:  func(v script.SemValue) int64 { return v.Fence },
 		length: func(v script.SemValue) time.Duration { return v.Length },
+		slot:   func(v script.SemValue) int { return v.Slot },
 	}
 )
 

@@ -248,39 +248,18 @@ func (r *Store) semDiscard(ctx context.Context, key string, a script.SemArgs, vo
 	}.run(ctx, r, votes, made)
 }
 
-// SemExtend implements Semaphores, with Extend's rules: only ever
-// lengthens on a node, and succeeds when a majority extended one slot.
+// SemExtend implements Semaphores, with Extend's rules (extend): only
+// ever lengthens on a node, and succeeds when a majority extended one
+// slot.
 func (r *Store) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Permit, error) {
-	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
-		return lockstore.Permit{}, err
-	}
-	digest := script.DigestHex(token)
-	start := time.Now()
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemValue, error) {
+	v, granted, start, err := extend(ctx, r, semValues, key, token, ttl, func(ctx context.Context, n *redlockNode, digest string) (script.SemValue, error) {
 		return script.SemExtend(ctx, n.semGrant, key, digest, ttl, true, script.PublishAll)
 	})
-	t := tallyOwned(votes)
-	// Only the slot most nodes extended counts (another is a leftover).
-	bySlot := make(map[int]int)
-	for _, v := range t.ok {
-		bySlot[v.Slot]++
-	}
-	slot := mostVoted(bySlot)
-	var ok []script.SemValue
-	okAt := make([]bool, len(votes))
-	for i, v := range votes {
-		if t.okAt[i] && v.val.Slot == slot {
-			ok = append(ok, v.val)
-			okAt[i] = true
-		}
-	}
-	t.ok, t.okAt = ok, okAt
-	v, ttl, err := extended(ctx, r, semValues, t, ttl, start, "permit")
 	if err != nil {
 		return lockstore.Permit{}, err
 	}
 	return lockstore.Permit{Key: key, Token: token, Owner: v.Owner, Limit: v.Limit, Fence: v.Fence,
-		Granted: ttl, ExpiresAt: start.Add(ttl - drift(ttl))}, nil
+		Granted: granted, ExpiresAt: start.Add(granted - drift(granted))}, nil
 }
 
 // SemRelease implements Semaphores with Release's two steps: read every
