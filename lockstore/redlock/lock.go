@@ -558,19 +558,15 @@ func (r *Store) InspectSpread(ctx context.Context, key string) (lockstore.Lease,
 	if err := r.set.refusing(); err != nil {
 		return lockstore.Lease{}, 0, err
 	}
-	type held struct {
-		value     script.LockValue
-		remaining time.Duration
-	}
 	start := time.Now()
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (held, error) {
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.NodeListed, error) {
 		v, remaining, err := script.Inspect(ctx, n.batch, key)
-		return held{v, remaining}, err
+		return script.NodeListed{Held: err == nil, Value: v, Remaining: remaining}, err
 	})
 	if err := ctx.Err(); err != nil {
 		return lockstore.Lease{}, 0, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
 	}
-	holders := make(map[string][]held) // by token digest
+	holders := make(map[string][]script.NodeListed) // by token digest
 	holdersAt := make(map[string][]bool)
 	unknownAt := make([]bool, len(votes))
 	failed, quarantined := 0, 0
@@ -582,10 +578,10 @@ func (r *Store) InspectSpread(ctx context.Context, key string) (lockstore.Lease,
 		case !v.counted:
 			unknownAt[i] = true
 			quarantined++
-		case v.err == nil && !v.val.value.Provisional():
+		case v.err == nil && !v.val.Value.Provisional():
 			// A provisional value is no lease until a round confirms it
 			// (confirm.lua, which tells watchers when it does).
-			d := v.val.value.Digest
+			d := v.val.Value.Digest
 			holders[d] = append(holders[d], v.val)
 			if holdersAt[d] == nil {
 				holdersAt[d] = make([]bool, len(votes))
@@ -599,17 +595,8 @@ func (r *Store) InspectSpread(ctx context.Context, key string) (lockstore.Lease,
 		if !r.q().any(holdersAt[d]) {
 			continue
 		}
-		values := make([]script.LockValue, len(hs))
-		remaining, longest := hs[0].remaining, hs[0].remaining
-		for i, h := range hs {
-			values[i] = h.value
-			remaining = min(remaining, h.remaining)
-			longest = max(longest, h.remaining)
-		}
-		v := lockValues.majority(values)
-		ttl := max(remaining-drift(remaining), 0)
-		l := lockstore.Lease{Key: key, Owner: v.Owner, Fence: v.Fence, Granted: v.Length, Left: ttl, ExpiresAt: start.Add(ttl)}
-		return l, watchLate(start, longest, l.ExpiresAt), nil
+		l, longest := readLease(key, start, hs)
+		return l.Lease, watchLate(start, longest, l.ExpiresAt), nil
 	}
 	if !could && !r.q().any(unknownAt) { // no token could hold a majority
 		return lockstore.Lease{}, 0, lockstore.ErrNotHeld
