@@ -472,43 +472,21 @@ func (r *Store) holderRead(ctx context.Context, reads []nodeResult[script.LockVa
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
 	}
-	at := make(map[string][]bool) // by digest: the nodes that hold its lease
-	var values map[string][]script.LockValue
-	unknownAt := make([]bool, len(reads))
-	failed, quarantined := 0, 0
-	for i, v := range reads {
-		switch {
-		case !answered(v.err):
-			unknownAt[i] = true
-			failed++
-		case !v.counted:
-			unknownAt[i] = true
-			quarantined++
-		case v.err == nil && !v.val.Provisional() && !strings.HasPrefix(v.val.Digest, "L"):
-			// (A lingering value, rule L, is nobody's lease.)
-			d := v.val.Digest
-			if at[d] == nil {
-				at[d] = make([]bool, len(reads))
-			}
-			at[d][i] = true
-			if values == nil {
-				values = make(map[string][]script.LockValue)
-			}
-			values[d] = append(values[d], v.val)
+	t := tallyHeld(reads, func(v script.LockValue, add func(string, script.LockValue)) {
+		// (A lingering value, rule L, is nobody's lease.)
+		if !v.Provisional() && !strings.HasPrefix(v.Digest, "L") {
+			add(v.Digest, v)
 		}
-	}
+	})
 	could := false // a lease of the fence asked for could hold a majority
-	for d, m := range at {
-		named := fence == 0 || lockValues.majority(values[d]).Fence == fence
-		if named && r.q().any(m) {
+	for d, vs := range t.found {
+		named := fence == 0 || lockValues.majority(vs).Fence == fence
+		if named && r.q().any(t.at[d]) {
 			return d, nil
 		}
-		could = could || (named && r.q().any(or(m, unknownAt)))
+		could = could || (named && t.could(r, d))
 	}
-	if !could && !r.q().any(unknownAt) {
-		return "", lockstore.ErrNotHeld
-	}
-	return "", r.quorumError(failed, quarantined, 0)
+	return "", t.missing(r, could)
 }
 
 // releaseRead deletes digest's lease on one node if it is still as read
@@ -566,42 +544,23 @@ func (r *Store) InspectSpread(ctx context.Context, key string) (lockstore.Lease,
 	if err := ctx.Err(); err != nil {
 		return lockstore.Lease{}, 0, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
 	}
-	holders := make(map[string][]script.NodeListed) // by token digest
-	holdersAt := make(map[string][]bool)
-	unknownAt := make([]bool, len(votes))
-	failed, quarantined := 0, 0
-	for i, v := range votes {
-		switch {
-		case v.err != nil && !answered(v.err):
-			unknownAt[i] = true
-			failed++
-		case !v.counted:
-			unknownAt[i] = true
-			quarantined++
-		case v.err == nil && !v.val.Value.Provisional():
-			// A provisional value is no lease until a round confirms it
-			// (confirm.lua, which tells watchers when it does).
-			d := v.val.Value.Digest
-			holders[d] = append(holders[d], v.val)
-			if holdersAt[d] == nil {
-				holdersAt[d] = make([]bool, len(votes))
-			}
-			holdersAt[d][i] = true
+	t := tallyHeld(votes, func(v script.NodeListed, add func(string, script.NodeListed)) {
+		// A provisional value is no lease until a round confirms it
+		// (confirm.lua, which tells watchers when it does).
+		if !v.Value.Provisional() {
+			add(v.Value.Digest, v)
 		}
-	}
+	})
 	could := false // a token could hold a majority, counting the silent nodes
-	for d, hs := range holders {
-		could = could || r.q().any(or(holdersAt[d], unknownAt))
-		if !r.q().any(holdersAt[d]) {
+	for d, hs := range t.found {
+		could = could || t.could(r, d)
+		if !r.q().any(t.at[d]) {
 			continue
 		}
 		l, longest := readLease(key, start, hs)
 		return l.Lease, watchLate(start, longest, l.ExpiresAt), nil
 	}
-	if !could && !r.q().any(unknownAt) { // no token could hold a majority
-		return lockstore.Lease{}, 0, lockstore.ErrNotHeld
-	}
-	return lockstore.Lease{}, 0, r.quorumError(failed, quarantined, 0)
+	return lockstore.Lease{}, 0, t.missing(r, could)
 }
 
 // Ping implements Store: nil when at least a quorum of nodes that are warm

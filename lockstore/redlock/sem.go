@@ -377,41 +377,22 @@ func (r *Store) semInspect(ctx context.Context, key string) (lockstore.Semaphore
 		slot   int
 		digest string
 	}
-	found := make(map[permitID][]script.SemValue)
-	foundAt := make(map[permitID][]bool)
 	limits := make(map[int]int)
-	unknownAt := make([]bool, len(votes))
-	failed, quarantined := 0, 0
-	for i, v := range votes {
-		switch {
-		case v.err != nil && !answered(v.err):
-			unknownAt[i] = true
-			failed++
-		case !v.counted:
-			unknownAt[i] = true
-			quarantined++
-		case v.err == nil:
-			limits[v.val.limit]++
-			for _, sv := range v.val.vs {
-				if sv.Provisional() {
-					continue // no permit until a round confirms it
-				}
-				id := permitID{sv.Slot, sv.Digest}
-				found[id] = append(found[id], sv)
-				if foundAt[id] == nil {
-					foundAt[id] = make([]bool, len(votes))
-				}
-				foundAt[id][i] = true
+	t := tallyHeld(votes, func(v read, add func(permitID, script.SemValue)) {
+		limits[v.limit]++
+		for _, sv := range v.vs {
+			if !sv.Provisional() { // no permit until a round confirms it
+				add(permitID{sv.Slot, sv.Digest}, sv)
 			}
 		}
-	}
+	})
 	st := lockstore.SemaphoreState{Key: key, Limit: mostVoted(limits)}
 	var late time.Duration
 	digests := make(map[int64]string)
-	could := r.q().any(unknownAt) // a permit could hold a majority, counting the silent nodes
-	for id, vs := range found {
-		could = could || r.q().any(or(foundAt[id], unknownAt))
-		if !r.q().any(foundAt[id]) {
+	could := false // a permit could hold a majority, counting the silent nodes
+	for id, vs := range t.found {
+		could = could || t.could(r, id)
+		if !r.q().any(t.at[id]) {
 			continue
 		}
 		left, longest := vs[0].Left, vs[0].Left
@@ -431,8 +412,5 @@ func (r *Store) semInspect(ctx context.Context, key string) (lockstore.Semaphore
 		lockstore.SortHolders(st.Holders)
 		return st, late, digests, nil
 	}
-	if !could {
-		return lockstore.SemaphoreState{}, 0, nil, lockstore.ErrNotHeld
-	}
-	return lockstore.SemaphoreState{}, 0, nil, r.quorumError(failed, quarantined, 0)
+	return lockstore.SemaphoreState{}, 0, nil, t.missing(r, could)
 }
