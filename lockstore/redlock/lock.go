@@ -437,30 +437,43 @@ func (r *Store) release(ctx context.Context, key, digest string, fence int64) (s
 			}
 		}
 	}
-	t := tallyOwned(reads)
-	switch {
-	case ctx.Err() != nil:
-		return script.LockValue{}, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, ctx.Err())
-	case !r.q().any(t.okAt):
-		return script.LockValue{}, t.decide(r)
-	}
-	held := make([]bool, len(reads))
 	var linger time.Duration // the longest hold-at-least left on the nodes read
-	for i, v := range reads {
-		held[i] = v.err == nil
-		if held[i] && !forced {
+	for _, v := range reads {
+		if v.err == nil && !forced {
 			linger = max(linger, v.val.AtLeastLeft)
 		}
 	}
-	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
+	return deleteReads(ctx, r, lockValues, reads, func(ctx context.Context, n *redlockNode, v script.LockValue) error {
 		// A forced release frees the key at once, whatever the holder's
 		// hold-at-least (rule L). A release keeps it on every node it
 		// releases at least as long as on any node read (review fix).
-		v := reads[i].val
 		v.Linger = linger
-		return struct{}{}, releaseRead(ctx, n.batch, key, digest, v, !forced, forced)
+		return releaseRead(ctx, n.batch, key, digest, v, !forced, forced)
 	})
-	return lockValues.majority(t.ok), released(ctx, r, t, dels, "lease")
+}
+
+// deleteReads is G2 after the reads of a lease or a permit: only if they
+// show the token on a majority of some list, del on each node read holding
+// it, with the value read there; done when the deletes hold a majority of
+// every list where the token could hold one (released). It answers the
+// value most of the nodes read carry.
+func deleteReads[V any](ctx context.Context, r *Store, k valueKind[V], reads []nodeResult[V], del func(ctx context.Context, n *redlockNode, v V) error) (V, error) {
+	var none V
+	t := tallyOwned(reads)
+	switch {
+	case ctx.Err() != nil:
+		return none, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, ctx.Err())
+	case !r.q().any(t.okAt):
+		return none, t.decide(r)
+	}
+	held := make([]bool, len(reads))
+	for i, v := range reads {
+		held[i] = v.err == nil
+	}
+	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
+		return struct{}{}, del(ctx, n, reads[i].val)
+	})
+	return k.majority(t.ok), released(ctx, r, t, dels, k.what)
 }
 
 // holderRead is the digest of the lease a forced release's reads found
@@ -498,21 +511,35 @@ func (r *Store) holderRead(ctx context.Context, reads []nodeResult[script.LockVa
 // pin (a forced release): a value read again must carry the fence first
 // read, or it is a new grant of the token, not the lease read (review fix).
 func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v script.LockValue, honour, pin bool) error {
+	fence, linger := v.Fence, v.Linger
+	return deleteAsRead(v, func(v script.LockValue) error { return script.Release(ctx, c, key, digest, v, honour) },
+		func() (script.LockValue, error) {
+			v, _, err := script.Inspect(ctx, c, key)
+			v.Linger = linger
+			switch {
+			case err != nil:
+			case v.Digest != digest:
+				err = lockstore.ErrTokenMismatch
+			case pin && v.Fence != fence:
+				err = lockstore.ErrNotHeld
+			}
+			return v, err
+		})
+}
+
+// deleteAsRead is G2's delete on one node, for a lease or a permit: del
+// deletes v only as it was read; when the node answers that it moved (a
+// renewal, an extend or a round of the same token wrote to it since),
+// reread reads it again, and the delete is tried again with what it
+// found, ReleaseReads times in all.
+func deleteAsRead[V any](v V, del func(V) error, reread func() (V, error)) error {
 	for range script.ReleaseReads {
-		err := script.Release(ctx, c, key, digest, v, honour)
+		err := del(v)
 		if !errors.Is(err, script.ErrMoved) {
 			return err
 		}
-		fence, linger := v.Fence, v.Linger
-		if v, _, err = script.Inspect(ctx, c, key); err != nil {
+		if v, err = reread(); err != nil {
 			return err
-		}
-		v.Linger = linger
-		if v.Digest != digest {
-			return lockstore.ErrTokenMismatch
-		}
-		if pin && v.Fence != fence {
-			return lockstore.ErrNotHeld
 		}
 	}
 	return script.ErrMoved

@@ -302,41 +302,23 @@ func (r *Store) semRelease(ctx context.Context, key, digest string, fence int64)
 	if err := r.set.refusing(); err != nil {
 		return err
 	}
-	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemValue, error) {
+	read := func(ctx context.Context, n *redlockNode) (script.SemValue, error) {
 		v, err := script.SemRead(ctx, n.client, key, digest)
 		if err == nil && fence != 0 && v.Fence != fence {
 			err = lockstore.ErrNotHeld
 		}
 		return v, err
-	})
-	t := tallyOwned(reads)
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("%w: %w", lockstore.ErrUnavailable, ctx.Err())
-	case !r.q().any(t.okAt):
-		return t.decide(r)
 	}
-	held := make([]bool, len(reads))
-	for i, v := range reads {
-		held[i] = v.err == nil
-	}
-	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
-		v := reads[i].val
-		for range script.ReleaseReads {
-			err := script.SemRelease(ctx, n.client, key, digest, script.PublishAll, v)
-			if !errors.Is(err, script.ErrMoved) {
-				return struct{}{}, err
-			}
-			if v, err = script.SemRead(ctx, n.client, key, digest); err != nil {
-				return struct{}{}, err
-			}
-			if fence != 0 && v.Fence != fence {
-				return struct{}{}, lockstore.ErrNotHeld
-			}
-		}
-		return struct{}{}, script.ErrMoved
+	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemValue, error) {
+		return read(ctx, n)
 	})
-	return released(ctx, r, t, dels, "permit")
+	_, err := deleteReads(ctx, r, semValues, reads, func(ctx context.Context, n *redlockNode, v script.SemValue) error {
+		return deleteAsRead(v, func(v script.SemValue) error {
+			return script.SemRelease(ctx, n.client, key, digest, script.PublishAll, v)
+		},
+			func() (script.SemValue, error) { return read(ctx, n) })
+	})
+	return err
 }
 
 // SemInspect implements Semaphores: the permits held on a majority of the
