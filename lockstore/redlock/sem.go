@@ -313,7 +313,9 @@ func (r *Store) semRelease(ctx context.Context, key, digest string, fence int64)
 		return read(ctx, n)
 	})
 	_, err := deleteReads(ctx, r, semValues, reads, func(ctx context.Context, n *redlockNode, v script.SemValue) error {
-		del := func(v script.SemValue) error { return script.SemRelease(ctx, n.client, key, digest, script.PublishAll, v) }
+		del := func(v script.SemValue) error {
+			return script.SemRelease(ctx, n.client, key, digest, script.PublishAll, v)
+		}
 		return deleteAsRead(v, del, func() (script.SemValue, error) { return read(ctx, n) })
 	})
 	return err
