@@ -73,22 +73,34 @@ func (r *Store) List(ctx context.Context, q lockstore.ListQuery) (lockstore.List
 			if !r.q().any(holdersAt[d]) {
 				continue
 			}
-			values := make([]script.LockValue, len(hs))
-			remaining, waiters := hs[0].Remaining, 0
-			for i, h := range hs {
-				values[i] = h.Value
-				remaining = min(remaining, h.Remaining)
-				waiters = max(waiters, h.Waiters)
-			}
-			v := majorityValue(values)
-			ttl := max(remaining-drift(remaining), 0)
-			items = append(items, lockstore.Listed{
-				Lease:   lockstore.Lease{Key: key, Owner: v.Owner, Fence: v.Fence, Granted: v.Length, Left: ttl, ExpiresAt: start.Add(ttl)},
-				Waiters: waiters,
-			})
+			l, _ := readLease(key, start, hs)
+			items = append(items, l)
 		}
 	}
 	return lockstore.ListPage{Items: items, Next: next}, nil
+}
+
+// readLease is the lease a read reports (Inspect, List) from hs, one
+// token's confirmed values on a quorum of the nodes read: the fence most
+// of them carry, the smallest time left less the drift allowance, from
+// start, the read's start, so never later than a node lets it go, and the
+// most waiters a node counted; longest is the longest time left
+// (watchLate).
+func readLease(key string, start time.Time, hs []script.NodeListed) (_ lockstore.Listed, longest time.Duration) {
+	values := make([]script.LockValue, len(hs))
+	remaining, longest, waiters := hs[0].Remaining, hs[0].Remaining, 0
+	for i, h := range hs {
+		values[i] = h.Value
+		remaining = min(remaining, h.Remaining)
+		longest = max(longest, h.Remaining)
+		waiters = max(waiters, h.Waiters)
+	}
+	v := lockValues.majority(values)
+	ttl := max(remaining-drift(remaining), 0)
+	return lockstore.Listed{
+		Lease:   lockstore.Lease{Key: key, Owner: v.Owner, Fence: v.Fence, Granted: v.Length, Left: ttl, ExpiresAt: start.Add(ttl)},
+		Waiters: waiters,
+	}, longest
 }
 
 // majorityKeys finds a page's candidate keys of keyspace ks: the keys a

@@ -116,11 +116,52 @@ func (r *Store) acquireRounds(ctx context.Context, c *acquireCall) (lockstore.Le
 		if !retry || attempt == redlockAttempts {
 			return lease, err
 		}
-		pause := time.Millisecond + rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond))
-		if !sleep.For(ctx, pause) {
+		if !pause(ctx, attempt) {
 			return lockstore.Lease{}, err
 		}
 	}
+}
+
+// pause is the short random pause before another round, after the
+// attempt-th split vote; false when ctx ended first.
+func pause(ctx context.Context, attempt int) bool {
+	return sleep.For(ctx, time.Millisecond+rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond)))
+}
+
+// countVotes reads a round's votes for the OnVote hook and the quorum
+// error: a vote that got no answer and one from a quarantined node are
+// counted here; judge reads each other (a counted node's answer) and
+// names it, "granted" or "held".
+func countVotes[R any](r *Store, votes []nodeResult[R], judge func(i int, v R) string) (failed, quarantined, refused int) {
+	for i, v := range votes {
+		var vote string
+		switch {
+		case v.err != nil:
+			failed++
+			if vote = failedVote(v.err); vote == "refused" {
+				refused++
+			}
+		case !v.counted:
+			quarantined++
+			vote = "quarantined"
+		default:
+			vote = judge(i, v.val)
+		}
+		if r.onVote != nil {
+			r.onVote(r.nodes[i].addr, vote)
+		}
+	}
+	return failed, quarantined, refused
+}
+
+// unheld is n nodes' time until a slot frees (heldRemaining), none said
+// held yet.
+func unheld(n int) []time.Duration {
+	d := make([]time.Duration, n)
+	for i := range d {
+		d[i] = -1
+	}
+	return d
 }
 
 // acquireOnce runs one Redlock round under a fresh round id (G1 in
@@ -143,33 +184,18 @@ func (r *Store) acquireOnce(ctx context.Context, c *acquireCall) (_ lockstore.Le
 	})
 
 	granted := make([]bool, len(votes)) // by node
-	held := make([]time.Duration, len(votes))
+	held := unheld(len(votes))
 	heldAt := make([]bool, len(votes))
-	failed, quarantined, refused := 0, 0, 0
-	for i, v := range votes {
-		held[i] = -1
-		vote := "granted"
-		switch {
-		case v.err != nil:
-			failed++
-			if vote = failedVote(v.err); vote == "refused" {
-				refused++
-			}
-		case !v.counted:
-			quarantined++
-			vote = "quarantined"
-		case v.val.Code == script.AcquireHeld:
-			held[i], heldAt[i] = v.val.Remaining, true
-			vote = "held"
-		default:
-			granted[i] = true
+	failed, quarantined, refused := countVotes(r, votes, func(i int, v script.AcquireResult) string {
+		if v.Code == script.AcquireHeld {
+			held[i], heldAt[i] = v.Remaining, true
+			return "held"
 		}
-		if r.onVote != nil {
-			r.onVote(r.nodes[i].addr, vote)
-		}
-	}
+		granted[i] = true
+		return "granted"
+	})
 
-	var made []script.LockValue // by node: a lease this round alone confirmed there
+	var made []*script.LockValue // by node: a lease this round alone confirmed there
 	if ctx.Err() == nil && r.q().all(granted) {
 		lease, ok, confirmed := r.confirmGrant(ctx, c, a, votes, start)
 		if ok {
@@ -201,13 +227,10 @@ func (r *Store) provisional(ttl time.Duration) time.Duration {
 	return min(ttl, max(20*r.nodeTimeout, time.Second))
 }
 
-// confirmGrant is G1 for a lock round (confirmRound, with confirm.lua).
-// When the round does not stand, made holds, by node, the leases this
-// round alone made there (confirm.lua's {1}), as they were left: the
-// round's to delete as read.
+// confirmGrant is G1 for a lock round (confirmVotes, with confirm.lua).
 func (r *Store) confirmGrant(ctx context.Context, c *acquireCall, a script.AcquireArgs,
 	votes []nodeResult[script.AcquireResult], start time.Time,
-) (_ lockstore.Lease, ok bool, made []script.LockValue) {
+) (_ lockstore.Lease, ok bool, made []*script.LockValue) {
 	key, req := c.key, c.req
 	values := make([]roundValue, len(votes))
 	for i, v := range votes {
@@ -217,32 +240,22 @@ func (r *Store) confirmGrant(ctx context.Context, c *acquireCall, a script.Acqui
 				confirmed: !lv.Provisional(), maker: script.MakerOf(lv.Attempt), owner: lv.Owner}
 		}
 	}
-	made = make([]script.LockValue, len(votes))
 	margin := script.FenceMargin.Milliseconds()
-	g := r.confirmRound(ctx, values, c.rounds, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, error) {
+	g, ok, made := confirmVotes(ctx, r, values, c.rounds, req.TTL, start, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, script.LockValue, error) {
 		reply, err := script.ConfirmScript.Run(ctx, n.grant, []string{script.LockKey(key), script.FenceKey(key)},
 			a.Digest, maker, strconv.FormatInt(fence, 10), margin, req.TTL.Milliseconds()).Slice()
 		if err != nil {
-			return 0, script.RedisErr(err)
+			return 0, script.LockValue{}, script.RedisErr(err)
 		}
-		code, v, err := parseConfirm(reply)
-		if code == confirmMade {
-			made[i] = v
-		}
-		return code, err
+		return parseConfirm(reply)
 	})
-	validity := req.TTL - time.Since(start) - drift(req.TTL)
-	if !r.q().all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
+	if !ok {
 		return lockstore.Lease{}, false, made
-	}
-	owner := req.Owner
-	if g.hasOwner {
-		owner = g.owner
 	}
 	return lockstore.Lease{
 		Key:       key,
 		Token:     req.Token,
-		Owner:     owner,
+		Owner:     g.ownerOr(req.Owner),
 		Fence:     g.fence,
 		Granted:   req.TTL,
 		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
@@ -277,63 +290,69 @@ func failedVote(err error) string {
 	return "failed"
 }
 
-// discard withdraws what a failed round left (docs/safety.md, G1): only for
-// liveness, so that other rounds need not wait for it to expire. Where the
-// round alone made a lease (made[i], confirm.lua's {1}) it deletes it as
-// the confirmation left it (release.lua: not if anything wrote to it
-// since); elsewhere it withdraws the round's provisional value (discard.lua,
-// W). It runs under fresh contexts (the caller's may be why the round
-// failed), waits for the nodes where the round made a value, and goes on
-// in the background for those that did not answer: their script may still
-// land, before or after the withdrawal (then that value expires on its
-// own, within the provisional TTL). No confirmation of the round can land
-// after this: fanOut returned only once every deadline had passed.
-func (r *Store) discard(ctx context.Context, key, digest, round string, votes []nodeResult[script.AcquireResult], made []script.LockValue) {
-	detached := context.WithoutCancel(ctx)
-	del := func(i int, n *redlockNode) {
-		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
-		defer cancel()
-		var err error
-		if made != nil && made[i].Raw != "" {
-			// Changed since (errMoved), gone or another's: a node's answer.
+// discard is G1's clean-up of a failed lock round (cleanup), with
+// release.lua and discard.lua, on the node's batch.
+func (r *Store) discard(ctx context.Context, key, digest, round string, votes []nodeResult[script.AcquireResult], made []*script.LockValue) {
+	cleanup[script.AcquireResult, script.LockValue]{
+		voted: func(v script.AcquireResult) bool { return v.Code == script.AcquireNew },
+		release: func(ctx context.Context, n *redlockNode, v script.LockValue) error {
 			// Never answered as a grant: deleted, whatever its
 			// hold-at-least (rule L).
-			if err = script.Release(nctx, n.batch, key, digest, made[i], false); answered(err) || errors.Is(err, script.ErrMoved) {
-				err = nil
-			}
-		} else {
-			err = script.DiscardScript.Run(nctx, n.batch, []string{script.LockKey(key), script.QueueKey(key)}, digest, round, script.Channel(key)).Err()
-		}
-		r.observe(detached, n, script.RedisErr(err))
-	}
-	var wg sync.WaitGroup
-	for i, n := range r.nodes {
-		switch v := votes[i]; {
-		case errors.Is(v.err, errNodeDown):
-			// Never asked: nothing of this round's there.
-		case v.err != nil:
-			r.background(func() { del(i, n) })
-		case v.val.Code == script.AcquireNew || (made != nil && made[i].Raw != ""):
-			wg.Go(func() { del(i, n) })
-		}
-	}
-	wg.Wait()
+			return script.Release(ctx, n.batch, key, digest, v, false)
+		},
+		discard: func(ctx context.Context, n *redlockNode) error {
+			return script.DiscardScript.Run(ctx, n.batch, []string{script.LockKey(key), script.QueueKey(key)}, digest, round, script.Channel(key)).Err()
+		},
+	}.run(ctx, r, votes, made)
 }
 
 // Extend implements Store. On a node it only ever lengthens the lease, so
 // an extend that lands after its answer cannot cut short a later grant.
 func (r *Store) Extend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Lease, error) {
-	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
+	v, granted, start, err := extend(ctx, r, lockValues, key, token, ttl, func(ctx context.Context, n *redlockNode, digest string) (script.LockValue, error) {
+		return script.Extend(ctx, n.grant, key, script.ExtendArgs{Digest: digest, TTL: ttl, Longer: true})
+	})
+	if err != nil {
 		return lockstore.Lease{}, err
 	}
+	return lockstore.Lease{
+		Key: key, Token: token, Owner: v.Owner, Fence: v.Fence, Granted: granted,
+		ExpiresAt: start.Add(granted - drift(granted)),
+	}, nil
+}
+
+// extend is G3 for a lease or a permit: E on every node (call, with the
+// token's digest), and the answer: the value most of the nodes that
+// extended it carry, the length granted, and the start of the extend,
+// from which its expiry counts.
+func extend[V any](ctx context.Context, r *Store, k valueKind[V], key, token string, ttl time.Duration,
+	call func(ctx context.Context, n *redlockNode, digest string) (V, error),
+) (_ V, granted time.Duration, start time.Time, _ error) {
+	var none V
+	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
+		return none, 0, start, err
+	}
 	digest := script.DigestHex(token)
-	start := time.Now()
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.LockValue, error) {
-		return script.Extend(ctx, n.grant, key, script.ExtendArgs{Digest: digest, TTL: ttl, Longer: true})
+	start = time.Now()
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (V, error) {
+		return call(ctx, n, digest)
 	})
 	t := tallyOwned(votes)
 	if err := ctx.Err(); err != nil {
-		return lockstore.Lease{}, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+		return none, 0, start, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	}
+	// Only the slot most nodes extended counts (another is a leftover of
+	// the token's; a lock's values are all in one).
+	bySlot := make(map[int]int)
+	for _, v := range t.ok {
+		bySlot[k.slot(v)]++
+	}
+	slot := mostVoted(bySlot)
+	t.ok = nil
+	for i, v := range votes {
+		if t.okAt[i] = t.okAt[i] && k.slot(v.val) == slot; t.okAt[i] {
+			t.ok = append(t.ok, v.val)
+		}
 	}
 	if ttl == 0 {
 		// Each node applied the length its value records; they may differ
@@ -341,26 +360,22 @@ func (r *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 		// counted is what every one of them holds at least, so validity is
 		// measured from it. A node that recorded none refused (ErrInvalid).
 		for _, v := range t.ok {
-			if ttl == 0 || v.Length < ttl {
-				ttl = v.Length
+			if l := k.length(v); ttl == 0 || l < ttl {
+				ttl = l
 			}
 		}
 	}
 	validity := ttl - time.Since(start) - drift(ttl)
 	switch {
 	case r.q().all(t.okAt) && validity > 0:
-		v := majorityValue(t.ok)
-		return lockstore.Lease{
-			Key: key, Token: token, Owner: v.Owner, Fence: v.Fence, Granted: ttl,
-			ExpiresAt: start.Add(ttl - drift(ttl)),
-		}, nil
+		return k.majority(t.ok), ttl, start, nil
 	case r.q().all(t.okAt):
-		return lockstore.Lease{}, fmt.Errorf("%w: redlock extended the lease on a majority too slowly to vouch for it", lockstore.ErrUnavailable)
+		return none, 0, start, fmt.Errorf("%w: redlock extended the %s on a majority too slowly to vouch for it", lockstore.ErrUnavailable, k.what)
 	}
 	// What it found of the token's on a minority is left to expire: an
 	// acquire round of the same token may have just written it, and
 	// deleting it could cut that grant's majority.
-	return lockstore.Lease{}, t.decide(r)
+	return none, 0, start, t.decide(r)
 }
 
 // Release implements Store, in two steps. It reads every node first and
@@ -422,30 +437,43 @@ func (r *Store) release(ctx context.Context, key, digest string, fence int64) (s
 			}
 		}
 	}
-	t := tallyOwned(reads)
-	switch {
-	case ctx.Err() != nil:
-		return script.LockValue{}, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, ctx.Err())
-	case !r.q().any(t.okAt):
-		return script.LockValue{}, t.decide(r)
-	}
-	held := make([]bool, len(reads))
 	var linger time.Duration // the longest hold-at-least left on the nodes read
-	for i, v := range reads {
-		held[i] = v.err == nil
-		if held[i] && !forced {
+	for _, v := range reads {
+		if v.err == nil && !forced {
 			linger = max(linger, v.val.AtLeastLeft)
 		}
 	}
-	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
+	return deleteReads(ctx, r, lockValues, reads, func(ctx context.Context, n *redlockNode, v script.LockValue) error {
 		// A forced release frees the key at once, whatever the holder's
 		// hold-at-least (rule L). A release keeps it on every node it
 		// releases at least as long as on any node read (review fix).
-		v := reads[i].val
 		v.Linger = linger
-		return struct{}{}, releaseRead(ctx, n.batch, key, digest, v, !forced, forced)
+		return releaseRead(ctx, n.batch, key, digest, v, !forced, forced)
 	})
-	return majorityValue(t.ok), released(ctx, r, t, dels, "lease")
+}
+
+// deleteReads is G2 after the reads of a lease or a permit: only if they
+// show the token on a majority of some list, del on each node read holding
+// it, with the value read there; done when the deletes hold a majority of
+// every list where the token could hold one (released). It answers the
+// value most of the nodes read carry.
+func deleteReads[V any](ctx context.Context, r *Store, k valueKind[V], reads []nodeResult[V], del func(ctx context.Context, n *redlockNode, v V) error) (V, error) {
+	var none V
+	t := tallyOwned(reads)
+	switch {
+	case ctx.Err() != nil:
+		return none, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, ctx.Err())
+	case !r.q().any(t.okAt):
+		return none, t.decide(r)
+	}
+	held := make([]bool, len(reads))
+	for i, v := range reads {
+		held[i] = v.err == nil
+	}
+	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
+		return struct{}{}, del(ctx, n, reads[i].val)
+	})
+	return k.majority(t.ok), released(ctx, r, t, dels, k.what)
 }
 
 // holderRead is the digest of the lease a forced release's reads found
@@ -457,43 +485,21 @@ func (r *Store) holderRead(ctx context.Context, reads []nodeResult[script.LockVa
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
 	}
-	at := make(map[string][]bool) // by digest: the nodes that hold its lease
-	var values map[string][]script.LockValue
-	unknownAt := make([]bool, len(reads))
-	failed, quarantined := 0, 0
-	for i, v := range reads {
-		switch {
-		case !answered(v.err):
-			unknownAt[i] = true
-			failed++
-		case !v.counted:
-			unknownAt[i] = true
-			quarantined++
-		case v.err == nil && !v.val.Provisional() && !strings.HasPrefix(v.val.Digest, "L"):
-			// (A lingering value, rule L, is nobody's lease.)
-			d := v.val.Digest
-			if at[d] == nil {
-				at[d] = make([]bool, len(reads))
-			}
-			at[d][i] = true
-			if values == nil {
-				values = make(map[string][]script.LockValue)
-			}
-			values[d] = append(values[d], v.val)
+	t := tallyHeld(reads, func(v script.LockValue, add func(string, script.LockValue)) {
+		// (A lingering value, rule L, is nobody's lease.)
+		if !v.Provisional() && !strings.HasPrefix(v.Digest, "L") {
+			add(v.Digest, v)
 		}
-	}
+	})
 	could := false // a lease of the fence asked for could hold a majority
-	for d, m := range at {
-		named := fence == 0 || majorityValue(values[d]).Fence == fence
-		if named && r.q().any(m) {
+	for d, vs := range t.found {
+		named := fence == 0 || lockValues.majority(vs).Fence == fence
+		if named && r.q().any(t.at[d]) {
 			return d, nil
 		}
-		could = could || (named && r.q().any(or(m, unknownAt)))
+		could = could || (named && t.could(r, d))
 	}
-	if !could && !r.q().any(unknownAt) {
-		return "", lockstore.ErrNotHeld
-	}
-	return "", r.quorumError(failed, quarantined, 0)
+	return "", t.missing(r, could)
 }
 
 // releaseRead deletes digest's lease on one node if it is still as read
@@ -505,21 +511,35 @@ func (r *Store) holderRead(ctx context.Context, reads []nodeResult[script.LockVa
 // pin (a forced release): a value read again must carry the fence first
 // read, or it is a new grant of the token, not the lease read (review fix).
 func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v script.LockValue, honour, pin bool) error {
+	fence, linger := v.Fence, v.Linger
+	return deleteAsRead(v, func(v script.LockValue) error { return script.Release(ctx, c, key, digest, v, honour) },
+		func() (script.LockValue, error) {
+			v, _, err := script.Inspect(ctx, c, key)
+			v.Linger = linger
+			switch {
+			case err != nil:
+			case v.Digest != digest:
+				err = lockstore.ErrTokenMismatch
+			case pin && v.Fence != fence:
+				err = lockstore.ErrNotHeld
+			}
+			return v, err
+		})
+}
+
+// deleteAsRead is G2's delete on one node, for a lease or a permit: del
+// deletes v only as it was read; when the node answers that it moved (a
+// renewal, an extend or a round of the same token wrote to it since),
+// reread reads it again, and the delete is tried again with what it
+// found, ReleaseReads times in all.
+func deleteAsRead[V any](v V, del func(V) error, reread func() (V, error)) error {
 	for range script.ReleaseReads {
-		err := script.Release(ctx, c, key, digest, v, honour)
+		err := del(v)
 		if !errors.Is(err, script.ErrMoved) {
 			return err
 		}
-		fence, linger := v.Fence, v.Linger
-		if v, _, err = script.Inspect(ctx, c, key); err != nil {
+		if v, err = reread(); err != nil {
 			return err
-		}
-		v.Linger = linger
-		if v.Digest != digest {
-			return lockstore.ErrTokenMismatch
-		}
-		if pin && v.Fence != fence {
-			return lockstore.ErrNotHeld
 		}
 	}
 	return script.ErrMoved
@@ -543,63 +563,31 @@ func (r *Store) InspectSpread(ctx context.Context, key string) (lockstore.Lease,
 	if err := r.set.refusing(); err != nil {
 		return lockstore.Lease{}, 0, err
 	}
-	type held struct {
-		value     script.LockValue
-		remaining time.Duration
-	}
 	start := time.Now()
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (held, error) {
+	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.NodeListed, error) {
 		v, remaining, err := script.Inspect(ctx, n.batch, key)
-		return held{v, remaining}, err
+		return script.NodeListed{Held: err == nil, Value: v, Remaining: remaining}, err
 	})
 	if err := ctx.Err(); err != nil {
 		return lockstore.Lease{}, 0, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
 	}
-	holders := make(map[string][]held) // by token digest
-	holdersAt := make(map[string][]bool)
-	unknownAt := make([]bool, len(votes))
-	failed, quarantined := 0, 0
-	for i, v := range votes {
-		switch {
-		case v.err != nil && !answered(v.err):
-			unknownAt[i] = true
-			failed++
-		case !v.counted:
-			unknownAt[i] = true
-			quarantined++
-		case v.err == nil && !v.val.value.Provisional():
-			// A provisional value is no lease until a round confirms it
-			// (confirm.lua, which tells watchers when it does).
-			d := v.val.value.Digest
-			holders[d] = append(holders[d], v.val)
-			if holdersAt[d] == nil {
-				holdersAt[d] = make([]bool, len(votes))
-			}
-			holdersAt[d][i] = true
+	t := tallyHeld(votes, func(v script.NodeListed, add func(string, script.NodeListed)) {
+		// A provisional value is no lease until a round confirms it
+		// (confirm.lua, which tells watchers when it does).
+		if !v.Value.Provisional() {
+			add(v.Value.Digest, v)
 		}
-	}
+	})
 	could := false // a token could hold a majority, counting the silent nodes
-	for d, hs := range holders {
-		could = could || r.q().any(or(holdersAt[d], unknownAt))
-		if !r.q().any(holdersAt[d]) {
+	for d, hs := range t.found {
+		could = could || t.could(r, d)
+		if !r.q().any(t.at[d]) {
 			continue
 		}
-		values := make([]script.LockValue, len(hs))
-		remaining, longest := hs[0].remaining, hs[0].remaining
-		for i, h := range hs {
-			values[i] = h.value
-			remaining = min(remaining, h.remaining)
-			longest = max(longest, h.remaining)
-		}
-		v := majorityValue(values)
-		ttl := max(remaining-drift(remaining), 0)
-		l := lockstore.Lease{Key: key, Owner: v.Owner, Fence: v.Fence, Granted: v.Length, Left: ttl, ExpiresAt: start.Add(ttl)}
-		return l, watchLate(start, longest, l.ExpiresAt), nil
+		l, longest := readLease(key, start, hs)
+		return l.Lease, watchLate(start, longest, l.ExpiresAt), nil
 	}
-	if !could && !r.q().any(unknownAt) { // no token could hold a majority
-		return lockstore.Lease{}, 0, lockstore.ErrNotHeld
-	}
-	return lockstore.Lease{}, 0, r.quorumError(failed, quarantined, 0)
+	return lockstore.Lease{}, 0, t.missing(r, could)
 }
 
 // Ping implements Store: nil when at least a quorum of nodes that are warm

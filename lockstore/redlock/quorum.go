@@ -223,15 +223,69 @@ func (t ownedTally[T]) unavailable(r *Store) error {
 	return r.quorumError(t.failed, t.quarantined, t.refused)
 }
 
-// majorityValue is the value most of vs carry, by fence (the highest fence
-// on a tie). After a grant, a majority carries the grant's fence; a node that
-// granted too late to be counted may carry its own.
-func majorityValue(vs []script.LockValue) script.LockValue {
+// heldTally groups what a read of every node found held, by holder (a
+// token's digest; for a permit, its slot and digest), with the nodes that
+// carry each, and marks the nodes whose answer is unknown: failed, or
+// quarantined. Inspect, SemInspect and a forced release's read decide by
+// it.
+type heldTally[K comparable, V any] struct {
+	found               map[K][]V
+	at                  map[K][]bool // by node
+	unknownAt           []bool
+	failed, quarantined int
+}
+
+// tallyHeld reads votes; read gets each counted node's answer and adds
+// what it holds by holder (only confirmed values: a provisional one is no
+// lease or permit until a round confirms it).
+func tallyHeld[R any, K comparable, V any](votes []nodeResult[R], read func(v R, add func(K, V))) heldTally[K, V] {
+	t := heldTally[K, V]{found: make(map[K][]V), at: make(map[K][]bool), unknownAt: make([]bool, len(votes))}
+	for i, v := range votes {
+		switch {
+		case !answered(v.err):
+			t.unknownAt[i] = true
+			t.failed++
+		case !v.counted:
+			t.unknownAt[i] = true
+			t.quarantined++
+		case v.err == nil:
+			read(v.val, func(k K, x V) {
+				t.found[k] = append(t.found[k], x)
+				if t.at[k] == nil {
+					t.at[k] = make([]bool, len(votes))
+				}
+				t.at[k][i] = true
+			})
+		}
+	}
+	return t
+}
+
+// could: k could hold a majority of some list, counting the nodes whose
+// answer is unknown.
+func (t heldTally[K, V]) could(r *Store, k K) bool { return r.q().any(or(t.at[k], t.unknownAt)) }
+
+// missing is the answer of a read that found no holder it looked for on a
+// quorum: ErrNotHeld when none could hold one either (could: none of those
+// found, and no holder on the unknown nodes alone), else a quorum error.
+func (t heldTally[K, V]) missing(r *Store, could bool) error {
+	if !could && !r.q().any(t.unknownAt) {
+		return lockstore.ErrNotHeld
+	}
+	return r.quorumError(t.failed, t.quarantined, 0)
+}
+
+// majority is the value most of vs carry, by fence (the highest fence on
+// a tie), for a lock or a permit alike. After a grant, a majority carries
+// the grant's fence; a node that granted too late to be counted may carry
+// its own.
+func (k valueKind[V]) majority(vs []V) V {
 	count := make(map[int64]int, len(vs))
 	best := vs[0]
 	for _, v := range vs {
-		count[v.Fence]++
-		if c, b := count[v.Fence], count[best.Fence]; c > b || (c == b && v.Fence > best.Fence) {
+		f := k.fence(v)
+		count[f]++
+		if c, b := count[f], count[k.fence(best)]; c > b || (c == b && f > k.fence(best)) {
 			best = v
 		}
 	}

@@ -7,10 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/lockgateway/lockgateway/internal/sleep"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 	"github.com/lockgateway/lockgateway/lockstore/internal/wait"
@@ -71,8 +69,7 @@ func (r *Store) semRounds(ctx context.Context, key, digest string, req lockstore
 		// (a client's retry while the first is in flight) can each find
 		// the other's slot and swap.
 		if next == slot || attempt > 1 {
-			pause := time.Millisecond + rand.N(min(5*time.Millisecond<<(attempt-1), 40*time.Millisecond))
-			if !sleep.For(ctx, pause) {
+			if !pause(ctx, attempt) {
 				return lockstore.Permit{}, err
 			}
 		}
@@ -104,52 +101,37 @@ func (r *Store) semOnce(ctx context.Context, key, digest string, req lockstore.P
 		return script.SemAcquire(ctx, n.semGrant, key, a)
 	})
 
-	granted := make([]bool, len(votes))       // by node
-	full := make([]time.Duration, len(votes)) // nodes with no free slot: time until one frees; -1 others
+	granted := make([]bool, len(votes)) // by node
+	full := unheld(len(votes))          // nodes with no free slot: time until one frees
 	fullAt := make([]bool, len(votes))
 	answeredAt := make([]bool, len(votes)) // counted nodes that answered
 	mismatchAt := make([]bool, len(votes))
-	failed, quarantined, refused := 0, 0, 0
 	var mismatch []script.SemResult
 	freeVotes := make(map[int]int) // slot → nodes that have it free
 	elsewhere := make(map[int]int) // slot → nodes where the token holds it
-	for i, v := range votes {
-		full[i] = -1
-		answeredAt[i] = v.err == nil && v.counted
-		vote := "granted"
-		switch {
-		case v.err != nil:
-			failed++
-			if vote = failedVote(v.err); vote == "refused" {
-				refused++
-			}
-		case !v.counted:
-			quarantined++
-			vote = "quarantined"
-		case v.val.Code == script.SemNew || v.val.Code == script.SemRenewed:
+	failed, quarantined, refused := countVotes(r, votes, func(i int, v script.SemResult) string {
+		answeredAt[i] = true
+		switch v.Code {
+		case script.SemNew, script.SemRenewed:
 			granted[i] = true
-		case v.val.Code == script.SemMismatch:
-			mismatch = append(mismatch, v.val)
+			return "granted"
+		case script.SemMismatch:
+			mismatch = append(mismatch, v)
 			mismatchAt[i] = true
-			vote = "held"
-		case v.val.Code == script.SemElsewise:
-			elsewhere[v.val.Slot]++
-			vote = "held"
+		case script.SemElsewise:
+			elsewhere[v.Slot]++
 		default:
-			vote = "held"
-			if v.val.FreeCount == 0 {
-				full[i], fullAt[i] = v.val.Remaining, true
+			if v.FreeCount == 0 {
+				full[i], fullAt[i] = v.Remaining, true
 			}
-			for _, s := range v.val.Free {
+			for _, s := range v.Free {
 				freeVotes[s]++
 			}
 		}
-		if r.onVote != nil {
-			r.onVote(r.nodes[i].addr, vote)
-		}
-	}
+		return "held"
+	})
 
-	var made []script.SemValue // by node: a permit this round alone confirmed there
+	var made []*script.SemValue // by node: a permit this round alone confirmed there
 	if ctx.Err() == nil && r.q().all(granted) {
 		p, ok, confirmed := r.semConfirm(ctx, key, a, req, votes, *rounds, start)
 		if ok {
@@ -206,13 +188,12 @@ func mostVoted(votes map[int]int) int {
 	return best
 }
 
-// semConfirm is G1 for a permit round (confirmRound, with
-// sem_confirm.lua), as confirmGrant for a lock's: when the round does not
-// stand, made holds, by node, the permits this round alone made there, as
-// they were left.
+// semConfirm is G1 for a permit round (confirmVotes, with
+// sem_confirm.lua), as confirmGrant is for a lock's. A permit's values
+// carry their node's floor (R3), which roundFence counts.
 func (r *Store) semConfirm(ctx context.Context, key string, a script.SemArgs, req lockstore.PermitRequest,
 	votes []nodeResult[script.SemResult], rounds []string, start time.Time,
-) (_ lockstore.Permit, ok bool, made []script.SemValue) {
+) (_ lockstore.Permit, ok bool, made []*script.SemValue) {
 	values := make([]roundValue, len(votes))
 	for i, v := range votes {
 		if v.err == nil && (v.val.Code == script.SemNew || v.val.Code == script.SemRenewed) {
@@ -221,130 +202,64 @@ func (r *Store) semConfirm(ctx context.Context, key string, a script.SemArgs, re
 				confirmed: sv.Confirmed, maker: script.MakerOf(sv.Field), owner: sv.Owner, floor: v.val.Floor}
 		}
 	}
-	made = make([]script.SemValue, len(votes))
 	margin := strconv.FormatInt(script.FenceMargin.Milliseconds(), 10)
-	g := r.confirmRound(ctx, values, rounds, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, error) {
+	g, ok, made := confirmVotes(ctx, r, values, rounds, req.TTL, start, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, script.SemValue, error) {
 		reply, err := script.SemConfirmScript.Run(ctx, n.semGrant, []string{script.SemPermitsKey(key), script.SemExpiryKey(key), script.SemFenceKey(key)},
 			a.Digest, maker, strconv.FormatInt(fence, 10), margin, a.Slot, req.TTL.Milliseconds(), script.SemChannel(key)).Slice()
 		if err != nil {
-			return 0, script.RedisErr(err)
+			return 0, script.SemValue{}, script.RedisErr(err)
 		}
-		code, _ := reply[0].(int64)
-		if code == confirmMade {
-			if len(reply) != 2 {
-				return 0, fmt.Errorf("lockstore: sem_confirm script replied %v", reply)
-			}
-			made[i], err = script.ParseSemValue(a.Slot, reply[1])
-		}
-		return code, err
+		return parseSemConfirm(a.Slot, reply)
 	})
-	validity := req.TTL - time.Since(start) - drift(req.TTL)
-	if !r.q().all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
+	if !ok {
 		return lockstore.Permit{}, false, made
 	}
-	owner := req.Owner
-	if g.hasOwner {
-		owner = g.owner
-	}
-	return lockstore.Permit{Key: key, Token: req.Token, Owner: owner, Limit: req.Limit, Fence: g.fence,
+	return lockstore.Permit{Key: key, Token: req.Token, Owner: g.ownerOr(req.Owner), Limit: req.Limit, Fence: g.fence,
 		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: g.renewal}, true, nil
 }
 
-// semDiscard withdraws what a failed round left, as discard does for a
-// lease: where the round alone made a permit (made[i]) it deletes it as
-// the confirmation left it (sem_release.lua: not if anything wrote to it
-// since); elsewhere it withdraws the round's provisional value
-// (sem_discard.lua, W). Liveness only.
-func (r *Store) semDiscard(ctx context.Context, key string, a script.SemArgs, votes []nodeResult[script.SemResult], made []script.SemValue) {
-	detached := context.WithoutCancel(ctx)
-	del := func(i int, n *redlockNode) {
-		nctx, cancel := context.WithTimeout(detached, r.nodeTimeout)
-		defer cancel()
-		var err error
-		if made != nil && made[i].Raw != "" {
-			// Changed since (errMoved), gone or another's: a node's answer.
-			if err = script.SemRelease(nctx, n.client, key, a.Digest, script.PublishAll, made[i]); answered(err) || errors.Is(err, script.ErrMoved) {
-				err = nil
-			}
-		} else {
-			err = script.SemDiscardScript.Run(nctx, n.client, []string{script.SemPermitsKey(key), script.SemExpiryKey(key)}, a.Digest, a.Attempt, script.SemChannel(key)).Err()
-		}
-		r.observe(detached, n, script.RedisErr(err))
+// parseSemConfirm reads sem_confirm.lua's reply: its code, and for
+// confirmMade the permit as left (its value carries its expiry).
+func parseSemConfirm(slot int, reply []any) (int64, script.SemValue, error) {
+	code, _ := reply[0].(int64)
+	if code != confirmMade {
+		return code, script.SemValue{}, nil
 	}
-	var wg sync.WaitGroup
-	for i, n := range r.nodes {
-		switch v := votes[i]; {
-		case errors.Is(v.err, errNodeDown):
-		case v.err != nil:
-			r.background(func() { del(i, n) })
-		case v.val.Code == script.SemNew || (made != nil && made[i].Raw != ""):
-			wg.Go(func() { del(i, n) })
-		}
+	if len(reply) != 2 {
+		return 0, script.SemValue{}, fmt.Errorf("lockstore: sem_confirm script replied %v", reply)
 	}
-	wg.Wait()
+	v, err := script.ParseSemValue(slot, reply[1])
+	return code, v, err
 }
 
-// SemExtend implements Semaphores, with Extend's rules: only ever
-// lengthens on a node, and succeeds when a majority extended one slot.
+// semDiscard is G1's clean-up of a failed permit round (cleanup), with
+// sem_release.lua and sem_discard.lua. Unlike a lock's, it runs on the
+// node's client, not its batch, and a permit has no hold-at-least to
+// honour (rule L is the lock's).
+func (r *Store) semDiscard(ctx context.Context, key string, a script.SemArgs, votes []nodeResult[script.SemResult], made []*script.SemValue) {
+	cleanup[script.SemResult, script.SemValue]{
+		voted: func(v script.SemResult) bool { return v.Code == script.SemNew },
+		release: func(ctx context.Context, n *redlockNode, v script.SemValue) error {
+			return script.SemRelease(ctx, n.client, key, a.Digest, script.PublishAll, v)
+		},
+		discard: func(ctx context.Context, n *redlockNode) error {
+			return script.SemDiscardScript.Run(ctx, n.client, []string{script.SemPermitsKey(key), script.SemExpiryKey(key)}, a.Digest, a.Attempt, script.SemChannel(key)).Err()
+		},
+	}.run(ctx, r, votes, made)
+}
+
+// SemExtend implements Semaphores, with Extend's rules (extend): only
+// ever lengthens on a node, and succeeds when a majority extended one
+// slot.
 func (r *Store) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Permit, error) {
-	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
-		return lockstore.Permit{}, err
-	}
-	digest := script.DigestHex(token)
-	start := time.Now()
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemValue, error) {
+	v, granted, start, err := extend(ctx, r, semValues, key, token, ttl, func(ctx context.Context, n *redlockNode, digest string) (script.SemValue, error) {
 		return script.SemExtend(ctx, n.semGrant, key, digest, ttl, true, script.PublishAll)
 	})
-	t := tallyOwned(votes)
-	if err := ctx.Err(); err != nil {
-		return lockstore.Permit{}, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+	if err != nil {
+		return lockstore.Permit{}, err
 	}
-	// Only the slot most nodes extended counts (another is a leftover).
-	bySlot := make(map[int]int)
-	for _, v := range t.ok {
-		bySlot[v.Slot]++
-	}
-	slot := mostVoted(bySlot)
-	var ok []script.SemValue
-	okAt := make([]bool, len(votes))
-	for i, v := range votes {
-		if t.okAt[i] && v.val.Slot == slot {
-			ok = append(ok, v.val)
-			okAt[i] = true
-		}
-	}
-	t.okAt = okAt
-	if ttl == 0 {
-		for _, v := range ok {
-			if ttl == 0 || v.Length < ttl {
-				ttl = v.Length
-			}
-		}
-	}
-	validity := ttl - time.Since(start) - drift(ttl)
-	switch {
-	case r.q().all(okAt) && validity > 0:
-		v := majoritySemValue(ok)
-		return lockstore.Permit{Key: key, Token: token, Owner: v.Owner, Limit: v.Limit, Fence: v.Fence,
-			Granted: ttl, ExpiresAt: start.Add(ttl - drift(ttl))}, nil
-	case r.q().all(okAt):
-		return lockstore.Permit{}, fmt.Errorf("%w: redlock extended the permit on a majority too slowly to vouch for it", lockstore.ErrUnavailable)
-	}
-	return lockstore.Permit{}, t.decide(r)
-}
-
-// majoritySemValue is the value most of vs carry, by fence (the highest on
-// a tie), as majorityValue.
-func majoritySemValue(vs []script.SemValue) script.SemValue {
-	count := make(map[int64]int, len(vs))
-	best := vs[0]
-	for _, v := range vs {
-		count[v.Fence]++
-		if c, b := count[v.Fence], count[best.Fence]; c > b || (c == b && v.Fence > best.Fence) {
-			best = v
-		}
-	}
-	return best
+	return lockstore.Permit{Key: key, Token: token, Owner: v.Owner, Limit: v.Limit, Fence: v.Fence,
+		Granted: granted, ExpiresAt: start.Add(granted - drift(granted))}, nil
 }
 
 // SemRelease implements Semaphores with Release's two steps: read every
@@ -387,41 +302,23 @@ func (r *Store) semRelease(ctx context.Context, key, digest string, fence int64)
 	if err := r.set.refusing(); err != nil {
 		return err
 	}
-	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemValue, error) {
+	read := func(ctx context.Context, n *redlockNode) (script.SemValue, error) {
 		v, err := script.SemRead(ctx, n.client, key, digest)
 		if err == nil && fence != 0 && v.Fence != fence {
 			err = lockstore.ErrNotHeld
 		}
 		return v, err
+	}
+	reads := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemValue, error) {
+		return read(ctx, n)
 	})
-	t := tallyOwned(reads)
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("%w: %w", lockstore.ErrUnavailable, ctx.Err())
-	case !r.q().any(t.okAt):
-		return t.decide(r)
-	}
-	held := make([]bool, len(reads))
-	for i, v := range reads {
-		held[i] = v.err == nil
-	}
-	dels := fanOut(ctx, r, held, func(ctx context.Context, i int, n *redlockNode) (struct{}, error) {
-		v := reads[i].val
-		for range script.ReleaseReads {
-			err := script.SemRelease(ctx, n.client, key, digest, script.PublishAll, v)
-			if !errors.Is(err, script.ErrMoved) {
-				return struct{}{}, err
-			}
-			if v, err = script.SemRead(ctx, n.client, key, digest); err != nil {
-				return struct{}{}, err
-			}
-			if fence != 0 && v.Fence != fence {
-				return struct{}{}, lockstore.ErrNotHeld
-			}
+	_, err := deleteReads(ctx, r, semValues, reads, func(ctx context.Context, n *redlockNode, v script.SemValue) error {
+		del := func(v script.SemValue) error {
+			return script.SemRelease(ctx, n.client, key, digest, script.PublishAll, v)
 		}
-		return struct{}{}, script.ErrMoved
+		return deleteAsRead(v, del, func() (script.SemValue, error) { return read(ctx, n) })
 	})
-	return released(ctx, r, t, dels, "permit")
+	return err
 }
 
 // SemInspect implements Semaphores: the permits held on a majority of the
@@ -462,41 +359,22 @@ func (r *Store) semInspect(ctx context.Context, key string) (lockstore.Semaphore
 		slot   int
 		digest string
 	}
-	found := make(map[permitID][]script.SemValue)
-	foundAt := make(map[permitID][]bool)
 	limits := make(map[int]int)
-	unknownAt := make([]bool, len(votes))
-	failed, quarantined := 0, 0
-	for i, v := range votes {
-		switch {
-		case v.err != nil && !answered(v.err):
-			unknownAt[i] = true
-			failed++
-		case !v.counted:
-			unknownAt[i] = true
-			quarantined++
-		case v.err == nil:
-			limits[v.val.limit]++
-			for _, sv := range v.val.vs {
-				if sv.Provisional() {
-					continue // no permit until a round confirms it
-				}
-				id := permitID{sv.Slot, sv.Digest}
-				found[id] = append(found[id], sv)
-				if foundAt[id] == nil {
-					foundAt[id] = make([]bool, len(votes))
-				}
-				foundAt[id][i] = true
+	t := tallyHeld(votes, func(v read, add func(permitID, script.SemValue)) {
+		limits[v.limit]++
+		for _, sv := range v.vs {
+			if !sv.Provisional() { // no permit until a round confirms it
+				add(permitID{sv.Slot, sv.Digest}, sv)
 			}
 		}
-	}
+	})
 	st := lockstore.SemaphoreState{Key: key, Limit: mostVoted(limits)}
 	var late time.Duration
 	digests := make(map[int64]string)
-	could := r.q().any(unknownAt) // a permit could hold a majority, counting the silent nodes
-	for id, vs := range found {
-		could = could || r.q().any(or(foundAt[id], unknownAt))
-		if !r.q().any(foundAt[id]) {
+	could := false // a permit could hold a majority, counting the silent nodes
+	for id, vs := range t.found {
+		could = could || t.could(r, id)
+		if !r.q().any(t.at[id]) {
 			continue
 		}
 		left, longest := vs[0].Left, vs[0].Left
@@ -504,7 +382,7 @@ func (r *Store) semInspect(ctx context.Context, key string) (lockstore.Semaphore
 			left = min(left, v.Left)
 			longest = max(longest, v.Left)
 		}
-		v := majoritySemValue(vs)
+		v := semValues.majority(vs)
 		left = max(left-drift(left), 0)
 		p := lockstore.Permit{Key: key, Owner: v.Owner, Limit: st.Limit, Fence: v.Fence,
 			Granted: v.Length, Left: left, ExpiresAt: start.Add(left)}
@@ -516,8 +394,5 @@ func (r *Store) semInspect(ctx context.Context, key string) (lockstore.Semaphore
 		lockstore.SortHolders(st.Holders)
 		return st, late, digests, nil
 	}
-	if !could {
-		return lockstore.SemaphoreState{}, 0, nil, lockstore.ErrNotHeld
-	}
-	return lockstore.SemaphoreState{}, 0, nil, r.quorumError(failed, quarantined, 0)
+	return lockstore.SemaphoreState{}, 0, nil, t.missing(r, could)
 }
