@@ -230,10 +230,7 @@ func (h *Locks) acquireLock(w http.ResponseWriter, r *http.Request) *holdStream 
 		WriteError(w, r, h.log, err)
 		return nil
 	}
-	ar := lockstore.AcquireRequest{TTL: h.limits.DefaultTTL}
-	if holding && h.limits.HoldTTL > 0 {
-		ar.TTL = h.limits.HoldTTL
-	}
+	ar := lockstore.AcquireRequest{TTL: h.ttl(holding, req.TTLms)}
 	if h.limits.MaxLocksPerUser > 0 {
 		user, ok := h.limits.User(r)
 		if !ok {
@@ -247,9 +244,6 @@ func (h *Locks) acquireLock(w http.ResponseWriter, r *http.Request) *holdStream 
 		token = lockstore.NewToken()
 	}
 	ar.Token = token
-	if req.TTLms != nil {
-		ar.TTL = time.Duration(*req.TTLms) * time.Millisecond
-	}
 	if req.Owner != nil {
 		ar.Owner = *req.Owner
 	}
@@ -267,26 +261,10 @@ func (h *Locks) acquireLock(w http.ResponseWriter, r *http.Request) *holdStream 
 	if refused, ok := errors.AsType[*lockstore.RefusedError](err); ok {
 		h.obs.Refused("acquire", refused.Reason)
 	}
-	// A token the client chose is its own to act on, whatever happens
-	// here: the client may already have retried with it and been told
-	// it holds the lease. Ours must reach the client with the answer, or
-	// the lease must go.
-	switch {
-	case err != nil && ours && outcomeUnknown(err) && clientGone(r):
-		// The grant may still land, late, and nobody could release it.
-		go h.releaseLate(key, token, ar.Quota.User)
-		WriteError(w, r, h.log, err)
-		return nil
-	case err != nil && ours && outcomeUnknown(err):
-		WriteError(w, r, h.log, withToken(err, token))
-		return nil
-	case err != nil:
-		WriteError(w, r, h.log, err)
-		return nil
-	case ours && !lease.Renewed && clientGone(r):
-		// The client left while we took the lock: it will never learn
-		// the token, so nobody could release it before it expires.
-		h.releaseAbandoned(key, token, ar.Quota.User)
+	release := func(ctx context.Context) error {
+		return h.store.Release(lockstore.WithUser(ctx, ar.Quota.User), key, token)
+	}
+	if h.answered(w, r, err, ours, lease.Renewed, token, "lock", release) {
 		return nil
 	}
 	h.obs.Granted(token, lease.ExpiresAt)
@@ -441,21 +419,52 @@ func outcomeUnknown(err error) bool {
 		errors.Is(err, context.DeadlineExceeded)
 }
 
-// releaseLate releases a grant that may land after its acquire gave up
-// (a Redis busy past the backend timeout runs the script when it catches
-// up) for a client that left without the token. It releases until a
-// release frees the lease, or the store has answered for a second (by then
-// what was on its way to it has run), or the longest lease has passed, or
-// the server stops. user is whom the lock would count against ("" for
-// none).
-func (h *Locks) releaseLate(key, token, user string) {
-	h.releaseLateWith("lock", func(ctx context.Context) error {
-		return h.store.Release(lockstore.WithUser(ctx, user), key, token)
-	})
+
+// answered answers an acquire of a lease (what: "lock", "permit") that
+// failed, or whose grant its client can no longer learn, and reports
+// whether it did; the caller answers the others, grants. A token the
+// client chose is its own to act on, whatever happens here: the client may
+// already have retried with it and been told it holds the lease. Ours must
+// reach the client with the answer, or the lease must go (release, under a
+// context of its own).
+func (h *Locks) answered(w http.ResponseWriter, r *http.Request, err error, ours, renewed bool, token, what string, release func(context.Context) error) bool {
+	switch {
+	case err != nil && ours && outcomeUnknown(err) && clientGone(r):
+		// The grant may still land, late, and nobody could release it.
+		go h.releaseLateWith(what, release)
+		WriteError(w, r, h.log, err)
+	case err != nil && ours && outcomeUnknown(err):
+		WriteError(w, r, h.log, withToken(err, token))
+	case err != nil:
+		WriteError(w, r, h.log, err)
+	case ours && !renewed && clientGone(r):
+		// The client left while we took the lease: it will never learn
+		// the token, so nobody could release it before it expires.
+		h.releaseAbandonedWith(what, release)
+	default:
+		return false
+	}
+	return true
 }
 
-// releaseLateWith is releaseLate for any lease: a lock's, a permit's
-// (what names it in the log).
+// ttl is an acquire's lease length: ttlMs when the request names one,
+// else a hold's (HoldTTL) or the gateway's default.
+func (h *Locks) ttl(holding bool, ttlMs *int64) time.Duration {
+	switch {
+	case ttlMs != nil:
+		return time.Duration(*ttlMs) * time.Millisecond
+	case holding && h.limits.HoldTTL > 0:
+		return h.limits.HoldTTL
+	}
+	return h.limits.DefaultTTL
+}
+
+// releaseLateWith releases a grant that may land after its acquire gave up
+// (a Redis busy past the backend timeout runs the script when it catches
+// up) for a client that left without the token; what names the lease in
+// the log. It releases until a release frees the lease, or the store has
+// answered for a second (by then what was on its way to it has run), or
+// the longest lease has passed, or the server stops.
 func (h *Locks) releaseLateWith(what string, release func(context.Context) error) {
 	giveUp := time.Now().Add(h.limits.MaxTTL)
 	var answered time.Time
@@ -491,16 +500,10 @@ func (h *Locks) releaseLateWith(what string, release func(context.Context) error
 	}
 }
 
-// releaseAbandoned releases a lock granted to a client that has gone. A
-// release that gets no answer is retried in the background (releaseLate).
-func (h *Locks) releaseAbandoned(key, token, user string) {
-	h.releaseAbandonedWith("lock", func(ctx context.Context) error {
-		return h.store.Release(lockstore.WithUser(ctx, user), key, token)
-	})
-}
 
-// releaseAbandonedWith is releaseAbandoned for any lease (see
-// releaseLateWith).
+// releaseAbandonedWith releases a lease (what names it) granted to a
+// client that left before it could learn the token; a store that did not
+// answer gets releaseLateWith.
 func (h *Locks) releaseAbandonedWith(what string, release func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.limits.BackendTimeout)
 	defer cancel()

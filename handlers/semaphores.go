@@ -90,13 +90,7 @@ func (h *Semaphores) acquirePermit(w http.ResponseWriter, r *http.Request) *hold
 	if ours {
 		token = lockstore.NewToken()
 	}
-	pr := lockstore.PermitRequest{Token: token, TTL: h.limits.DefaultTTL, Limit: int(*req.Limit)}
-	if holding && h.limits.HoldTTL > 0 {
-		pr.TTL = h.limits.HoldTTL
-	}
-	if req.TTLms != nil {
-		pr.TTL = time.Duration(*req.TTLms) * time.Millisecond
-	}
+	pr := lockstore.PermitRequest{Token: token, TTL: h.ttl(holding, req.TTLms), Limit: int(*req.Limit)}
 	if req.Owner != nil {
 		pr.Owner = *req.Owner
 	}
@@ -108,23 +102,7 @@ func (h *Semaphores) acquirePermit(w http.ResponseWriter, r *http.Request) *hold
 	p, err := h.acquire(r.Context(), key, pr)
 	h.obs.PermitAcquired(permitOutcome(p, err), time.Since(start))
 	release := func(ctx context.Context) error { return h.release(ctx, key, token) }
-	switch {
-	case err != nil && ours && outcomeUnknown(err) && clientGone(r):
-		// As for a lock: the grant may still land, late, and nobody
-		// could release it.
-		go h.releaseLateWith("permit", release)
-		WriteError(w, r, h.log, err)
-		return nil
-	case err != nil && ours && outcomeUnknown(err):
-		// As for a lock: the client gets the token to retry or release.
-		WriteError(w, r, h.log, withToken(err, token))
-		return nil
-	case err != nil:
-		WriteError(w, r, h.log, err)
-		return nil
-	case ours && !p.Renewed && clientGone(r):
-		// Nobody could release it: give it back at once, as a lock.
-		h.releaseAbandonedWith("permit", release)
+	if h.answered(w, r, err, ours, p.Renewed, token, "permit", release) {
 		return nil
 	}
 	status := grantHeaders(w, SemaphoresPrefix, key, token, p.Renewed)

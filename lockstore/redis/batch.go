@@ -19,14 +19,9 @@ var _ lockstore.BatchExtender = (*Store)(nil)
 func (s *Store) ExtendBatch(ctx context.Context, exts []lockstore.Extension) []lockstore.Extended {
 	out := make([]lockstore.Extended, len(exts))
 	start := time.Now()
-	alone := s.pipelined(ctx, len(exts), func(pipe redis.Pipeliner, i int) *redis.Cmd {
-		e := exts[i]
-		if err := lockstore.CheckExtend(e.Key, e.Token, e.TTL); err != nil {
-			out[i].Err = err
-			return nil
-		}
+	alone := s.pipelined(ctx, exts, func(i int, err error) { out[i].Err = err }, func(e lockstore.Extension) (string, []string, []any) {
 		keys, args := script.ExtendArgs{Digest: script.DigestHex(e.Token), TTL: e.TTL, Holder: script.EscapeUser(e.User)}.Call(e.Key)
-		return pipe.EvalSha(ctx, script.ExtendScript.Hash(), keys, args...)
+		return script.ExtendScript.Hash(), keys, args
 	}, func(i int, reply []any) (alone bool) {
 		if _, ok := script.Elsewhere(reply, -2); ok {
 			return true
@@ -47,23 +42,30 @@ func (s *Store) ExtendBatch(ctx context.Context, exts []lockstore.Extension) []l
 	return out
 }
 
-// pipelined sends the script calls of a batch of n in one pipeline, one
-// round trip: call(pipe, i) queues i's (nil: none, the caller answered i
-// already), and read(i, reply) reads its reply. It returns which to run
-// alone, at once, with the store's own call: those read turns away, and
-// those the pipeline could not settle (NOSCRIPT from a Redis that
-// restarted or flushed its scripts, which the plain call loads; no
-// answer, which it reports). On a Cluster (the keys live on several
-// shards) or with replicas to wait for, it sends nothing and returns nil:
-// all of them.
-func (s *Store) pipelined(ctx context.Context, n int, call func(pipe redis.Pipeliner, i int) *redis.Cmd, read func(i int, reply []any) (alone bool)) []int {
+// pipelined sends the extend scripts of exts in one pipeline, one round
+// trip: call names an extension's script (its SHA1) and its KEYS and ARGV,
+// and read reads its reply; an extension the arguments' check refuses is
+// not sent, failed says why. It returns which to run alone, at once, with
+// the store's own call: those read turns away, and those the pipeline
+// could not settle (NOSCRIPT from a Redis that restarted or flushed its
+// scripts, which the plain call loads; no answer, which it reports). On a
+// Cluster (the keys live on several shards) or with replicas to wait for,
+// it sends nothing and returns nil: all of them.
+func (s *Store) pipelined(ctx context.Context, exts []lockstore.Extension, failed func(i int, err error),
+	call func(e lockstore.Extension) (sha string, keys []string, args []any), read func(i int, reply []any) (alone bool),
+) []int {
 	if s.onCluster() || s.acks.replicas > 0 {
 		return nil
 	}
-	cmds := make([]*redis.Cmd, n)
+	cmds := make([]*redis.Cmd, len(exts))
 	pipe := s.client.Pipeline()
-	for i := range n {
-		cmds[i] = call(pipe, i)
+	for i, e := range exts {
+		if err := lockstore.CheckExtend(e.Key, e.Token, e.TTL); err != nil {
+			failed(i, err)
+			continue
+		}
+		sha, keys, args := call(e)
+		cmds[i] = pipe.EvalSha(ctx, sha, keys, args...)
 	}
 	_, _ = pipe.Exec(ctx) // its error is the first failed command's; each is read below
 	alone := make([]int, 0)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 )
@@ -18,14 +16,9 @@ var _ lockstore.BatchSemExtender = (*Store)(nil)
 func (s *Store) SemExtendBatch(ctx context.Context, exts []lockstore.Extension) []lockstore.SemExtended {
 	out := make([]lockstore.SemExtended, len(exts))
 	start := time.Now()
-	alone := s.pipelined(ctx, len(exts), func(pipe redis.Pipeliner, i int) *redis.Cmd {
-		e := exts[i]
-		if err := lockstore.CheckExtend(e.Key, e.Token, e.TTL); err != nil {
-			out[i].Err = err
-			return nil
-		}
+	alone := s.pipelined(ctx, exts, func(i int, err error) { out[i].Err = err }, func(e lockstore.Extension) (string, []string, []any) {
 		keys, args := script.SemExtendArgs(e.Key, script.DigestHex(e.Token), e.TTL, false, s.publish)
-		return pipe.EvalSha(ctx, script.SemExtendScript.Hash(), keys, args...)
+		return script.SemExtendScript.Hash(), keys, args
 	}, func(i int, reply []any) (alone bool) {
 		v, err := script.SemExtendReply(reply)
 		if err != nil {
