@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -240,14 +239,8 @@ func (r *Store) confirmGrant(ctx context.Context, c *acquireCall, a script.Acqui
 				confirmed: !lv.Provisional(), maker: script.MakerOf(lv.Attempt), owner: lv.Owner}
 		}
 	}
-	margin := script.FenceMargin.Milliseconds()
 	g, ok, made := confirmVotes(ctx, r, values, c.rounds, req.TTL, start, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, script.LockValue, error) {
-		reply, err := script.ConfirmScript.Run(ctx, n.grant, []string{script.LockKey(key), script.FenceKey(key)},
-			a.Digest, maker, strconv.FormatInt(fence, 10), margin, req.TTL.Milliseconds()).Slice()
-		if err != nil {
-			return 0, script.LockValue{}, script.RedisErr(err)
-		}
-		return parseConfirm(reply)
+		return script.Confirm(ctx, n.grant, key, a.Digest, maker, fence, req.TTL)
 	})
 	if !ok {
 		return lockstore.Lease{}, false, made
@@ -261,21 +254,6 @@ func (r *Store) confirmGrant(ctx context.Context, c *acquireCall, a script.Acqui
 		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
 		Renewed:   g.renewal,
 	}, true, nil
-}
-
-// parseConfirm reads confirm.lua's reply: its code, and for confirmMade
-// the lease as left, value and expiry.
-func parseConfirm(reply []any) (int64, script.LockValue, error) {
-	code, _ := reply[0].(int64)
-	if code != confirmMade {
-		return code, script.LockValue{}, nil
-	}
-	if len(reply) != 3 {
-		return 0, script.LockValue{}, fmt.Errorf("lockstore: confirm script replied %v", reply)
-	}
-	v, err := script.ParseLockValue(reply[1])
-	v.Expiry, _ = reply[2].(int64)
-	return code, v, err
 }
 
 // failedVote names a vote that got no answer, for the OnVote hook:
@@ -301,7 +279,7 @@ func (r *Store) discard(ctx context.Context, key, digest, round string, votes []
 			return script.Release(ctx, n.batch, key, digest, v, false)
 		},
 		discard: func(ctx context.Context, n *redlockNode) error {
-			return script.DiscardScript.Run(ctx, n.batch, []string{script.LockKey(key), script.QueueKey(key)}, digest, round, script.Channel(key)).Err()
+			return script.Discard(ctx, n.batch, key, digest, round)
 		},
 	}.run(ctx, r, votes, made)
 }

@@ -365,24 +365,11 @@ func (g setGuard) run(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
 // mark runs nodeset_mark.lua's op on node i, and returns the marker and
 // the settle key's PTTL (-2: none) it found.
 func (s *nodeSet) mark(ctx context.Context, c redis.Scripter, i int, op string) (string, int64, error) {
-	inPrev := "0"
-	if s.transition() && s.inPrev[i] {
-		inPrev = "1"
-	}
 	// The settle key lives as long as a quarantine: the longest lease plus
 	// drift. (With the restart guard off, for tests' controls, the
 	// quarantine is 0 and the settle is not.)
-	reply, err := script.NodesetMarkScript.Run(ctx, c, []string{script.SetKey, script.QuarantineKey, script.SettleKey, script.MaxTTLKey}, s.list, op,
-		tentativeLife.Milliseconds(), s.quarantine.Milliseconds(), s.prev, inPrev, s.settle.Milliseconds(), s.maxTTL.Milliseconds()).Slice()
-	if err != nil {
-		return "", 0, script.RedisErr(err)
-	}
-	if len(reply) != 2 {
-		return "", 0, fmt.Errorf("lockstore: nodeset_mark script replied %v", reply)
-	}
-	have, _ := reply[0].(string)
-	settle, _ := reply[1].(int64)
-	return have, settle, nil
+	return script.NodesetMark(ctx, c, script.NodesetMarkArgs{List: s.list, Op: op, Tentative: tentativeLife,
+		Quarantine: s.quarantine, Prev: s.prev, InPrev: s.transition() && s.inPrev[i], Settle: s.settle, MaxTTL: s.maxTTL})
 }
 
 // joinOp is how a node found without a marker is marked once the gateway

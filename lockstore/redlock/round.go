@@ -55,7 +55,7 @@ type roundValue struct {
 func (v roundValue) granting() bool { return v.has && v.counted }
 
 // confirmFunc runs C(maker, fence) on node i and answers confirm.lua's or
-// sem_confirm.lua's code (confirmMade, confirmJoined, or another).
+// sem_confirm.lua's code (script.ConfirmMade, script.ConfirmJoined, or another).
 type confirmFunc func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, error)
 
 // roundGrant is what G1 decided for a round.
@@ -113,7 +113,7 @@ func (r *Store) confirmRound(ctx context.Context, values []roundValue, rounds []
 	for i, v := range done {
 		// Only a node that counted for the votes, and counts still: the
 		// fence was picked from the former (docs/safety.md, G1).
-		if rewrite[i] && v.err == nil && (v.val == confirmMade || v.val == confirmJoined) && v.counted && values[i].granting() {
+		if rewrite[i] && v.err == nil && (v.val == script.ConfirmMade || v.val == script.ConfirmJoined) && v.counted && values[i].granting() {
 			g.confirmed[i] = true
 		}
 	}
@@ -131,7 +131,7 @@ func (g roundGrant) ownerOr(asked string) string {
 
 // confirmVotes is G1 after a round's votes for a lock or a permit
 // (confirmRound, with confirm running confirm.lua or sem_confirm.lua on
-// one node: its code, and for confirmMade the value as it left it). ok:
+// one node: its code, and for script.ConfirmMade the value as it left it). ok:
 // the round stands, q granting nodes carrying its fence confirmed within
 // the validity (ttl − elapsed − drift, elapsed from start, before the
 // first vote). When it does not, made holds, by node, the lease or permit
@@ -143,7 +143,7 @@ func confirmVotes[V any](ctx context.Context, r *Store, values []roundValue, rou
 	made = make([]*V, len(values))
 	g := r.confirmRound(ctx, values, rounds, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, error) {
 		code, v, err := confirm(ctx, i, n, maker, fence)
-		if code == confirmMade && err == nil {
+		if code == script.ConfirmMade && err == nil {
 			made[i] = &v
 		}
 		return code, err
@@ -235,9 +235,3 @@ func roundFence(values []roundValue, q quorums) (fence int64, renewal bool) {
 	}
 	return fence, false
 }
-
-// confirmResult codes, of confirm.lua and sem_confirm.lua.
-const (
-	confirmMade   = 1 // this round made the value a lease
-	confirmJoined = 3 // another round had; its fence is now this round's
-)

@@ -202,34 +202,14 @@ func (r *Store) semConfirm(ctx context.Context, key string, a script.SemArgs, re
 				confirmed: sv.Confirmed, maker: script.MakerOf(sv.Field), owner: sv.Owner, floor: v.val.Floor}
 		}
 	}
-	margin := strconv.FormatInt(script.FenceMargin.Milliseconds(), 10)
 	g, ok, made := confirmVotes(ctx, r, values, rounds, req.TTL, start, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, script.SemValue, error) {
-		reply, err := script.SemConfirmScript.Run(ctx, n.semGrant, []string{script.SemPermitsKey(key), script.SemExpiryKey(key), script.SemFenceKey(key)},
-			a.Digest, maker, strconv.FormatInt(fence, 10), margin, a.Slot, req.TTL.Milliseconds(), script.SemChannel(key)).Slice()
-		if err != nil {
-			return 0, script.SemValue{}, script.RedisErr(err)
-		}
-		return parseSemConfirm(a.Slot, reply)
+		return script.SemConfirm(ctx, n.semGrant, key, a.Digest, maker, fence, a.Slot, req.TTL)
 	})
 	if !ok {
 		return lockstore.Permit{}, false, made
 	}
 	return lockstore.Permit{Key: key, Token: req.Token, Owner: g.ownerOr(req.Owner), Limit: req.Limit, Fence: g.fence,
 		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: g.renewal}, true, nil
-}
-
-// parseSemConfirm reads sem_confirm.lua's reply: its code, and for
-// confirmMade the permit as left (its value carries its expiry).
-func parseSemConfirm(slot int, reply []any) (int64, script.SemValue, error) {
-	code, _ := reply[0].(int64)
-	if code != confirmMade {
-		return code, script.SemValue{}, nil
-	}
-	if len(reply) != 2 {
-		return 0, script.SemValue{}, fmt.Errorf("lockstore: sem_confirm script replied %v", reply)
-	}
-	v, err := script.ParseSemValue(slot, reply[1])
-	return code, v, err
 }
 
 // semDiscard is G1's clean-up of a failed permit round (cleanup), with
@@ -243,7 +223,7 @@ func (r *Store) semDiscard(ctx context.Context, key string, a script.SemArgs, vo
 			return script.SemRelease(ctx, n.client, key, a.Digest, script.PublishAll, v)
 		},
 		discard: func(ctx context.Context, n *redlockNode) error {
-			return script.SemDiscardScript.Run(ctx, n.client, []string{script.SemPermitsKey(key), script.SemExpiryKey(key)}, a.Digest, a.Attempt, script.SemChannel(key)).Err()
+			return script.SemDiscard(ctx, n.client, key, a.Digest, a.Attempt)
 		},
 	}.run(ctx, r, votes, made)
 }

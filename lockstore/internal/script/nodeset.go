@@ -1,9 +1,12 @@
 package script
 
 import (
+	"context"
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -80,4 +83,39 @@ func guard(plain ...string) map[string]guardedScript {
 func Sha1Hex(s string) string {
 	h := sha1.Sum([]byte(s))
 	return hex.EncodeToString(h[:])
+}
+
+// NodesetMarkArgs is what one nodeset_mark.lua call needs (its header
+// names each).
+type NodesetMarkArgs struct {
+	List, Op string
+	// Tentative is how long a tentative marker lives, Quarantine a
+	// restarted node's quarantine, Settle a settle key's life.
+	Tentative, Quarantine, Settle time.Duration
+	// Prev is the previous list during a transition ("" none), and InPrev
+	// whether the node is one of its.
+	Prev   string
+	InPrev bool
+	// MaxTTL is the gateway's longest lease (LOCKGW_MAX_TTL).
+	MaxTTL time.Duration
+}
+
+// NodesetMark runs nodeset_mark.lua's op on one node, and answers the
+// marker and the settle key's PTTL (-2: none) it found.
+func NodesetMark(ctx context.Context, c redis.Scripter, a NodesetMarkArgs) (marker string, settlePTTL int64, err error) {
+	inPrev := "0"
+	if a.InPrev {
+		inPrev = "1"
+	}
+	reply, err := NodesetMarkScript.Run(ctx, c, []string{SetKey, QuarantineKey, SettleKey, MaxTTLKey}, a.List, a.Op,
+		a.Tentative.Milliseconds(), a.Quarantine.Milliseconds(), a.Prev, inPrev, a.Settle.Milliseconds(), a.MaxTTL.Milliseconds()).Slice()
+	if err != nil {
+		return "", 0, RedisErr(err)
+	}
+	if len(reply) != 2 {
+		return "", 0, fmt.Errorf("lockstore: nodeset_mark script replied %v", reply)
+	}
+	marker, _ = reply[0].(string)
+	settlePTTL, _ = reply[1].(int64)
+	return marker, settlePTTL, nil
 }
