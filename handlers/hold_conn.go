@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -197,6 +198,14 @@ func (s *holdStream) takeOver() bool {
 // timer, and a wake ends it early (see above).
 func (s *holdStream) serve() {
 	defer s.hangUp()
+	// The request's recoverer is not above this goroutine: a panic here
+	// would end the process, and every other hold with it.
+	defer func() {
+		if p := recover(); p != nil {
+			s.h.log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).
+				Msg("hold panicked; its stream ends, its lease at its TTL")
+		}
+	}()
 	s.renew(time.Now().Add(s.interval))
 	var buf [64]byte
 	for {
