@@ -96,10 +96,11 @@ func (c *HoldConns) Wait(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// add lists s, served on its connection, for stop and Wait (counted by
+// them since takeOver's wg.Add).
 func (c *HoldConns) add(s *holdStream) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.wg.Add(1)
 	c.streams[s] = struct{}{}
 }
 
@@ -179,8 +180,13 @@ func (c *holdConn) write(p []byte) error {
 // and starts serving it; it reports false, leaving the stream to run, when
 // net/http would not give it. The handler must return at once after true.
 func (s *holdStream) takeOver() bool {
+	// Counted before net/http lets the connection go: from then on the
+	// server's Shutdown no longer waits for it, and may return, and Wait
+	// must find it counted.
+	s.h.conns.wg.Add(1)
 	rwc, _, err := s.rc.Hijack() // the bufio pair is net/http's buffers: not kept
 	if err != nil {
+		s.h.conns.wg.Done()
 		return false
 	}
 	c := &holdConn{Conn: rwc, detached: middleware.Detach(s.r)}
