@@ -100,8 +100,9 @@ type held struct {
 	// renewals and releases are not metered as a lock's extends and
 	// releases are.
 	permit bool
-	// renew asks for a renewal at at (hold_renewer.go).
-	renew func(at time.Time) <-chan renewal
+	// renew asks for a renewal at at (hold_renewer.go), and calls wake
+	// (when not nil) once its outcome is on the channel.
+	renew func(at time.Time, wake func()) <-chan renewal
 	// release lets the lease go; extend sets it to ttl from now.
 	release func(ctx context.Context) error
 	extend  func(ctx context.Context, ttl time.Duration) error
@@ -117,7 +118,7 @@ func (h *Locks) holdLock(w http.ResponseWriter, r *http.Request, status int, lea
 	return h.hold(w, r, status, &held{
 		key: lease.Key, token: lease.Token, fence: lease.Fence, owner: lease.Owner,
 		ttl: lease.Granted, expiresAt: lease.ExpiresAt, grant: newLeaseBody(lease),
-		renew: func(at time.Time) <-chan renewal { return h.renewer.renew(at, ext) },
+		renew: func(at time.Time, wake func()) <-chan renewal { return h.renewer.renew(at, ext, wake) },
 		release: func(c context.Context) error {
 			return h.store.Release(userContext(c, user), lease.Key, lease.Token)
 		},
@@ -135,7 +136,7 @@ func (h *Semaphores) holdPermit(w http.ResponseWriter, r *http.Request, status i
 	return h.hold(w, r, status, &held{
 		key: p.Key, token: p.Token, fence: p.Fence, owner: p.Owner,
 		ttl: p.Granted, expiresAt: p.ExpiresAt, grant: newPermitBody(p), permit: true,
-		renew:   func(at time.Time) <-chan renewal { return h.permits.renew(at, ext) },
+		renew:   func(at time.Time, wake func()) <-chan renewal { return h.permits.renew(at, ext, wake) },
 		release: func(c context.Context) error { return h.release(c, p.Key, p.Token) },
 		extend: func(c context.Context, ttl time.Duration) error {
 			_, err := h.extend(c, p.Key, p.Token, ttl)
@@ -159,27 +160,41 @@ func (h *Semaphores) holdPermit(w http.ResponseWriter, r *http.Request, status i
 // calls, whose frames come and go. One timer serves the heartbeat, the
 // lost deadline and max_hold, and the stream's state lives here rather
 // than in closures and the variables they capture.
+//
+// That is the fallback. Where it can (hold_conn.go), the hold takes its
+// connection over from net/http once the grant is sent, and serve drives
+// it instead of run: then no request, ResponseWriter or net/http goroutine
+// is kept, only conn.
 type holdStream struct {
-	h     *Locks
+	h *Locks
+	// The request's, while net/http serves the stream (run); nil once
+	// the hold took its connection over (conn).
 	w     http.ResponseWriter
 	rc    *http.ResponseController
 	r     *http.Request
+	conn  *holdConn
 	lease *held
 	opts  holdOptions
 	open  *openHold
 	ended string // the end's reason, for the metric
 
-	// The one pending renewal (hold_renewer.go) and its span.
+	// The one pending renewal (hold_renewer.go) and its span, a child of
+	// the request's, which ctx carries (and nothing else of the request).
 	renewed  <-chan renewal
 	span     trace.Span
 	tracer   trace.Tracer
+	ctx      context.Context
 	interval time.Duration
 
 	// What the timer waits for: the next heartbeat, the moment to say
 	// lost (no renewal confirmed in time), max_hold's end (zero: none).
-	// Monotonic readings, as the timers these stand for were.
+	// Monotonic readings, as the timers these stand for were. serve has
+	// no timer: its read deadline is.
 	timer               *time.Timer
 	beatAt, lostAt, cap time.Time
+	// takingOver: the stream is to be served on its connection, taken
+	// over from net/http (hold_conn.go), as the response's headers say.
+	takingOver bool
 }
 
 // hold starts streaming the life of a lease or a permit to the client
@@ -193,6 +208,11 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease *
 	s := &holdStream{h: h, w: w, r: r, lease: lease, opts: opts, ended: holdClientGone, rc: http.NewResponseController(w)}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: pass events on at once
+	if s.takingOver = h.conns != nil && canTakeOver(r); s.takingOver {
+		// The connection ends with the stream: net/http cannot have it
+		// back, and a client must not send another request on it.
+		w.Header().Set("Connection", "close")
+	}
 	w.WriteHeader(status)
 	h.obs.HoldStarted()
 	// Listed as held by a stream from before the holder can know its
@@ -216,14 +236,15 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease *
 	}
 	// One renewal at a time, sent with other holds' by the renewer (in a
 	// batch where the store allows), so that the deadline below fires on
-	// time even while a renewal waits for the backend.
+	// time even while a renewal waits for the backend. The first is asked
+	// for by run or serve, which wait for it.
 	s.interval = lease.ttl / 3
 	// Each renewal is a span under the hold's request span (a no-op when
 	// the request is not traced): from when it is due to its outcome.
-	s.tracer = trace.SpanFromContext(r.Context()).TracerProvider().Tracer("github.com/lockgateway/lockgateway/handlers")
-	s.renew(time.Now().Add(s.interval))
+	span := trace.SpanFromContext(r.Context())
+	s.tracer = span.TracerProvider().Tracer("github.com/lockgateway/lockgateway/handlers")
+	s.ctx = trace.ContextWithSpan(context.Background(), span)
 	s.setLost()
-	s.timer = time.NewTimer(time.Until(s.next()))
 	return s
 }
 
@@ -232,6 +253,8 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease *
 // here for the whole hold.
 func (s *holdStream) run() {
 	defer s.finish()
+	s.renew(time.Now().Add(s.interval))
+	s.timer = time.NewTimer(time.Until(s.next()))
 	done := s.r.Context().Done()
 	for {
 		select {
@@ -277,13 +300,15 @@ func (s *holdStream) finish() {
 //
 //go:noinline
 func (s *holdStream) write(event string, data any) bool {
-	_ = s.rc.SetWriteDeadline(time.Now().Add(2 * sseHeartbeat))
-	var err error
-	if event == "" {
-		_, err = fmt.Fprint(s.w, ": heartbeat\n\n")
-	} else {
-		_, err = fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, jsonLine(data))
+	p := []byte(": heartbeat\n\n")
+	if event != "" {
+		p = fmt.Appendf(nil, "event: %s\ndata: %s\n\n", event, jsonLine(data))
 	}
+	if s.conn != nil {
+		return s.conn.write(p) == nil
+	}
+	_ = s.rc.SetWriteDeadline(time.Now().Add(2 * sseHeartbeat))
+	_, err := s.w.Write(p)
 	return err == nil && s.rc.Flush() == nil
 }
 
@@ -311,8 +336,12 @@ func (s *holdStream) end(event, reason string) {
 
 // renew asks for the next renewal at at, under a span of its own.
 func (s *holdStream) renew(at time.Time) {
-	_, s.span = s.tracer.Start(s.r.Context(), "hold renewal", trace.WithTimestamp(at))
-	s.renewed = s.lease.renew(at)
+	_, s.span = s.tracer.Start(s.ctx, "hold renewal", trace.WithTimestamp(at))
+	var wake func()
+	if s.conn != nil {
+		wake = s.conn.wakeFn
+	}
+	s.renewed = s.lease.renew(at, wake)
 }
 
 // setLost sets when a hold whose renewals failed says lost: its lease's
@@ -352,7 +381,7 @@ func (s *holdStream) renewal(got renewal) bool {
 			lease.expiresAt = got.expires
 		}
 		s.setLost()
-		s.timer.Reset(time.Until(s.next()))
+		s.rearm()
 		s.renew(time.Now().Add(s.interval))
 		if !lease.permit {
 			s.h.obs.Extended(lease.token, lease.expiresAt)
@@ -396,8 +425,15 @@ func (s *holdStream) due() bool {
 			s.beatAt = s.beatAt.Add(sseHeartbeat)
 		}
 	}
-	s.timer.Reset(time.Until(s.next()))
+	s.rearm()
 	return true
+}
+
+// rearm sets run's timer for next (serve's deadline is set as it reads).
+func (s *holdStream) rearm() {
+	if s.timer != nil {
+		s.timer.Reset(time.Until(s.next()))
+	}
 }
 
 // leaseGone is the final event and its reason of a hold whose renewal

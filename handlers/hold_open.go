@@ -29,6 +29,10 @@ type openHold struct {
 	released chan struct{}
 	closed   bool // released is closed (guarded by openHolds.mu)
 	forced   bool
+	// wake, when not nil, is called once released is closed: a hold
+	// served on its connection (hold_conn.go) waits in a read, not on
+	// the channel. Guarded by openHolds.mu.
+	wake func()
 }
 
 func newOpenHolds() *openHolds { return &openHolds{byKey: make(map[holdKey][]*openHold)} }
@@ -67,8 +71,7 @@ func (o *openHolds) released(permit bool, key, token string) {
 	defer o.mu.Unlock()
 	for _, h := range o.byKey[holdKey{permit, key}] {
 		if h.token == token && !h.closed {
-			h.closed = true
-			close(h.released)
+			h.close()
 		}
 	}
 }
@@ -80,10 +83,26 @@ func (o *openHolds) forced(permit bool, key string, fence int64) {
 	defer o.mu.Unlock()
 	for _, h := range o.byKey[holdKey{permit, key}] {
 		if h.fence == fence && !h.closed {
-			h.closed, h.forced = true, true
-			close(h.released)
+			h.forced = true
+			h.close()
 		}
 	}
+}
+
+// close closes released (under openHolds.mu) and wakes the hold.
+func (h *openHold) close() {
+	h.closed = true
+	close(h.released)
+	if h.wake != nil {
+		h.wake()
+	}
+}
+
+// wakeOn sets the function that wakes h's hold once released is closed.
+func (o *openHolds) wakeOn(h *openHold, wake func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h.wake = wake
 }
 
 // freed is the final event and reason of a hold whose lease a request

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,11 +14,14 @@ import (
 
 	"github.com/lockgateway/lockgateway/handlers"
 	"github.com/lockgateway/lockgateway/lockstore/memory"
+	"github.com/lockgateway/lockgateway/middleware"
 )
 
 // holdGateway serves PUT, DELETE and the listing of locks over store, as
-// one gateway does.
-func holdGateway(t *testing.T, store *memory.Store) *httptest.Server {
+// one gateway does. With conns, holds take their connections over from
+// net/http, as the server's do (hold_conn.go); without, net/http serves
+// them.
+func holdGateway(t *testing.T, store *memory.Store, conns *handlers.HoldConns) *httptest.Server {
 	t.Helper()
 	locks := handlers.NewLocks(store, handlers.Limits{
 		DefaultTTL: time.Minute, MaxTTL: time.Hour, MaxWait: time.Minute, MaxBodyBytes: 1 << 16, BackendTimeout: time.Second,
@@ -27,9 +31,28 @@ func holdGateway(t *testing.T, store *memory.Store) *httptest.Server {
 	mux.Handle("PUT /locks/", locks.Acquire())
 	mux.Handle("DELETE /locks/", locks.Release())
 	mux.Handle("GET /locks", listings.Locks())
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewUnstartedServer(mux)
+	if conns != nil {
+		locks.ServeHoldsOn(conns)
+		srv.Config.Handler = middleware.RequestID(mux)
+		srv.Config.ConnContext = handlers.ConnContext
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// bothWays runs test on holds served by net/http, and on holds that take
+// their connections over; then it checks that these did, each closing its
+// connection once.
+func bothWays(t *testing.T, test func(t *testing.T, conns *handlers.HoldConns)) {
+	t.Run("net/http", func(t *testing.T) { test(t, nil) })
+	t.Run("taken over", func(t *testing.T) {
+		var closed atomic.Int32
+		test(t, handlers.NewHoldConns(func() { closed.Add(1) }))
+		assert.Eventually(t, func() bool { return closed.Load() == 1 }, 5*time.Second, 5*time.Millisecond,
+			"the hold took its connection over, and closed it once")
+	})
 }
 
 // heldByStream is the listing's held_by_stream of each key srv lists.
@@ -95,7 +118,11 @@ func finalEvent(t *testing.T, ch <-chan sse, limit time.Duration) (sse, time.Dur
 // through the hold's gateway ends its stream, released, at once: long
 // before its next renewal (a third of its 30 s TTL) could tell.
 func TestHoldReleasedThroughThisGateway(t *testing.T) {
-	srv := holdGateway(t, memory.New())
+	bothWays(t, testHoldReleasedThroughThisGateway)
+}
+
+func testHoldReleasedThroughThisGateway(t *testing.T, conns *handlers.HoldConns) {
+	srv := holdGateway(t, memory.New(), conns)
 	ch, token := holdToken(t, srv, "jobs/held", `{"ttl_ms":30000}`)
 	resp, err := http.DefaultClient.Do(mustRequest(t, http.MethodPut, srv.URL+"/locks/jobs/plain"))
 	require.NoError(t, err)
@@ -115,8 +142,12 @@ func TestHoldReleasedThroughThisGateway(t *testing.T) {
 // holder's DELETE through the other ends the stream released (not lost)
 // at the hold's next renewal, within a third of its TTL.
 func TestHoldReleasedThroughAnotherGateway(t *testing.T) {
+	bothWays(t, testHoldReleasedThroughAnotherGateway)
+}
+
+func testHoldReleasedThroughAnotherGateway(t *testing.T, conns *handlers.HoldConns) {
 	store := memory.New()
-	here, there := holdGateway(t, store), holdGateway(t, store)
+	here, there := holdGateway(t, store, conns), holdGateway(t, store, nil)
 	ch, token := holdToken(t, here, "jobs/held", `{"ttl_ms":900}`)
 	assert.Equal(t, map[string]bool{"jobs/held": true}, heldByStream(t, here))
 	assert.Equal(t, map[string]bool{"jobs/held": false}, heldByStream(t, there), "another gateway does not know the hold")

@@ -34,6 +34,7 @@ type renewer struct {
 type renewRequest struct {
 	ext  lockstore.Extension
 	done chan<- renewal
+	wake func() // nil, or called once the outcome is on done
 }
 
 // newRenewer renews leases of store.
@@ -62,13 +63,15 @@ func newPermitRenewer(sems lockstore.Semaphores, timeout time.Duration, obs Obse
 
 // renew extends ext's lease (or permit) at at (at the start of its slot) and delivers
 // the outcome on the returned channel, which has room for it: a hold that
-// stopped waiting leaves nothing blocked.
-func (r *renewer) renew(at time.Time, ext lockstore.Extension) <-chan renewal {
+// stopped waiting leaves nothing blocked. wake, when not nil, is called
+// once the outcome is there: a hold served on its connection
+// (hold_conn.go) waits in a read, not on the channel.
+func (r *renewer) renew(at time.Time, ext lockstore.Extension, wake func()) <-chan renewal {
 	done := make(chan renewal, 1)
 	slot := at.UnixNano() / int64(renewSlot)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pending[slot] = append(r.pending[slot], renewRequest{ext, done})
+	r.pending[slot] = append(r.pending[slot], renewRequest{ext, done, wake})
 	if r.next == 0 || slot < r.next {
 		r.next = slot
 		wait := time.Until(time.Unix(0, slot*int64(renewSlot)))
@@ -115,5 +118,8 @@ func (r *renewer) send(batch []renewRequest) {
 	}
 	for i, out := range r.extend(ctx, exts) {
 		batch[i].done <- out
+		if batch[i].wake != nil {
+			batch[i].wake()
+		}
 	}
 }

@@ -43,7 +43,7 @@ func TestRenewerBatches(t *testing.T) {
 	due := time.Now().Add(2 * renewSlot)
 	var chans []<-chan renewal
 	for _, e := range exts {
-		chans = append(chans, r.renew(due, e))
+		chans = append(chans, r.renew(due, e, nil))
 	}
 	for i, ch := range chans {
 		got := <-ch
@@ -107,7 +107,7 @@ func TestPermitRenewerBatches(t *testing.T) {
 	due := time.Now().Add(renewSlot)
 	var chans []<-chan renewal
 	for _, e := range exts {
-		chans = append(chans, r.renew(due, e))
+		chans = append(chans, r.renew(due, e, nil))
 	}
 	for i, ch := range chans {
 		got := <-ch

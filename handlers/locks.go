@@ -63,6 +63,9 @@ type Locks struct {
 	// open are the holds of locks and permits whose streams are open here
 	// (hold_open.go).
 	open *openHolds
+	// conns are the holds served on their connections, taken over from
+	// net/http (hold_conn.go); nil: none is.
+	conns *HoldConns
 }
 
 // Observer hears what the lock endpoints do, for metrics. Its methods must
@@ -191,16 +194,19 @@ func (h *Locks) Acquire() http.Handler { return serveAcquire(h.acquireLock) }
 
 // serveAcquire serves an acquire of a lock or a permit: a hold's acquire
 // runs aside (internal/aside), and the hold here, once that goroutine and
-// its frames are gone (holdStream).
+// its frames are gone (holdStream); or, where it takes its connection
+// over, on a goroutine of its own (hold_conn.go), and the handler returns.
 func serveAcquire(acquire func(http.ResponseWriter, *http.Request) *holdStream) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !wantsStream(r) {
 			acquire(w, r)
 			return
 		}
-		if s := aside.Run(func() *holdStream { return acquire(w, r) }); s != nil {
-			s.run()
+		s := aside.Run(func() *holdStream { return acquire(w, r) })
+		if s == nil || s.takingOver && s.takeOver() {
+			return
 		}
+		s.run()
 	})
 }
 

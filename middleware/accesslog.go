@@ -28,26 +28,52 @@ func AccessLog(log zerolog.Logger) func(http.Handler) http.Handler {
 				if status == 0 { // nothing written: net/http sends 200
 					status = http.StatusOK
 				}
-				route := routePattern(r)
-				ev := log.Info()
-				if status >= 500 {
-					ev = log.Warn()
+				l := accessLine{
+					method: r.Method, route: routePattern(r), id: GetRequestID(r.Context()),
+					status: status, start: start, bytes: int64(ww.BytesWritten()),
+					force: r.Method == http.MethodDelete && r.URL.RawQuery != "" && forced(r.URL.RawQuery),
 				}
-				if r.Method == http.MethodDelete && r.URL.RawQuery != "" && forced(r.URL.RawQuery) {
-					ev.Bool("force", true)
+				if d := detached(r); d != nil {
+					// Its line when it ends, keeping only the line's
+					// fields (not r, nor ww and the connection behind it).
+					kept := l
+					d.atEnd(func(after int64) { kept.write(log, after) })
+					return
 				}
-				var ms [24]byte
-				ev.Str("method", r.Method).
-					Str("route", route).
-					Int("status", status).
-					RawJSON("duration_ms", appendMillis(ms[:0], time.Since(start).Microseconds())).
-					Int("bytes", ww.BytesWritten()).
-					Str("request_id", GetRequestID(r.Context())).
-					Msg("request")
+				l.write(log, 0)
 			}()
 			next.ServeHTTP(ww, r)
 		})
 	}
+}
+
+// accessLine is what a request's access line says.
+type accessLine struct {
+	method, route, id string
+	status            int
+	force             bool
+	start             time.Time
+	bytes             int64 // written when the handler returned
+}
+
+// write logs the line; after is the bytes written since (a detached
+// request's, detach.go).
+func (l *accessLine) write(log zerolog.Logger, after int64) {
+	ev := log.Info()
+	if l.status >= 500 {
+		ev = log.Warn()
+	}
+	if l.force {
+		ev.Bool("force", true)
+	}
+	var ms [24]byte
+	ev.Str("method", l.method).
+		Str("route", l.route).
+		Int("status", l.status).
+		RawJSON("duration_ms", appendMillis(ms[:0], time.Since(l.start).Microseconds())).
+		Int64("bytes", l.bytes+after).
+		Str("request_id", l.id).
+		Msg("request")
 }
 
 // forced: a DELETE's query asks for a forced release (force=true).

@@ -29,7 +29,12 @@ func Observe(observe func(route, method string, status int, took time.Duration))
 			if status == 0 {
 				status = http.StatusOK
 			}
-			observe(routePattern(r), r.Method, status, time.Since(start))
+			route, method := routePattern(r), r.Method
+			if d := detached(r); d != nil { // observed when it ends (detach.go)
+				d.atEnd(func(int64) { observe(route, method, status, time.Since(start)) })
+				return
+			}
+			observe(route, method, status, time.Since(start))
 		})
 	}
 }

@@ -15,11 +15,14 @@ type requestIDKey struct{}
 
 // requestID is the request's context with its id, and the response
 // header's value: one allocation where context.WithValue would add a
-// second (and a string would be copied to the heap to fit in it).
+// second (and a string would be copied to the heap to fit in it). It also
+// keeps whether the handler detached the request (detach.go), which the
+// middlewares inside RequestID look for when their handler returns.
 type requestID struct {
 	context.Context // the request's own, which answers every other key
 	id              string
 	header          [1]string
+	detached        *Detached
 }
 
 func (c *requestID) Value(key any) any {

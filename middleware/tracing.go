@@ -41,7 +41,6 @@ func Trace(tp trace.TracerProvider, prop propagation.TextMapPropagator) func(htt
 				// No url.path: like the access log, spans carry the route
 				// pattern, never the key.
 				trace.WithAttributes(semconv.HTTPRequestMethodKey.String(method)))
-			defer span.End()
 			if id := GetRequestID(ctx); id != "" {
 				span.SetAttributes(attribute.String("lockgw.request_id", id))
 			}
@@ -49,7 +48,14 @@ func Trace(tp trace.TracerProvider, prop propagation.TextMapPropagator) func(htt
 			if !ok {
 				ww = chimw.NewWrapResponseWriter(w, r.ProtoMajor)
 			}
-			next.ServeHTTP(ww, r.WithContext(ctx))
+			r = r.WithContext(ctx)
+			ended := false
+			defer func() {
+				if !ended { // a panic went through
+					span.End()
+				}
+			}()
+			next.ServeHTTP(ww, r)
 			status := ww.Status()
 			if status == 0 {
 				status = http.StatusOK
@@ -66,6 +72,12 @@ func Trace(tp trace.TracerProvider, prop propagation.TextMapPropagator) func(htt
 				span.SetStatus(codes.Error, strconv.Itoa(status))
 				span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(status)))
 			}
+			ended = true
+			if d := detached(r); d != nil { // the span ends when the request does (detach.go)
+				d.atEnd(func(int64) { span.End() })
+				return
+			}
+			span.End()
 		})
 	}
 }

@@ -22,6 +22,11 @@ import (
 // The server must report connection states to track (http.Server's
 // ConnState), which is how connLimit learns which connections are idle and
 // which have closed.
+//
+// A connection a handler takes over from net/http (hijacked: a hold's,
+// handlers.HoldConns) is still open and still costs memory, though
+// net/http no longer reports on it: it keeps its place, never idle, until
+// its holder reports it closed (hijackedClosed).
 type connLimit struct {
 	net.Listener
 	max      int
@@ -109,7 +114,9 @@ func (l *connLimit) track(c net.Conn, state http.ConnState) {
 		l.room.Signal()
 	case http.StateActive:
 		delete(l.idle, c)
-	case http.StateClosed, http.StateHijacked:
+	case http.StateHijacked:
+		delete(l.idle, c) // counted until hijackedClosed
+	case http.StateClosed:
 		delete(l.idle, c)
 		if l.evicted[c] {
 			delete(l.evicted, c)
@@ -118,4 +125,12 @@ func (l *connLimit) track(c net.Conn, state http.ConnState) {
 		l.open--
 		l.room.Signal()
 	}
+}
+
+// hijackedClosed: a hijacked connection closed (see connLimit).
+func (l *connLimit) hijackedClosed() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open--
+	l.room.Signal()
 }

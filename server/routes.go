@@ -20,6 +20,9 @@ func addRoutes(r chi.Router, d deps) {
 	if d.watch != nil {
 		locks.Watching(d.watch)
 	}
+	if d.holdConns != nil {
+		locks.ServeHoldsOn(d.holdConns)
+	}
 
 	r.Get("/healthz", handlers.Healthz().ServeHTTP)
 	if !d.metricsApart {

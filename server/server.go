@@ -75,6 +75,10 @@ type deps struct {
 	// semWatch is the same for semaphores (nil without them).
 	semWatch *handlers.SemHub
 	ui       bool
+	// holdConns are the holds served on connections taken over from
+	// net/http (handlers/hold_conn.go): the connection cap counts them,
+	// and the shutdown waits for them. nil: holds stay with net/http.
+	holdConns *handlers.HoldConns
 	// tracing is nil with tracing off (tracing.go).
 	tracing trace.TracerProvider
 	uiAuto  bool // ui was left to auto (for the 404 that says why it is off)
@@ -223,6 +227,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	stopping := make(chan struct{})
 	d.stopping = stopping
+	d.holdConns = handlers.NewHoldConns(ln.hijackedClosed)
 	srv := &http.Server{
 		Handler: newHandler(d),
 		// A slow client holds a connection, not the service: headers must
@@ -274,7 +279,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		_ = srv.Close()
+		_ = d.holdConns.Wait(shutdownCtx) // over: closes them
 		return fmt.Errorf("shutdown: requests still running after %v: %w", cfg.ShutdownTimeout, err)
+	}
+	// net/http waits for none of the holds served on their own
+	// connections: each is sending its final event (shutdown).
+	if err := d.holdConns.Wait(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: holds still open after %v: %w", cfg.ShutdownTimeout, err)
 	}
 	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)

@@ -245,6 +245,9 @@ func TestTracingHoldRenewals(t *testing.T) {
 		if s.Name == "hold renewal" && attrs(s)["lockgw.hold.renewal"].AsString() == "renewed" {
 			renewals++
 		}
+		// The request's span lasts the hold, on a connection taken over
+		// from net/http too (middleware.Detach).
+		assert.False(t, s.EndTime.After(srv.EndTime), "%s ended after the hold's span", s.Name)
 	}
 	logTrace(t, spans, trace.SpanID{}, 0)
 	assert.GreaterOrEqual(t, renewals, 3, "one span per renewal, under the hold's")
