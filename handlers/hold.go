@@ -415,6 +415,8 @@ func leaseGone(lease *held, err error, open *openHold) (event, reason string) {
 	default:
 	}
 	switch {
+	case errors.Is(err, lockstore.ErrForced): // through another gateway
+		return "lost", holdForced
 	case !lease.permit && errors.Is(err, lockstore.ErrTokenMismatch):
 		return "lost", holdTaken
 	case time.Now().Before(lease.expiresAt):
@@ -428,6 +430,8 @@ func renewalOutcome(err error) string {
 	switch {
 	case err == nil:
 		return "renewed"
+	case errors.Is(err, lockstore.ErrForced):
+		return "forced"
 	case errors.Is(err, lockstore.ErrNotHeld):
 		return "expired"
 	case errors.Is(err, lockstore.ErrTokenMismatch):
