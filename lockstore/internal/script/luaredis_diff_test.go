@@ -515,7 +515,9 @@ func (d *diff) script() {
 		}
 		if outcome(d.eval("release.lua", ReleaseLua, keys, args...)) == "1" && v.Forced && d.f.IntN(2) == 0 {
 			// The holder's next renewal, which finds the tombstone.
-			d.aside(func() { d.eval("extend.lua", ExtendLua, []string{LockKey(key), ForcedKey(key)}, digest, 1+d.f.IntN(3000)) })
+			d.aside(func() {
+				d.eval("extend.lua", ExtendLua, []string{LockKey(key), ForcedKey(key)}, digest, 1+d.f.IntN(3000))
+			})
 		}
 	case 10:
 		digest, attempt := d.current(key)
