@@ -451,6 +451,8 @@ func leaseGone(lease *held, err error, open *openHold) (event, reason string) {
 	default:
 	}
 	switch {
+	case errors.Is(err, lockstore.ErrForced): // through another gateway
+		return "lost", holdForced
 	case !lease.permit && errors.Is(err, lockstore.ErrTokenMismatch):
 		return "lost", holdTaken
 	case time.Now().Before(lease.expiresAt):
@@ -464,6 +466,8 @@ func renewalOutcome(err error) string {
 	switch {
 	case err == nil:
 		return "renewed"
+	case errors.Is(err, lockstore.ErrForced):
+		return "forced"
 	case errors.Is(err, lockstore.ErrNotHeld):
 		return "expired"
 	case errors.Is(err, lockstore.ErrTokenMismatch):

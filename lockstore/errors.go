@@ -18,6 +18,14 @@ var (
 	ErrNotHeld = errors.New("lockstore: lock not held")
 	// ErrTokenMismatch means the key is held, but by another token.
 	ErrTokenMismatch = errors.New("lockstore: token does not hold the lock")
+	// ErrForced marks an ErrNotHeld or an ErrTokenMismatch of an extend
+	// (a renewal): the token's lease was released by force (Forcer), by
+	// this gateway or another, before it would have ended. It never comes
+	// alone: every error that carries it is also one of those two, as the
+	// extend would have answered without it (Forced), so a caller that
+	// does not look for it keeps its behaviour. A hold ends with reason
+	// "forced" on it (docs/safety.md, "Forced releases").
+	ErrForced = errors.New("lockstore: the lease was released by force")
 	// ErrUnavailable means the backend could not answer in time. The
 	// outcome of the operation is unknown; retrying with the same token is
 	// safe.
@@ -190,4 +198,10 @@ func plural(n int, one, many string) string {
 // ErrRefused) when nodes refusing writes are part of the reason.
 func (e *QuorumError) Is(target error) bool {
 	return target == ErrUnavailable || (target == ErrRefused && e.Refused > 0)
+}
+
+// Forced is err (ErrNotHeld or ErrTokenMismatch, what an extend found)
+// marked ErrForced: errors.Is finds both.
+func Forced(err error) error {
+	return fmt.Errorf("%w (%w)", err, ErrForced)
 }

@@ -247,6 +247,7 @@ func (s *Store) release(ctx context.Context, key, digest string, fence int64) (s
 		// the set lives in another slot, the caller does.
 		// A forced release frees the key at once, whatever the holder's
 		// hold-at-least (rule L): it is how an administrator frees it.
+		v.Forced = forced // leaves the digest for the holder's renewals (extend.lua)
 		keys, args := script.ReleaseCall(key, digest, s.publish, v, !forced)
 		if !s.onCluster() {
 			keys = script.QuotaKeys(keys, v.User)

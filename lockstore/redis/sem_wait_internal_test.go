@@ -69,7 +69,7 @@ func TestSemUnwaitKeepsTwin(t *testing.T) {
 				if twin == "renewal" {
 					again = script.SemAcquireScript.EvalSha(ctx, p, keys, args...)
 				} else {
-					again = script.SemExtendScript.EvalSha(ctx, p, keys[:2], a.Digest, a.Ttl.Milliseconds(), "", script.PublishAll)
+					again = script.SemExtendScript.EvalSha(ctx, p, []string{keys[0], keys[1], script.SemForcedKey(key)}, a.Digest, a.Ttl.Milliseconds(), "", script.PublishAll)
 				}
 				return nil
 			})

@@ -97,7 +97,7 @@ func TestUnwaitKeepsTwinInTheSameMillisecond(t *testing.T) {
 				if twin == "renewal" {
 					again = script.AcquireScript.EvalSha(ctx, p, keys, args...)
 				} else {
-					again = script.ExtendScript.EvalSha(ctx, p, []string{script.LockKey(key)}, a.Digest, a.Ttl.Milliseconds())
+					again = script.ExtendScript.EvalSha(ctx, p, []string{script.LockKey(key), script.ForcedKey(key)}, a.Digest, a.Ttl.Milliseconds())
 				}
 				after = p.Do(ctx, "PEXPIRETIME", script.LockKey(key))
 				return nil

@@ -425,7 +425,7 @@ func (r *Store) release(ctx context.Context, key, digest string, fence int64) (s
 		// A forced release frees the key at once, whatever the holder's
 		// hold-at-least (rule L). A release keeps it on every node it
 		// releases at least as long as on any node read (review fix).
-		v.Linger = linger
+		v.Linger, v.Forced = linger, forced
 		return releaseRead(ctx, n.batch, key, digest, v, !forced, forced)
 	})
 }
@@ -493,7 +493,7 @@ func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v sc
 	return deleteAsRead(v, func(v script.LockValue) error { return script.Release(ctx, c, key, digest, v, honour) },
 		func() (script.LockValue, error) {
 			v, _, err := script.Inspect(ctx, c, key)
-			v.Linger = linger
+			v.Linger, v.Forced = linger, pin
 			switch {
 			case err != nil:
 			case v.Digest != digest:

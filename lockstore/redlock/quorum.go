@@ -179,11 +179,12 @@ func answeredMask[T any](votes []nodeResult[T]) []bool {
 type ownedTally[T any] struct {
 	ok                           []T
 	okAt, mismatchAt, unknownAt  []bool // by node; unknown: failed or quarantined
+	forcedAt                     []bool // by node: answered ErrForced
 	failed, quarantined, refused int    // refused: among failed
 }
 
 func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
-	t := ownedTally[T]{okAt: make([]bool, len(votes)), mismatchAt: make([]bool, len(votes)), unknownAt: make([]bool, len(votes))}
+	t := ownedTally[T]{okAt: make([]bool, len(votes)), mismatchAt: make([]bool, len(votes)), unknownAt: make([]bool, len(votes)), forcedAt: make([]bool, len(votes))}
 	for i, v := range votes {
 		switch {
 		case !answered(v.err):
@@ -201,6 +202,7 @@ func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
 		case errors.Is(v.err, lockstore.ErrTokenMismatch):
 			t.mismatchAt[i] = true
 		}
+		t.forcedAt[i] = v.counted && errors.Is(v.err, lockstore.ErrForced)
 	}
 	return t
 }
@@ -209,14 +211,28 @@ func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
 // when its oks are no quorum: another token holds a majority of some list
 // (ErrTokenMismatch); the token could hold a majority of no list, counting
 // the nodes that did not answer (ErrNotHeld); or ErrUnavailable.
+//
+// Either of the first two is marked ErrForced (lockstore.Forced) when the
+// nodes that answered that a forced release took the token's lease or
+// permit (extend.lua's, sem_extend.lua's -4) are a majority of some list,
+// as a forced release needs to succeed (G2). On a minority, the answer is
+// what it was without them: a forced release that reached only a minority
+// failed, and that minority is no evidence of why the lease is gone
+// (docs/safety.md, "Forced releases").
 func (t ownedTally[T]) decide(r *Store) error {
+	var err error
 	switch {
 	case r.q().any(t.mismatchAt):
-		return lockstore.ErrTokenMismatch
+		err = lockstore.ErrTokenMismatch
 	case !r.q().any(or(t.okAt, t.unknownAt)):
-		return lockstore.ErrNotHeld
+		err = lockstore.ErrNotHeld
+	default:
+		return t.unavailable(r)
 	}
-	return t.unavailable(r)
+	if r.q().any(t.forcedAt) {
+		return lockstore.Forced(err)
+	}
+	return err
 }
 
 func (t ownedTally[T]) unavailable(r *Store) error {

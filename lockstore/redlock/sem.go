@@ -294,6 +294,7 @@ func (r *Store) semRelease(ctx context.Context, key, digest string, fence int64)
 	})
 	_, err := deleteReads(ctx, r, semValues, reads, func(ctx context.Context, n *redlockNode, v script.SemValue) error {
 		del := func(v script.SemValue) error {
+			v.Forced = fence != 0 // only a forced release names the fence
 			return script.SemRelease(ctx, n.client, key, digest, script.PublishAll, v)
 		}
 		return deleteAsRead(v, del, func() (script.SemValue, error) { return read(ctx, n) })

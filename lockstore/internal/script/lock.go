@@ -228,7 +228,7 @@ type ExtendArgs struct {
 
 // Call is extend.lua's KEYS and ARGV for key (its header names each).
 func (a ExtendArgs) Call(key string) (keys []string, args []any) {
-	keys = QuotaKeys([]string{LockKey(key)}, a.Holder)
+	keys = QuotaKeys([]string{LockKey(key), ForcedKey(key)}, a.Holder)
 	args = []any{a.Digest, a.TTL.Milliseconds()}
 	switch {
 	case a.QuotaApart:
@@ -254,6 +254,12 @@ func ExtendReply(reply []any) (LockValue, error) {
 		return LockValue{}, errors.New("lockstore: extend script replied nothing")
 	}
 	code, _ := reply[0].(int64)
+	if code == -4 && len(reply) == 2 { // {-4, code}: a forced release took the lease
+		if was, _ := reply[1].(int64); was == 0 || was == -1 {
+			_, err := ExtendReply(reply[1:])
+			return LockValue{}, lockstore.Forced(err)
+		}
+	}
 	switch {
 	case code == 0:
 		return LockValue{}, lockstore.ErrNotHeld
@@ -307,8 +313,12 @@ func ReleaseCall(key, digest, publish string, v LockValue, honour bool) (keys []
 	if honour {
 		h = "1"
 	}
-	args = []any{digest, Channel(key), FenceMargin.Milliseconds(), publish, v.Raw, v.Expiry, h, v.Linger.Milliseconds()}
-	return []string{LockKey(key), QueueKey(key), FenceKey(key)}, args
+	f := "0"
+	if v.Forced {
+		f = "1"
+	}
+	args = []any{digest, Channel(key), FenceMargin.Milliseconds(), publish, v.Raw, v.Expiry, h, v.Linger.Milliseconds(), f}
+	return []string{LockKey(key), QueueKey(key), FenceKey(key), ForcedKey(key)}, args
 }
 
 func Inspect(ctx context.Context, c redis.Scripter, key string) (LockValue, time.Duration, error) {
@@ -339,6 +349,12 @@ func LockKey(key string) string { return "lockgw:{" + key + "}:lock" }
 func FenceKey(key string) string { return "lockgw:{" + key + "}:fence" }
 
 func QueueKey(key string) string { return "lockgw:{" + key + "}:queue" }
+
+// ForcedKey is the key's forced releases (release.lua, KEYS[4]): the
+// digests of leases released by force, each until its lease would have
+// ended, for their holders' renewals to learn why (extend.lua). Its name
+// does not end in ":lock", so no listing reads it, and no acquire does.
+func ForcedKey(key string) string { return "lockgw:{" + key + "}:forced" }
 
 func AliveKey(key string) string { return "lockgw:{" + key + "}:alive" }
 
@@ -394,6 +410,9 @@ type LockValue struct {
 	// that a node whose copy of the lease lacks the grant's end (a
 	// renewal wrote it there) still keeps the key (review fix, rule L).
 	Linger time.Duration
+	// Forced, for a release (release.lua ARGV[9]): a forced release, which
+	// records the digest it deletes for the holder's renewals.
+	Forced bool
 }
 
 // provisional says whether v is a Redlock round's value that no round

@@ -106,9 +106,9 @@ func TestLuaredisMatchesRedis(t *testing.T) {
 	// The run must reach each script's paths that matter to the protocol,
 	// or a change to the generators could leave them untested unnoticed.
 	for _, want := range []string{"acquire.lua 0", "acquire.lua 1", "acquire.lua 2", "acquire.lua 3", "acquire.lua 4",
-		"extend.lua 1", "extend.lua 0", "extend.lua -1", "release.lua 1", "release.lua 0", "release.lua -1", "release.lua -2",
+		"extend.lua 1", "extend.lua 0", "extend.lua -1", "extend.lua -4", "release.lua 1", "release.lua 0", "release.lua -1", "release.lua -2",
 		"discard.lua 1", "discard.lua 0", "confirm.lua 1", "confirm.lua 0", "confirm.lua 2", "confirm.lua 3", "unwait.lua 1", "sem_acquire.lua 0", "sem_acquire.lua 1",
-		"sem_acquire.lua 2", "sem_acquire.lua 5", "sem_extend.lua 1", "sem_read.lua value", "sem_release.lua 1",
+		"sem_acquire.lua 2", "sem_acquire.lua 5", "sem_extend.lua 1", "sem_extend.lua -4", "sem_read.lua value", "sem_release.lua 1",
 		"sem_release.lua -2", "sem_unwait.lua 1", "sem_confirm.lua 1", "sem_confirm.lua 2", "sem_confirm.lua 3", "sem_discard.lua 1", "quota.lua 1", "quota.lua 4"} {
 		if reached[want] == 0 {
 			t.Errorf("no call reached %q", want)
@@ -135,10 +135,14 @@ type diff struct {
 	// outcomes counts each script's replies by their first element (a
 	// code), to show which paths the run took.
 	outcomes map[string]int
+	// f draws what forced releases add (their flag, the holder's renewal
+	// that follows one, the tombstone keys among the raw keys), apart
+	// from r, so that the rest of a seed's run stays as it was.
+	f *rand.Rand
 }
 
 func newDiff(t *testing.T, srv *redistest.Server, c, c3 *redis.Client, seed uint64) *diff {
-	d := &diff{t: t, srv: srv, c: c, c3: c3, m: luaredis.New(), r: rand.New(rand.NewPCG(seed, 26)), ctx: context.Background(),
+	d := &diff{t: t, srv: srv, c: c, c3: c3, m: luaredis.New(), r: rand.New(rand.NewPCG(seed, 26)), f: rand.New(rand.NewPCG(seed, 28)), ctx: context.Background(),
 		tokens: []string{"tok-a", "tok-b", "tok-c"}, owners: []string{"", "o1", "a:b"},
 		outcomes: map[string]int{},
 		attempt:  []string{"AAAAAAAAAAAAAAAAAAAAAA", "bbbbbbbbbbbbbbbbbbbbbb", "c-c_c-c_c-c_c-c_c-c_cc"}}
@@ -157,6 +161,16 @@ func newDiff(t *testing.T, srv *redistest.Server, c, c3 *redis.Client, seed uint
 func (d *diff) setTime() {
 	d.srv.FreezeClock(d.now)
 	d.m.SetTime(d.now)
+}
+
+// aside runs fn with its draws from f: a step that only reads (a renewal
+// that finds a tombstone writes nothing) leaves the rest of the run as it
+// was.
+func (d *diff) aside(fn func()) {
+	r := d.r
+	d.r = d.f
+	defer func() { d.r = r }()
+	fn()
 }
 
 func (d *diff) pick(n int) int { return d.r.IntN(n) }
@@ -461,7 +475,7 @@ func (d *diff) script() {
 		keys, args := a.Call(key)
 		d.eval("acquire.lua", AcquireLua, keys, args...)
 	case 5, 6:
-		keys, args := []string{LockKey(key)}, []any{d.digest(), d.ttlOrZero()}
+		keys, args := []string{LockKey(key), ForcedKey(key)}, []any{d.digest(), d.ttlOrZero()}
 		switch d.pick(4) {
 		case 0:
 			args = append(args, "1")
@@ -494,11 +508,17 @@ func (d *diff) script() {
 		if d.chance(0.6) {
 			digest = v.Digest
 		}
+		v.Forced = d.f.Float64() < 0.3 // leaves the digest for extend.lua's -4
 		keys, args := ReleaseCall(key, digest, d.publish(), v, d.chance(0.5))
 		if d.chance(0.2) {
 			keys = QuotaKeys(keys, d.user())
 		}
-		d.eval("release.lua", ReleaseLua, keys, args...)
+		if outcome(d.eval("release.lua", ReleaseLua, keys, args...)) == "1" && v.Forced && d.f.IntN(2) == 0 {
+			// The holder's next renewal, which finds the tombstone.
+			d.aside(func() {
+				d.eval("extend.lua", ExtendLua, []string{LockKey(key), ForcedKey(key)}, digest, 1+d.f.IntN(3000))
+			})
+		}
 	case 10:
 		digest, attempt := d.current(key)
 		d.eval("discard.lua", DiscardLua, []string{LockKey(key), QueueKey(key)}, digest, attempt, Channel(key))
@@ -644,7 +664,7 @@ func (d *diff) semScript() {
 		d.eval("sem_acquire.lua", SemCommonLua+SemAcquireLua, keys, a.Digest, a.Ttl.Milliseconds(), a.Owner, a.Limit, a.Slot, a.Attempt, a.Seed,
 			FenceMargin.Milliseconds(), a.Ticket.Id, a.Ticket.Heartbeat.Milliseconds(), SemChannel(key), a.Publish, a.Provisional.Milliseconds())
 	case 3:
-		keys, args := []string{pk, ek}, []any{d.digest(), d.ttlOrZero(), ""}
+		keys, args := []string{pk, ek, SemForcedKey(key)}, []any{d.digest(), d.ttlOrZero(), ""}
 		if d.chance(0.3) {
 			args[2] = "1"
 		}
@@ -660,7 +680,14 @@ func (d *diff) semScript() {
 		if _, raw, pv, ok := d.permit(key); ok && d.chance(0.5) {
 			digest, v = pv.Digest, raw
 		}
-		d.eval("sem_release.lua", SemCommonLua+SemReleaseLua, []string{pk, ek, SemQueueKey(key)}, digest, SemChannel(key), d.publish(), v)
+		forced := d.f.Float64() < 0.3
+		keys, args := SemReleaseCall(key, digest, d.publish(), SemValue{Raw: v, Forced: forced})
+		if outcome(d.eval("sem_release.lua", SemCommonLua+SemReleaseLua, keys, args...)) == "1" && forced {
+			// The holder's next renewal, which finds the tombstone.
+			d.aside(func() {
+				d.eval("sem_extend.lua", SemCommonLua+SemExtendLua, []string{pk, ek, SemForcedKey(key)}, digest, 1+d.f.IntN(3000), "", PublishAll)
+			})
+		}
 	case 6:
 		d.eval("sem_inspect.lua", SemCommonLua+SemInspectLua, []string{pk, ek})
 	case 7:
@@ -711,6 +738,9 @@ func (d *diff) semScript() {
 // scripts use (so types clash and scripts meet odd state).
 func (d *diff) rawKey() string {
 	if d.chance(0.1) {
+		if d.f.IntN(5) == 0 {
+			return []string{ForcedKey("c"), SemForcedKey("u")}[d.f.IntN(2)]
+		}
 		return []string{LockKey("c"), FenceKey("c"), QueueKey("c"), AliveKey("c"), SemPermitsKey("u"), SemExpiryKey("u"), SemFenceKey("u")}[d.pick(7)]
 	}
 	return []string{"r:s1", "r:s2", "r:h1", "r:z1", "r:z2"}[d.pick(5)]

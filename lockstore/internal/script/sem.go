@@ -76,6 +76,10 @@ func SemQueueKey(key string) string { return "lockgw:{" + SemTag + key + "}:queu
 
 func SemAliveKey(key string) string { return "lockgw:{" + SemTag + key + "}:alive" }
 
+// SemForcedKey is the semaphore's forced releases (sem_release.lua,
+// KEYS[4]), as ForcedKey is a lock's.
+func SemForcedKey(key string) string { return "lockgw:{" + SemTag + key + "}:forced" }
+
 func SemChannel(key string) string { return "lockgw:{" + SemTag + key + "}:released" }
 
 // The nodeSem* functions run one semaphore script on one Redis node, for
@@ -205,7 +209,7 @@ func SemExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl ti
 
 // semExtendArgs are sem_extend.lua's keys and arguments.
 func SemExtendArgs(key, digest string, ttl time.Duration, longer bool, publish string) ([]string, []any) {
-	keys, args := []string{SemPermitsKey(key), SemExpiryKey(key)}, []any{digest, ttl.Milliseconds(), ""}
+	keys, args := []string{SemPermitsKey(key), SemExpiryKey(key), SemForcedKey(key)}, []any{digest, ttl.Milliseconds(), ""}
 	if longer {
 		args[2] = "1"
 	}
@@ -218,6 +222,12 @@ func SemExtendReply(reply []any) (SemValue, error) {
 		return SemValue{}, fmt.Errorf("lockstore: sem_extend script replied %v", reply)
 	}
 	code, _ := reply[0].(int64)
+	if code == -4 && len(reply) == 2 { // {-4, code}: a forced release took the permit
+		if was, _ := reply[1].(int64); was == 0 || was == -1 {
+			_, err := SemExtendReply(reply[1:])
+			return SemValue{}, lockstore.Forced(err)
+		}
+	}
 	switch {
 	case code == 0:
 		return SemValue{}, lockstore.ErrNotHeld
@@ -249,6 +259,7 @@ func SemReleaseAsRead(ctx context.Context, c redis.Scripter, key, digest, publis
 			// now is another (review fix).
 			return lockstore.ErrNotHeld
 		}
+		v.Forced = fence != 0 // only a forced release names the fence
 		if err := SemRelease(ctx, c, key, digest, publish, v); !errors.Is(err, ErrMoved) {
 			return err
 		}
@@ -279,12 +290,23 @@ func SemRead(ctx context.Context, c redis.Scripter, key, digest string) (SemValu
 
 // nodeSemRelease deletes digest's permit if it is still v, as read.
 func SemRelease(ctx context.Context, c redis.Scripter, key, digest, publish string, v SemValue) error {
-	args := []any{digest, SemChannel(key), cmp.Or(publish, PublishAll), v.Raw}
-	code, err := SemReleaseScript.Run(ctx, c, []string{SemPermitsKey(key), SemExpiryKey(key), SemQueueKey(key)}, args...).Int64()
+	keys, args := SemReleaseCall(key, digest, publish, v)
+	code, err := SemReleaseScript.Run(ctx, c, keys, args...).Int64()
 	if err != nil {
 		return RedisErr(err)
 	}
 	return ReleaseCode(code)
+}
+
+// SemReleaseCall is sem_release.lua's KEYS and ARGV: delete digest's
+// permit on key if it is still v; v.Forced: a forced release.
+func SemReleaseCall(key, digest, publish string, v SemValue) (keys []string, args []any) {
+	f := "0"
+	if v.Forced {
+		f = "1"
+	}
+	return []string{SemPermitsKey(key), SemExpiryKey(key), SemQueueKey(key), SemForcedKey(key)},
+		[]any{digest, SemChannel(key), cmp.Or(publish, PublishAll), v.Raw, f}
 }
 
 // nodeSemInspect reads a semaphore's permits on one node.
@@ -330,6 +352,9 @@ type SemValue struct {
 	Owner     string
 	Left      time.Duration // from nodeSemInspect
 	Limit     int           // from nodeSemExtend: the limit the hash records
+	// Forced, for a release (sem_release.lua ARGV[5]): a forced release,
+	// which records the digest it deletes for the holder's renewals.
+	Forced bool
 }
 
 // provisional says whether v is a Redlock round's value that no round

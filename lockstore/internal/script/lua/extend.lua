@@ -1,7 +1,9 @@
 -- extend.lua: reset the TTL of a lock the caller holds.
 --
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"
--- KEYS[2]  (absent without a quota) Redis only: the quota set of the user
+-- KEYS[2]  the key's forced releases, "lockgw:{<key>}:forced" (release.lua
+--          ARGV[9]): read only when the caller's digest holds nothing
+-- KEYS[3]  (absent without a quota) Redis only: the quota set of the user
 --          the caller believes the lock counts against,
 --          "lockgw:{quota:<user>}:locks" (see acquire.lua, "Counting"); the
 --          lock's score there moves too
@@ -23,7 +25,9 @@
 --   {1, value}  extended; value is the lock's value
 --   {0}         not held (never taken, released, or expired)
 --   {-1}        held by another digest
---   {-2, user}  the lock counts against user, whose set is not KEYS[2] (or
+--   {-4, code}  code (0 or -1) as above, and a forced release took the
+--               caller's lease, which would not have ended yet (KEYS[2])
+--   {-2, user}  the lock counts against user, whose set is not KEYS[3] (or
 --               none was passed): nothing changed; call again with it
 --   {-3}        ARGV[2] is 0 and the value records no length (written by
 --               an older gateway): nothing changed; name a TTL
@@ -46,15 +50,30 @@ local function lengthen(key, ms)
   return after
 end
 
+-- gone answers code, or {-4, code} when a forced release took the
+-- caller's lease (release.lua, ARGV[9]) before that lease would have ended
+-- (docs/safety.md, "Forced releases"). It is only ever an answer: it
+-- writes nothing, so it changes no outcome of any script.
+local function gone(code)
+  local at = redis.call('ZSCORE', KEYS[2], ARGV[1])
+  if at then
+    local t = redis.call('TIME')
+    if tonumber(at) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+      return {-4, code}
+    end
+  end
+  return {code}
+end
+
 local cur = redis.call('GET', KEYS[1])
 if not cur then
-  return {0}
+  return gone(0)
 end
 if string.sub(cur, 1, 1) == 'L' and string.sub(cur, 2, 64) == string.sub(ARGV[1], 2) then
   return {0} -- the token's own lingering value (release.lua): released
 end
 if string.sub(cur, 1, 64) ~= ARGV[1] then
-  return {-1}
+  return gone(-1)
 end
 local redlock = ARGV[3] == '1'
 if redlock and string.match(cur, '^[^:]*:~') and not string.match(cur, '^[^:]*:~[^:]*:[^:+]*%+%+') then
@@ -63,7 +82,7 @@ end
 local user = nil
 if not redlock and ARGV[4] ~= '1' and string.sub(cur, 66, 66) == '^' then
   user = string.match(cur, '^[^:]*:%^([^:]*):')
-  if KEYS[2] ~= 'lockgw:{quota:' .. user .. '}:locks' then
+  if KEYS[3] ~= 'lockgw:{quota:' .. user .. '}:locks' then
     return {-2, user}
   end
 end
@@ -100,9 +119,9 @@ local at = lengthen(KEYS[1], ms)
 if user then
   local t = redis.call('TIME')
   local left = at - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-  redis.call('ZADD', KEYS[2], string.format('%.0f', at), KEYS[1])
-  if redis.call('PTTL', KEYS[2]) < left then
-    redis.call('PEXPIRE', KEYS[2], left)
+  redis.call('ZADD', KEYS[3], string.format('%.0f', at), KEYS[1])
+  if redis.call('PTTL', KEYS[3]) < left then
+    redis.call('PEXPIRE', KEYS[3], left)
   end
 end
 -- Tell watchers (watch.go) the lease moved, on the key's channel

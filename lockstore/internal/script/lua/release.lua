@@ -3,7 +3,11 @@
 -- KEYS[1]  the lock, "lockgw:{<key>}:lock"
 -- KEYS[2]  the wait queue, "lockgw:{<key>}:queue"
 -- KEYS[3]  the key's fence counter, "lockgw:{<key>}:fence"
--- KEYS[4]  (absent without a quota) Redis only: the quota set of the user
+-- KEYS[4]  the key's forced releases, "lockgw:{<key>}:forced": a sorted
+--          set, a forced-out lease's digest → when that lease would have
+--          ended (Unix ms, this node's clock); written by ARGV[9] only,
+--          read by extend.lua
+-- KEYS[5]  (absent without a quota) Redis only: the quota set of the user
 --          the caller believes the lock counts against,
 --          "lockgw:{quota:<user>}:locks" (see acquire.lua, "Counting")
 -- ARGV[1]  SHA-256 of the token, 64 lowercase hex digits
@@ -27,6 +31,12 @@
 --          release read, so that a node whose copy lacks the grant's T
 --          (a renewal wrote it there) keeps the key too; "0" or absent:
 --          only T
+-- ARGV[9]  "1": a forced release (lockstore.Forcer; ARGV[1] is the digest
+--          its read found): once the lease is deleted, KEYS[4] records
+--          its digest until the lease's expiry as read (ARGV[6]), never
+--          longer, so the holder's next renewal learns why it ended
+--          (extend.lua; docs/safety.md, "Forced releases"); "0" or
+--          absent: nothing more
 --
 -- A release deletes only the lease it read: the same value and the same
 -- expiry. Every write to a lease changes one of them and no pair comes
@@ -42,10 +52,10 @@
 --   -1  held by another digest; left as it is
 --   -2  held by the same digest, but not as read (ARGV[5], ARGV[6]): a
 --       write changed it since; left as it is (read again)
---   {-3, user}  the lock counts against user, whose set is not KEYS[4] (or
+--   {-3, user}  the lock counts against user, whose set is not KEYS[5] (or
 --       none was passed); left as it is: call again with that user's set
 --   {1, user}  on a Cluster (ARGV[4] "SPUBLISH"), where a quota set lives in
---       another slot and no KEYS[4] is passed: released; the lock counted
+--       another slot and no KEYS[5] is passed: released; the lock counted
 --       against user, and the caller takes it out of that user's set
 --
 -- Only the first waiter is told (the message is its id), so a release costs
@@ -66,7 +76,7 @@ local apart = ARGV[4] == 'SPUBLISH'
 local user = nil
 if string.sub(cur, 66, 66) == '^' then
   user = string.match(cur, '^[^:]*:%^([^:]*):')
-  if not apart and KEYS[4] ~= 'lockgw:{quota:' .. user .. '}:locks' then
+  if not apart and KEYS[5] ~= 'lockgw:{quota:' .. user .. '}:locks' then
     return {-3, user}
   end
 end
@@ -84,8 +94,20 @@ if until_ms > now_ms then
 else
   redis.call('DEL', KEYS[1])
 end
+if ARGV[9] == '1' and tonumber(ARGV[6]) > now_ms then
+  -- The tombstone: the forced-out digest until its lease's end as read.
+  -- The set lives as long as its latest entry (never shortened); entries
+  -- past their end are dropped here, and extend.lua ignores them.
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+  redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
+  local ttl = redis.call('PTTL', KEYS[4])
+  local left = tonumber(ARGV[6]) - now_ms
+  if ttl < left then
+    redis.call('PEXPIRE', KEYS[4], left)
+  end
+end
 if user and not apart then
-  redis.call('ZREM', KEYS[4], KEYS[1])
+  redis.call('ZREM', KEYS[5], KEYS[1])
 end
 local counter = tonumber(redis.call('GET', KEYS[3]))
 if counter then

@@ -2,6 +2,8 @@
 -- sem_common.lua).
 --
 -- KEYS[1]  the permits hash   KEYS[2]  the expiry set
+-- KEYS[3]  the forced releases, "lockgw:{sem#<key>}:forced" (sem_release.lua
+--          ARGV[5]): read only when the caller holds no permit
 -- ARGV[1]  SHA-256 of the token
 -- ARGV[2]  new TTL in ms from now; "0" for the permit's own length
 -- ARGV[3]  Redlock only: "1" (ignored: every extend only lengthens, and
@@ -12,14 +14,23 @@
 --
 -- Returns {1, value, slot, limit} extended; {0} no permit held at all,
 -- or the caller's not confirmed yet (Redlock); {-1} permits held, none
--- the caller's. An expired permit stays expired.
+-- the caller's; {-4, code}: code 0 or -1 as above, and a forced release
+-- took the caller's permit, which would not have ended yet (KEYS[3]; it
+-- writes nothing). An expired permit stays expired.
 local now = clock()
+local function gone(code)
+  local at = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  if at and tonumber(at) > now then
+    return {-4, code}
+  end
+  return {code}
+end
 if open(KEYS[1], KEYS[2], now) == 0 then
-  return {0}
+  return gone(0)
 end
 local slot, p = mine(KEYS[1], ARGV[1], now)
 if not slot then
-  return {-1}
+  return gone(-1)
 end
 -- A Redlock round's value not confirmed yet is no permit (docs/safety.md,
 -- "Semaphores", E): not held.
