@@ -193,8 +193,8 @@ func releaseValues(digest, value string, expiry int64) []any {
 	// next waiter (a single Redis: PUBLISH), and the lease as read (its
 	// value and expiry), which is all a release deletes, whether to
 	// honour a hold-at-least and Redlock's least lingering (none is asked
-	// for)
-	return []any{digest, "", fenceMargin.Milliseconds(), "PUBLISH", value, expiry, "1", 0}
+	// for), and whether it is a forced release (no)
+	return []any{digest, "", fenceMargin.Milliseconds(), "PUBLISH", value, expiry, "1", 0, "0"}
 }
 
 func (s script) run(ctx context.Context, c *redis.Client, key string, values []any) *redis.Cmd {
