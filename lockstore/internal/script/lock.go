@@ -239,6 +239,27 @@ func (a ExtendArgs) Call(key string) (keys []string, args []any) {
 	return keys, args
 }
 
+// extendRefusal reads an extend's refusal, of a lease (extend.lua) or a
+// permit (sem_extend.lua): {0} nothing held, {-1} held by another digest,
+// {-4, either} the same after a forced release took the caller's
+// (lockstore.Forced). ok is false for any other reply.
+func extendRefusal(reply []any) (err error, ok bool) {
+	switch code, _ := reply[0].(int64); code {
+	case 0:
+		return lockstore.ErrNotHeld, true
+	case -1:
+		return lockstore.ErrTokenMismatch, true
+	case -4:
+		if len(reply) == 2 {
+			if was, _ := reply[1].(int64); was == 0 || was == -1 {
+				err, _ := extendRefusal(reply[1:])
+				return lockstore.Forced(err), true
+			}
+		}
+	}
+	return nil, false
+}
+
 // Extend resets the TTL of the lease of a.Digest.
 func Extend(ctx context.Context, c redis.Scripter, key string, a ExtendArgs) (LockValue, error) {
 	keys, args := a.Call(key)
@@ -253,18 +274,11 @@ func ExtendReply(reply []any) (LockValue, error) {
 	if len(reply) == 0 {
 		return LockValue{}, errors.New("lockstore: extend script replied nothing")
 	}
-	code, _ := reply[0].(int64)
-	if code == -4 && len(reply) == 2 { // {-4, code}: a forced release took the lease
-		if was, _ := reply[1].(int64); was == 0 || was == -1 {
-			_, err := ExtendReply(reply[1:])
-			return LockValue{}, lockstore.Forced(err)
-		}
+	if err, ok := extendRefusal(reply); ok {
+		return LockValue{}, err
 	}
+	code, _ := reply[0].(int64)
 	switch {
-	case code == 0:
-		return LockValue{}, lockstore.ErrNotHeld
-	case code == -1:
-		return LockValue{}, lockstore.ErrTokenMismatch
 	case code == -3:
 		return LockValue{}, fmt.Errorf("%w: the lease records no length (granted by an older gateway): name a TTL", lockstore.ErrInvalid)
 	case code == 1 && len(reply) == 2:

@@ -221,18 +221,11 @@ func SemExtendReply(reply []any) (SemValue, error) {
 	if len(reply) == 0 {
 		return SemValue{}, fmt.Errorf("lockstore: sem_extend script replied %v", reply)
 	}
-	code, _ := reply[0].(int64)
-	if code == -4 && len(reply) == 2 { // {-4, code}: a forced release took the permit
-		if was, _ := reply[1].(int64); was == 0 || was == -1 {
-			_, err := SemExtendReply(reply[1:])
-			return SemValue{}, lockstore.Forced(err)
-		}
+	if err, ok := extendRefusal(reply); ok {
+		return SemValue{}, err
 	}
+	code, _ := reply[0].(int64)
 	switch {
-	case code == 0:
-		return SemValue{}, lockstore.ErrNotHeld
-	case code == -1:
-		return SemValue{}, lockstore.ErrTokenMismatch
 	case code == 1 && len(reply) == 4:
 		slot, _ := reply[2].(int64)
 		limit, _ := reply[3].(int64)
