@@ -173,7 +173,8 @@ func (a AcquireArgs) Call(key string) (keys []string, args []any) {
 	}
 	args = []any{a.Digest, a.Ttl.Milliseconds(), a.Owner, FenceMargin.Milliseconds(),
 		a.Ticket.Id, a.Ticket.Heartbeat.Milliseconds(), Channel(key), a.Seed,
-		a.Attempt, a.Provisional.Milliseconds(), cap, user, cmp.Or(a.Publish, PublishAll), a.HoldAtLeast.Milliseconds()}
+		a.Attempt, a.Provisional.Milliseconds(), cap, user, cmp.Or(a.Publish, PublishAll), a.HoldAtLeast.Milliseconds(),
+		quotaApart(a.Publish)}
 	return keys, args
 }
 
@@ -317,9 +318,18 @@ func ReleaseCode(code int64) error {
 	return fmt.Errorf("lockstore: release script replied %d", code)
 }
 
-// releaseCall is release.lua's KEYS and ARGV for key, to delete the lease
-// as read (v, from nodeInspect).
-// releaseCall is release.lua's KEYS and ARGV: delete digest's lease on key
+// quotaApart is the scripts' flag for a Redis Cluster, where the users'
+// quota sets live in other slots than the locks and the caller keeps them
+// (lockstore/redis/cluster_quota.go): the one deployment that publishes
+// with SPUBLISH.
+func quotaApart(publish string) string {
+	if publish == PublishShard {
+		return "1"
+	}
+	return "0"
+}
+
+// ReleaseCall is release.lua's KEYS and ARGV: delete digest's lease on key
 // if it is still v; honour: before the lease's hold-at-least end, leave a
 // lingering value until then instead (rule L).
 func ReleaseCall(key, digest, publish string, v LockValue, honour bool) (keys []string, args []any) {
@@ -331,7 +341,7 @@ func ReleaseCall(key, digest, publish string, v LockValue, honour bool) (keys []
 	if v.Forced {
 		f = "1"
 	}
-	args = []any{digest, Channel(key), FenceMargin.Milliseconds(), publish, v.Raw, v.Expiry, h, v.Linger.Milliseconds(), f}
+	args = []any{digest, Channel(key), FenceMargin.Milliseconds(), publish, v.Raw, v.Expiry, h, v.Linger.Milliseconds(), f, quotaApart(publish)}
 	return []string{LockKey(key), QueueKey(key), FenceKey(key), ForcedKey(key)}, args
 }
 

@@ -184,8 +184,9 @@ func acquireValues(digest string, ttl time.Duration) []any {
 	// digest, TTL, owner, fence margin, waiter id, waiter heartbeat,
 	// (channel: from the header), fence seed (0: Redis TIME), Redlock's
 	// round id and provisional TTL (none), a quota's cap and user (none),
-	// how to tell waiters (a single Redis: PUBLISH), hold at least (none)
-	return []any{digest, ttl.Milliseconds(), "", fenceMargin.Milliseconds(), "", 0, "", 0, "", 0, 0, "", "PUBLISH", 0}
+	// how to tell waiters (a single Redis: PUBLISH), hold at least (none),
+	// quota sets counted here (not a Cluster's)
+	return []any{digest, ttl.Milliseconds(), "", fenceMargin.Milliseconds(), "", 0, "", 0, "", 0, 0, "", "PUBLISH", 0, "0"}
 }
 
 func releaseValues(digest, value string, expiry int64) []any {
@@ -193,8 +194,9 @@ func releaseValues(digest, value string, expiry int64) []any {
 	// next waiter (a single Redis: PUBLISH), and the lease as read (its
 	// value and expiry), which is all a release deletes, whether to
 	// honour a hold-at-least and Redlock's least lingering (none is asked
-	// for), and whether it is a forced release (no)
-	return []any{digest, "", fenceMargin.Milliseconds(), "PUBLISH", value, expiry, "1", 0, "0"}
+	// for), whether it is a forced release (no), and quota sets counted
+	// here (not a Cluster's)
+	return []any{digest, "", fenceMargin.Milliseconds(), "PUBLISH", value, expiry, "1", 0, "0", "0"}
 }
 
 func (s script) run(ctx context.Context, c *redis.Client, key string, values []any) *redis.Cmd {

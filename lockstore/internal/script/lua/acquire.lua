@@ -40,12 +40,12 @@
 --          A(x).
 -- ARGV[10] Redlock: the provisional TTL of a new value, ms; 0 for Redis
 -- ARGV[11] Redis, per-user quotas (see "Counting" below): the caller's cap
---          on live locks; 0 counts nothing new. Always 0 on Redlock. On a
---          Cluster (ARGV[13] SPUBLISH) the caller counts
---          (redis_cluster_quota.go): > 0 only records ARGV[12] as the
---          lock's user in a new grant's value; -1 says the caller's user is
---          at its cap: everything happens as usual (queueing, renewals, a
---          held key is held) except a new grant, refused with {4, 0}.
+--          on live locks; 0 counts nothing new. Always 0 on Redlock. When
+--          the caller counts (ARGV[15] "1"; lockstore/redis/cluster_quota.go):
+--          > 0 only records ARGV[12] as the lock's user in a new grant's
+--          value; -1 says the caller's user is at its cap: everything
+--          happens as usual (queueing, renewals, a held key is held) except
+--          a new grant, refused with {4, 0}.
 -- ARGV[12] the caller's user, escaped (no ":", "{" or "}"), as KEYS[5]
 --          names it; "" without a quota
 -- ARGV[13] how to tell waiters: PUBLISH, or on a Cluster SPUBLISH (sharded
@@ -55,6 +55,11 @@
 --          plus this) ahead of the owner, "\1<T>:<owner>", which every script
 --          that rewrites the value keeps; a release before T leaves the key
 --          held until T (release.lua; docs/safety.md, rule L)
+-- ARGV[15] "1": the users' quota sets are the caller's to keep (a Redis
+--          Cluster, where they live in other slots than the lock's): the
+--          script counts nothing and is passed no KEYS[5] or KEYS[6]
+--          (see ARGV[11] for what the cap then says); "0": counted here,
+--          in KEYS[5] and KEYS[6]
 -- KEYS[5]  (absent without a quota, and on a Cluster, where a user's
 --          quota set lives in another slot) the caller's quota set,
 --          "lockgw:{quota:<user>}:locks"
@@ -95,7 +100,7 @@
 -- has passed it by the margin (docs/safety.md, "Fences").
 local waiter = ARGV[5]
 local publish = ARGV[13]
-local apart = publish == 'SPUBLISH' -- on a Cluster: quota sets are the caller's
+local apart = ARGV[15] == '1' -- quota sets are the caller's (a Cluster)
 local attempt = ARGV[9]
 if attempt == '' then
   attempt = nil

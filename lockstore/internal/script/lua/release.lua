@@ -37,6 +37,11 @@
 --          longer, so the holder's next renewal learns why it ended
 --          (extend.lua; docs/safety.md, "Forced releases"); "0" or
 --          absent: nothing more
+-- ARGV[10] "1": the users' quota sets are the caller's to keep (a Redis
+--          Cluster, where they live in other slots than the lock's): the
+--          caller passes no quota set and is answered a counted lock's
+--          user ({1, user}); "0": the lock's user's set, the last of the
+--          KEYS, is changed here
 --
 -- A release deletes only the lease it read: the same value and the same
 -- expiry. Every write to a lease changes one of them and no pair comes
@@ -54,8 +59,8 @@
 --       write changed it since; left as it is (read again)
 --   {-3, user}  the lock counts against user, whose set is not KEYS[5] (or
 --       none was passed); left as it is: call again with that user's set
---   {1, user}  on a Cluster (ARGV[4] "SPUBLISH"), where a quota set lives in
---       another slot and no KEYS[5] is passed: released; the lock counted
+--   {1, user}  with ARGV[10] "1" (a Cluster, where a quota set lives in
+--       another slot and no KEYS[5] is passed): released; the lock counted
 --       against user, and the caller takes it out of that user's set
 --
 -- Only the first waiter is told (the message is its id), so a release costs
@@ -72,7 +77,7 @@ end
 if string.sub(cur, 1, 64) ~= ARGV[1] then
   return -1
 end
-local apart = ARGV[4] == 'SPUBLISH'
+local apart = ARGV[10] == '1' -- quota sets are the caller's (a Cluster)
 local user = nil
 if string.sub(cur, 66, 66) == '^' then
   user = string.match(cur, '^[^:]*:%^([^:]*):')
