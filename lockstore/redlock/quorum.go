@@ -209,8 +209,9 @@ func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
 
 // decide is the answer the tally of an extend or a release's read gives
 // when its oks are no quorum: another token holds a majority of some list
-// (ErrTokenMismatch); the token could hold a majority of no list, counting
-// the nodes that did not answer (ErrNotHeld); or ErrUnavailable.
+// and the token a majority of none (ErrTokenMismatch); the token could
+// hold a majority of no list, counting the nodes that did not answer
+// (ErrNotHeld); or ErrUnavailable.
 //
 // Either of the first two is marked ErrForced (lockstore.Forced) when the
 // nodes that answered that a forced release took the token's lease or
@@ -221,15 +222,23 @@ func tallyOwned[T any](votes []nodeResult[T]) ownedTally[T] {
 // (docs/safety.md, "Forced releases").
 func (t ownedTally[T]) decide(r *Store) error {
 	var err error
+	q := r.q()
 	switch {
-	case r.q().any(t.mismatchAt):
+	case q.any(t.mismatchAt) && !q.any(t.okAt):
+		// Not while the token holds a majority of some list: during a
+		// transition a lease granted by a majority of the new list
+		// alone can share the old list's majority with another token's
+		// values (provisional ones, leftovers of the old list), and a
+		// gateway that has not seen the finish yet must not tell the
+		// holder that another holds its key (rule T; found by make
+		// chaos). It could not reach every list: unavailable.
 		err = lockstore.ErrTokenMismatch
-	case !r.q().any(or(t.okAt, t.unknownAt)):
+	case !q.any(or(t.okAt, t.unknownAt)):
 		err = lockstore.ErrNotHeld
 	default:
 		return t.unavailable(r)
 	}
-	if r.q().any(t.forcedAt) {
+	if q.any(t.forcedAt) {
 		return lockstore.Forced(err)
 	}
 	return err
