@@ -20,6 +20,9 @@ type measurement struct {
 	handoffs  []time.Duration // release sent → next grant received
 	errors    map[string]int  // by kind, in the window
 	total     int64           // successful cycles including the warm-up
+	// redisCalls are the commands the rows' one redis-server ran from
+	// before the warm-up to after the drain, by name (onRedis rows only).
+	redisCalls map[string]int64
 }
 
 // drive runs every client in its own goroutine for warmup+window. Only
@@ -115,6 +118,12 @@ func (m *measurement) add(o measurement) {
 		m.errors[k] += n
 	}
 	m.total += o.total
+	for k, n := range o.redisCalls {
+		if m.redisCalls == nil {
+			m.redisCalls = map[string]int64{}
+		}
+		m.redisCalls[k] += n
+	}
 }
 
 // handoffs pairs each grant received in [from, to) with the latest release

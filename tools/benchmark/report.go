@@ -104,6 +104,10 @@ type row struct {
 	// in microseconds: where the machine's work went.
 	CPUPerCycle map[string]float64 `json:"cpu_us_per_cycle,omitempty"`
 	ErrorKinds  map[string]int     `json:"error_kinds,omitempty"`
+	// RedisPerCycle is what the rows' one redis-server ran per cycle (or
+	// grant), by command, over the same time as CPUPerCycle; scripts are
+	// evalsha and eval, and the commands inside them are counted too.
+	RedisPerCycle map[string]float64 `json:"redis_calls_per_cycle,omitempty"`
 	// Flood rows (measures "flood"): what the flood was, how much of it
 	// the gateway held, the gateway's CPU per small-client cycle and its
 	// RSS with the flood in place.
@@ -120,6 +124,14 @@ func (r *row) fill(m measurement, cpu cpuUse) {
 	// Over the warm-ups and the windows alike: CPU time cannot be split
 	// between them.
 	r.CPUPerCycle = cpu.perCycle(m.total)
+	if len(m.redisCalls) > 0 && m.total > 0 {
+		r.RedisPerCycle = map[string]float64{}
+		for name, n := range m.redisCalls {
+			if name != "info" && n > 0 { // lockbench's own reads
+				r.RedisPerCycle[name] = float64(n) / float64(m.total)
+			}
+		}
+	}
 	r.Count = m.count
 	r.PerSecond = float64(m.count) / m.window.Seconds()
 	r.P50 = jsonSafe(percentile(m.latencies, 0.50))
@@ -487,6 +499,25 @@ func printReport(w io.Writer, res results) {
 			parts = append(parts, fmt.Sprintf("%s %.0f", n, r.CPUPerCycle[n]))
 		}
 		fmt.Fprintf(w, "  %-3s total %4.0f: %s\n", r.No, cpuTotal(&r), strings.Join(parts, " · "))
+	}
+	for i, r := range res.Rows {
+		if len(r.RedisPerCycle) == 0 {
+			continue
+		}
+		if i == 0 || !slices.ContainsFunc(res.Rows[:i], func(r row) bool { return len(r.RedisPerCycle) > 0 }) {
+			fmt.Fprintln(w, "\nRedis calls per cycle (grant), on the one redis-server of these rows (a script's own commands counted too):")
+		}
+		var parts []string
+		scripts := 0.0
+		for _, n := range busiestF(r.RedisPerCycle) {
+			if isScript(n) {
+				scripts += r.RedisPerCycle[n]
+			}
+			if r.RedisPerCycle[n] >= 0.01 {
+				parts = append(parts, fmt.Sprintf("%s %.2f", n, r.RedisPerCycle[n]))
+			}
+		}
+		fmt.Fprintf(w, "  %-3s scripts %.2f: %s\n", r.No, scripts, strings.Join(parts, " · "))
 	}
 	for _, r := range res.Rows {
 		if r.OtherCores >= 0.1 {

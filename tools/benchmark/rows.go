@@ -24,6 +24,9 @@ type rowSpec struct {
 	contended bool
 	// needsEtcd rows are skipped without an etcd binary.
 	needsEtcd bool
+	// onRedis rows load the one redis-server of rows 1 to 3 and 6a: the
+	// commands it ran per cycle are counted (INFO commandstats).
+	onRedis bool
 	// flood rows (flood.go) run once each, after the others, on a gateway
 	// of their own, and give two lines: the small client alone and beside
 	// the flood.
@@ -37,17 +40,17 @@ type rowSpec struct {
 }
 
 var rowSpecs = []rowSpec{
-	{id: "gateway", no: "1", label: "gateway, Redis backend", clients: gatewayClients},
-	{id: "traced", no: "1t", label: "gateway, Redis backend, traced (OTLP)", clients: tracedClients},
-	{id: "baseline", no: "2", label: "baseline: net/http + go-redis, same Lua", clients: baselineClients},
-	{id: "lockstore", no: "3", label: "lockstore/redis.Store called directly", clients: storeClients},
+	{id: "gateway", no: "1", label: "gateway, Redis backend", onRedis: true, clients: gatewayClients},
+	{id: "traced", no: "1t", label: "gateway, Redis backend, traced (OTLP)", onRedis: true, clients: tracedClients},
+	{id: "baseline", no: "2", label: "baseline: net/http + go-redis, same Lua", onRedis: true, clients: baselineClients},
+	{id: "lockstore", no: "3", label: "lockstore/redis.Store called directly", onRedis: true, clients: storeClients},
 	{id: "redlock", no: "4", label: "gateway, Redlock over 5 masters", clients: redlockClients},
 	{id: "sentinel", no: "4s", label: "gateway, Sentinel (master + 1 replica)", clients: sentinelClients(0)},
 	{id: "sentinel-wait", no: "4w", label: "gateway, Sentinel, WAIT for 1 replica", clients: sentinelClients(1)},
 	{id: "cluster", no: "4c", label: "gateway, Redis Cluster (3 masters)", clients: clusterClients(true)},
 	{id: "cluster-noquota", no: "4d", label: "gateway, Redis Cluster, no per-user cap", clients: clusterClients(false)},
 	{id: "etcd", no: "5", label: "etcd 3.4 lock API (JSON gateway)", needsEtcd: true, clients: etcdClients},
-	{id: "contended", no: "6a", label: "contended: gateway, wait_ms", contended: true, clients: gatewayClients},
+	{id: "contended", no: "6a", label: "contended: gateway, wait_ms", onRedis: true, contended: true, clients: gatewayClients},
 	{id: "contended-etcd", no: "6b", label: "contended: etcd 3.4 blocking lock", contended: true, needsEtcd: true, clients: etcdClients},
 	{id: "flood-locks", no: "7", flood: true},
 	{id: "flood-waiters", no: "8", flood: true},
@@ -184,12 +187,28 @@ func (b *bench) runRound(ctx context.Context, spec rowSpec, clients int, window 
 		path := filepath.Join(b.cfg.profileDir, fmt.Sprintf("%s-%d.pprof", spec.id, time.Now().UnixNano()))
 		go func() { profiled <- b.profileWindow(ctx, t.addr, path, window) }()
 	}
+	var calls map[string]int64
+	if spec.onRedis {
+		if calls, err = b.redisCalls(ctx); err != nil {
+			return measurement{}, cpuUse{}, err
+		}
+	}
 	before := b.sampleCPU()
 	// Let the cycles running at the end finish: a waiting acquire may take
 	// the whole wait_ms.
 	drain := time.Duration(b.cfg.waitMs)*time.Millisecond + 5*time.Second
 	m := drive(ctx, cs, b.cfg.warmup, window, drain)
 	cpu := cpuBetween(before, b.sampleCPU())
+	if spec.onRedis {
+		after, err := b.redisCalls(ctx)
+		if err != nil {
+			return measurement{}, cpuUse{}, err
+		}
+		for name, n := range after {
+			calls[name] = n - calls[name]
+		}
+		m.redisCalls = calls
+	}
 	if profiled != nil {
 		if err := <-profiled; err != nil {
 			fmt.Fprintf(b.stderr, " (no profile: %v)", err)

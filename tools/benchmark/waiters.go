@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -245,6 +246,16 @@ func parseCommandStats(info string) (map[string]int64, error) {
 	return out, nil
 }
 
+// busiestF is busiest for calls per cycle.
+func busiestF(calls map[string]float64) []string {
+	return slices.SortedFunc(maps.Keys(calls), func(a, b string) int {
+		if c := cmp.Compare(calls[b], calls[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+}
+
 // busiest lists a window's commands by calls, most first.
 func busiest(calls map[string]int64) []string {
 	return slices.SortedFunc(maps.Keys(calls), func(a, b string) int {
@@ -253,4 +264,15 @@ func busiest(calls map[string]int64) []string {
 		}
 		return strings.Compare(a, b)
 	})
+}
+
+// redisCalls is INFO commandstats of the rows' one redis-server.
+func (b *bench) redisCalls(ctx context.Context) (map[string]int64, error) {
+	addr, err := b.redis(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	return commandStats(ctx, rdb)
 }
