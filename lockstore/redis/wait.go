@@ -59,10 +59,14 @@ type waiting struct {
 
 	lease lockstore.Lease // the last try's answer
 	err   error
+	// queued is first's try, when it queued the caller already: wait.For's
+	// first try, not sent again.
+	queued *wait.Try
 }
 
-// first tries once without queueing, and when the key is held, listens
-// and joins the key's room; done: its answer is final.
+// first tries once, and when the key is held, listens and joins the
+// key's room; done: its answer is final. The try queues the caller only
+// when the key's channel is listened to already.
 func (q *waiting) first() (done bool) {
 	s, key := q.s, q.key
 	a, start, err := s.prepare(q.ctx, key, q.req)
@@ -71,6 +75,23 @@ func (q *waiting) first() (done bool) {
 		return true
 	}
 	q.a = a
+	q.deadline = start.Add(q.req.Wait)
+	if s.rooms.waiting(key) {
+		// Others of this gateway wait for the key: its channel is
+		// listened to already, so listening costs no round trip, and the
+		// first try can queue the caller at once: one script where a try
+		// and then a queued try were two. Its answer is final unless
+		// the key is busy, as a first try's is.
+		if q.err = q.line(); q.err != nil {
+			return true
+		}
+		t := q.try()
+		if t.Answer != wait.Busy {
+			return true
+		}
+		q.queued = &t
+		return false
+	}
 	r, err := s.acquire(q.ctx, key, &q.a)
 	switch {
 	case err != nil:
@@ -83,20 +104,33 @@ func (q *waiting) first() (done bool) {
 		q.lease = r.Lease(key, q.req.Token, q.req.TTL, start)
 		return true
 	}
-	q.deadline = start.Add(q.req.Wait)
-	q.a.Ticket = script.WaitTicket{Id: s.rooms.ticket(), Heartbeat: waitHeartbeat}
-	// Listen before queueing, so a release between the two is not missed.
-	wake := make(chan struct{}, 1)
-	if err := s.notifier.Listen(q.ctx, script.Channel(key), q.a.Ticket.Id, wake); err != nil {
-		q.err = err
+	if q.err = q.line(); q.err != nil {
 		return true
 	}
-	q.wake = wake
-	q.r, q.w = s.join(key, q.a.Ticket.Id, wake)
 	return false
 }
 
-func (q *waiting) tryAside() wait.Try { return aside.Run(q.try) }
+// line gives the caller a ticket, listens for its turn and joins key's
+// room. Listen before queueing, so a release between the two is not
+// missed.
+func (q *waiting) line() error {
+	q.a.Ticket = script.WaitTicket{Id: q.s.rooms.ticket(), Heartbeat: waitHeartbeat}
+	wake := make(chan struct{}, 1)
+	if err := q.s.notifier.Listen(q.ctx, script.Channel(q.key), q.a.Ticket.Id, wake); err != nil {
+		return err
+	}
+	q.wake = wake
+	q.r, q.w = q.s.join(q.key, q.a.Ticket.Id, wake)
+	return nil
+}
+
+func (q *waiting) tryAside() wait.Try {
+	if t := q.queued; t != nil {
+		q.queued = nil
+		return *t
+	}
+	return aside.Run(q.try)
+}
 
 // try runs acquire.lua with the caller's ticket.
 func (q *waiting) try() wait.Try {

@@ -67,6 +67,14 @@ func (rs *rooms) ticket() string { return rs.gateway + "." + randid.New(12) }
 // id is r's key in rooms.byKey.
 func (r *room) id() string { return roomID(r.key, r.sem) }
 
+// waiting: callers of this gateway wait for the lock key, so its
+// channel is listened to already.
+func (rs *rooms) waiting(key string) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.byKey[roomID(key, false)] != nil
+}
+
 func roomID(key string, sem bool) string {
 	if sem {
 		return script.SemQueueKey(key)
