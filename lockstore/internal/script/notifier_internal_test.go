@@ -1,0 +1,25 @@
+package script
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestTurn(t *testing.T) {
+	for payload, want := range map[string]struct {
+		id string
+		ms int64
+	}{
+		"gw.abc":      {"gw.abc", 0},
+		"gw.abc>1500": {"gw.abc", 1500},
+		"gw.abc>0":    {"gw.abc", 0},
+		"gw.abc>x":    {"gw.abc", 0},
+		"*":           {"*", 0},
+		"!acquired":   {"!acquired", 0},
+	} {
+		id, ms := turn(payload)
+		assert.Equal(t, want.id, id, payload)
+		assert.Equal(t, want.ms, ms, payload)
+	}
+}
