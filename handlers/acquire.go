@@ -17,8 +17,8 @@ import (
 )
 
 // serveAcquire serves an acquire of a lock or a permit: a hold's acquire
-// runs aside (internal/aside), and the hold here, once that goroutine and
-// its frames are gone (holdStream); or, where it takes its connection
+// runs aside (internal/aside), on another goroutine, so its frames never
+// grow the stack the hold then parks on here (holdStream); or, where it takes its connection
 // over, on a goroutine of its own (hold_conn.go), and the handler returns.
 func serveAcquire(acquire func(http.ResponseWriter, *http.Request) *holdStream) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
