@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/aside"
@@ -63,10 +62,6 @@ type waiting struct {
 	// queued is first's try, when it queued the caller already: wait.For's
 	// first try, not sent again.
 	queued *wait.Try
-	// told is the length, ms, of the lease granted when the caller became
-	// the first waiter, as the grant's notification said (0: none since
-	// the last try; script.Notifier.ListenDue).
-	told atomic.Int64
 }
 
 // first tries once, and when the key is held, listens and joins the
@@ -121,7 +116,7 @@ func (q *waiting) first() (done bool) {
 func (q *waiting) line() error {
 	q.a.Ticket = script.WaitTicket{Id: q.s.rooms.ticket(), Heartbeat: waitHeartbeat}
 	wake := make(chan struct{}, 1)
-	if err := q.s.notifier.ListenDue(q.ctx, script.Channel(q.key), q.a.Ticket.Id, wake, &q.told); err != nil {
+	if err := q.s.notifier.Listen(q.ctx, script.Channel(q.key), q.a.Ticket.Id, wake); err != nil {
 		return err
 	}
 	q.wake = wake
@@ -133,15 +128,6 @@ func (q *waiting) tryAside() wait.Try {
 	if t := q.queued; t != nil {
 		q.queued = nil
 		return *t
-	}
-	if ms := q.told.Swap(0); ms > 0 {
-		// Woken as the first waiter by the grant that made it so, which
-		// said how long that lease is: nothing to learn from a try. Sleep
-		// until it runs out (its holder may die) or a release says the
-		// key is free.
-		left := time.Duration(ms) * time.Millisecond
-		q.err = &lockstore.HeldError{Remaining: left}
-		return wait.Queued(true, left)
 	}
 	return aside.Run(q.try)
 }

@@ -2,10 +2,8 @@ package script
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockgateway/lockgateway/lockstore"
@@ -43,35 +41,9 @@ type Notifier struct {
 	// conns: slot → its pub/sub connection and how many channels it holds;
 	// the one connection of an unsharded notifier sits at slot -1.
 	conns map[int]*subConn
-	// waiters: channel → waiter id → how to wake it.
-	waiters map[string]map[string]listener
+	// waiters: channel → waiter id → its wake-up (buffered, never blocks).
+	waiters map[string]map[string]chan struct{}
 	closed  bool
-}
-
-// listener is one waiter's wake-up (buffered, never blocks) and, when it
-// takes them, where a notification's "first, the lease ends in ms" goes.
-type listener struct {
-	wake chan struct{}
-	due  *atomic.Int64
-}
-
-// A message on a key's channel names the waiter it is for: "<id>" (the
-// key is free for it: try), or "<id>><ms>" from the grant that made it
-// the first waiter (the new lease is ms long: sleep until then, or until
-// told again, without a try to learn it). A waiter that listens with due
-// has ms stored there, and 0 for a plain "<id>", which always asks for a
-// try; one without due just wakes and tries. "*" is for every waiter (a
-// release with nobody queued, for Redlock's).
-func turn(payload string) (id string, ms int64) {
-	id, after, found := strings.Cut(payload, ">")
-	if !found {
-		return payload, 0
-	}
-	ms, err := strconv.ParseInt(after, 10, 64)
-	if err != nil || ms <= 0 {
-		return id, 0
-	}
-	return id, ms
 }
 
 type subConn struct {
@@ -95,7 +67,7 @@ func NewNotifier(client redis.UniversalClient) *Notifier {
 		client:  client,
 		Sharded: sharded,
 		conns:   make(map[int]*subConn),
-		waiters: make(map[string]map[string]listener),
+		waiters: make(map[string]map[string]chan struct{}),
 	}
 }
 
@@ -110,12 +82,6 @@ func (n *Notifier) slot(ch string) int {
 // listen makes wake (buffered) receive when a message on ch names id, or
 // is "*": a release with nobody queued, for waiters without a queue.
 func (n *Notifier) Listen(ctx context.Context, ch, id string, wake chan struct{}) error {
-	return n.ListenDue(ctx, ch, id, wake, nil)
-}
-
-// ListenDue is Listen for a waiter that takes a message's "the lease ends
-// in ms" in due (see turn).
-func (n *Notifier) ListenDue(ctx context.Context, ch, id string, wake chan struct{}, due *atomic.Int64) error {
 	n.subMu.Lock()
 	n.mu.Lock()
 	if n.closed {
@@ -125,10 +91,10 @@ func (n *Notifier) ListenDue(ctx context.Context, ch, id string, wake chan struc
 	}
 	ws, subscribed := n.waiters[ch]
 	if !subscribed {
-		ws = make(map[string]listener)
+		ws = make(map[string]chan struct{})
 		n.waiters[ch] = ws
 	}
-	ws[id] = listener{wake: wake, due: due}
+	ws[id] = wake
 	n.mu.Unlock()
 	if subscribed {
 		n.subMu.Unlock()
@@ -263,15 +229,11 @@ func (n *Notifier) dispatch(c *subConn) {
 		switch msg := msg.(type) {
 		case *redis.Message:
 			n.mu.Lock()
-			named, ms := turn(msg.Payload)
-			for id, l := range n.waiters[msg.Channel] {
+			for id, wake := range n.waiters[msg.Channel] {
 				// A watcher (watch.go) hears every message.
-				if msg.Payload == "*" || named == id || strings.HasPrefix(id, lockstore.WatchPrefix) {
-					if l.due != nil && named == id {
-						l.due.Store(ms) // before the wake-up, which reads it
-					}
+				if msg.Payload == "*" || msg.Payload == id || strings.HasPrefix(id, lockstore.WatchPrefix) {
 					select {
-					case l.wake <- struct{}{}:
+					case wake <- struct{}{}:
 					default: // already woken
 					}
 				}

@@ -316,12 +316,11 @@ if cap > 0 and not apart then
 end
 if waiter ~= '' then
   dequeue(waiter)
-  -- Tell the next waiter it is first now, and when this lease runs out
-  -- ("<id>><ms>"), so it can take over if this holder dies without a try
-  -- of its own to learn it (script/notifier.go, Turn).
+  -- Tell the next waiter it is first now, so it learns when this lease
+  -- runs out and can take over if this holder dies.
   local next = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if next then
-    redis.call(publish, ARGV[7], next .. '>' .. px)
+    redis.call(publish, ARGV[7], next)
   end
 end
 -- Tell watchers (watch.go) of the new holder; waiters ignore the message.
