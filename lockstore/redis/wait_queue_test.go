@@ -62,3 +62,15 @@ func TestWaiterJoinsALineInOneScript(t *testing.T) {
 	require.NoError(t, r.err)
 	assert.Equal(t, second, r.token)
 }
+
+// scripts counts the scripts srv ran during op.
+func scripts(t *testing.T, srv *redistest.Server, op func()) int64 {
+	t.Helper()
+	ctx := context.Background()
+	before, err := srv.CommandCalls(ctx)
+	require.NoError(t, err)
+	op()
+	after, err := srv.CommandCalls(ctx)
+	require.NoError(t, err)
+	return after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+}
