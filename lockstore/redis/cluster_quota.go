@@ -50,7 +50,7 @@ func (s *Store) clusterAcquire(ctx context.Context, key string, a *script.Acquir
 		// lock to renew; only a new grant is refused.
 		call.Quota.Max = -1
 	}
-	r, err := script.Acquire(ctx, s.grants(s.client), key, call)
+	r, err := script.Acquire(ctx, s.clocked(s.client), key, call)
 	if err != nil {
 		// Whether the lock was taken is unknown: keep the place; it stops
 		// counting when the lease it was reserved for would end.

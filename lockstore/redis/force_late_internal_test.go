@@ -37,7 +37,7 @@ func TestForceReleaseDeletesOnlyAsRead(t *testing.T) {
 		require.NoError(t, err)
 		_, err = holder.Acquire(ctx, key, lockstore.AcquireRequest{Token: token, TTL: time.Minute})
 		require.NoError(t, err)
-		require.ErrorIs(t, script.Release(ctx, srv.Client(), key, read.Digest, read, false), script.ErrMoved)
+		require.ErrorIs(t, script.Release(ctx, scripttest.Clocked(srv.Client()), key, read.Digest, read, false), script.ErrMoved)
 		_, err = holder.Inspect(ctx, key)
 		require.NoError(t, err, "the renewed lease stays")
 	})

@@ -78,9 +78,9 @@ func New(client redis.UniversalClient) *Store {
 	return s
 }
 
-// grants is the client for the scripts that grant: they carry rule D's
-// deadline (script/clock.go).
-func (s *Store) grants(c redis.Scripter) script.Clocked {
+// clocked is the client for the scripts that grant or delete: they carry
+// rule D's deadline (script/clock.go).
+func (s *Store) clocked(c redis.Scripter) script.Clocked {
 	return script.Clocked{Scripter: c, Clocks: s.clocks}
 }
 
@@ -192,9 +192,9 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 
 // Release implements Store, in two steps (docs/safety.md, "Late writes on
 // redis", rule V2): it reads the lease, then deletes it only as read, its
-// value and expiry unchanged. A release that lands late, after later
-// requests of the token were answered, so finds the lease changed and
-// deletes nothing.
+// value and expiry unchanged. The delete carries rule D's deadline: one
+// that lands after the release was answered, or on another server, writes
+// nothing.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := lockstore.CheckRelease(key, token); err != nil {
 		return err
@@ -252,7 +252,7 @@ func (s *Store) release(ctx context.Context, key, digest string, fence int64) (s
 		if !s.onCluster() {
 			keys = script.QuotaKeys(keys, v.User)
 		}
-		reply, err := script.ReleaseScript.Run(ctx, s.scripts, keys, args...).Result()
+		reply, err := script.ReleaseScript.Run(ctx, s.clocked(s.scripts), keys, args...).Result()
 		if err != nil {
 			return script.LockValue{}, script.RedisErr(err)
 		}

@@ -42,7 +42,7 @@ func (s *Store) conn() (*redis.Conn, error) {
 // more).
 func (s *Store) acquireAcked(ctx context.Context, key string, a script.AcquireArgs) (script.AcquireResult, error) {
 	if s.acks.replicas == 0 {
-		return script.Acquire(ctx, s.grants(s.scripts), key, a)
+		return script.Acquire(ctx, s.clocked(s.scripts), key, a)
 	}
 	conn, err := s.conn()
 	if err != nil {
@@ -121,7 +121,7 @@ func (s *Store) unwait(ctx context.Context, key string, a script.AcquireArgs, va
 	if a.Quota.Max > 0 { // the grant counted the lock in its caller's set
 		counted = a.Quota.User
 	}
-	_ = script.Unwait(ctx, s.client, key, value, expiry, counted)
+	_ = script.Unwait(ctx, s.clocked(s.client), key, value, expiry, counted)
 }
 
 // extendAcked runs extend.lua; with replicas to wait for, it answers an

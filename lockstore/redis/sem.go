@@ -34,14 +34,14 @@ func (s *Store) SemAcquire(ctx context.Context, key string, req lockstore.Permit
 
 func (s *Store) semAcquire(ctx context.Context, key string, a script.SemArgs) (script.SemResult, error) {
 	if s.acks.replicas == 0 {
-		return script.SemAcquire(ctx, s.grants(s.scripts), key, a)
+		return script.SemAcquire(ctx, s.clocked(s.scripts), key, a)
 	}
 	conn, err := s.conn()
 	if err != nil {
 		return script.SemResult{}, err
 	}
 	defer conn.Close()
-	r, err := script.SemAcquire(ctx, s.grants(conn), key, a)
+	r, err := script.SemAcquire(ctx, s.clocked(conn), key, a)
 	if err != nil || (r.Code != script.SemNew && r.Code != script.SemRenewed) {
 		return r, err
 	}
@@ -64,7 +64,7 @@ func (s *Store) semAcquire(ctx context.Context, key string, a script.SemArgs) (s
 func (s *Store) semUnwait(ctx context.Context, key string, slot int, value string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.acks.timeout)
 	defer cancel()
-	_ = script.SemUnwait(ctx, s.client, key, slot, value, s.publish)
+	_ = script.SemUnwait(ctx, s.clocked(s.client), key, slot, value, s.publish)
 }
 
 // semWait queues the caller and takes a permit when it is its turn
@@ -152,7 +152,7 @@ func (s *Store) SemRelease(ctx context.Context, key, token string) error {
 	if err := lockstore.CheckRelease(key, token); err != nil {
 		return err
 	}
-	return script.SemReleaseAsRead(ctx, s.scripts, key, script.DigestHex(token), s.publish, 0)
+	return script.SemReleaseAsRead(ctx, s.clocked(s.scripts), key, script.DigestHex(token), s.publish, 0)
 }
 
 // SemForceRelease implements Forcer: SemRelease of the permit with fence,
@@ -170,7 +170,7 @@ func (s *Store) SemForceRelease(ctx context.Context, key string, fence int64) (l
 		return lockstore.Permit{}, lockstore.ErrNotHeld
 	}
 	v := vs[i]
-	if err := script.SemReleaseAsRead(ctx, s.scripts, key, v.Digest, s.publish, fence); err != nil {
+	if err := script.SemReleaseAsRead(ctx, s.clocked(s.scripts), key, v.Digest, s.publish, fence); err != nil {
 		return lockstore.Permit{}, lockstore.ForcedErr(err)
 	}
 	return lockstore.Permit{Key: key, Owner: v.Owner, Limit: limit, Fence: v.Fence, Granted: v.Length}, nil

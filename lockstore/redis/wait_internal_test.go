@@ -28,7 +28,7 @@ func TestUnwaitKeepsRenewedLease(t *testing.T) {
 	token := lockstore.NewToken()
 	a := script.AcquireArgs{Digest: script.DigestHex(token), Ttl: time.Minute, Owner: "o"}
 	grant := func(key string) (string, int64) {
-		r, err := script.Acquire(ctx, s.grants(s.client), key, a)
+		r, err := script.Acquire(ctx, s.clocked(s.client), key, a)
 		require.NoError(t, err)
 		v, err := c.Get(ctx, script.LockKey(key)).Result()
 		require.NoError(t, err)
@@ -40,7 +40,7 @@ func TestUnwaitKeepsRenewedLease(t *testing.T) {
 
 	v, at := grant("renewed")
 	time.Sleep(5 * time.Millisecond)
-	r, err := script.Acquire(ctx, s.grants(s.client), "renewed", a) // the same token, the same TTL: the same value
+	r, err := script.Acquire(ctx, s.clocked(s.client), "renewed", a) // the same token, the same TTL: the same value
 	require.NoError(t, err)
 	require.Equal(t, script.AcquireRenewed, r.Code)
 	s.unwait(ctx, "renewed", a, v, at)

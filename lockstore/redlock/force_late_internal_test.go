@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+	"github.com/lockgateway/lockgateway/lockstore/internal/scripttest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -37,7 +38,7 @@ func TestRedlockForceDeletesOnlyAsRead(t *testing.T) {
 		_, err = s.Acquire(ctx, key, lockstore.AcquireRequest{Token: token, TTL: time.Minute})
 		require.NoError(t, err)
 		for i, srv := range srvs {
-			require.ErrorIs(t, script.Release(ctx, srv.Client(), key, reads[i].Digest, reads[i], false), script.ErrMoved, "node %d", i)
+			require.ErrorIs(t, script.Release(ctx, scripttest.Clocked(srv.Client()), key, reads[i].Digest, reads[i], false), script.ErrMoved, "node %d", i)
 		}
 		_, err = s.Inspect(ctx, key)
 		require.NoError(t, err, "the renewed lease stays")
@@ -52,7 +53,7 @@ func TestRedlockForceDeletesOnlyAsRead(t *testing.T) {
 		next, err := s.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
 		require.NoError(t, err)
 		for i, srv := range srvs {
-			require.ErrorIs(t, releaseRead(ctx, srv.Client(), key, reads[i].Digest, reads[i], true, true), lockstore.ErrTokenMismatch, "node %d", i)
+			require.ErrorIs(t, releaseRead(ctx, scripttest.Clocked(srv.Client()), key, reads[i].Digest, reads[i], true, true), lockstore.ErrTokenMismatch, "node %d", i)
 		}
 		l, err := s.Inspect(ctx, key)
 		require.NoError(t, err, "the new holder's lease stays")

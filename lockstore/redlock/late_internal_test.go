@@ -52,7 +52,7 @@ func TestRedlockPermitReleaseDeletesOnlyAsRead(t *testing.T) {
 	_, err = s.SemExtend(ctx, key, token, time.Second)
 	require.NoError(t, err)
 	for i, srv := range srvs {
-		require.ErrorIs(t, script.SemRelease(ctx, srv.Client(), key, digest, script.PublishAll, reads[i]), script.ErrMoved, "node %d", i)
+		require.ErrorIs(t, script.SemRelease(ctx, scripttest.Clocked(srv.Client()), key, digest, script.PublishAll, reads[i]), script.ErrMoved, "node %d", i)
 	}
 	st, err := s.SemInspect(ctx, key)
 	require.NoError(t, err)

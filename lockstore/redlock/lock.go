@@ -15,7 +15,6 @@ import (
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 	"github.com/lockgateway/lockgateway/lockstore/internal/wait"
-	"github.com/redis/go-redis/v9"
 )
 
 // Acquire implements Store.
@@ -179,7 +178,7 @@ func (r *Store) acquireOnce(ctx context.Context, c *acquireCall) (_ lockstore.Le
 	}
 	c.rounds = append(c.rounds, a.Attempt)
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.AcquireResult, error) {
-		return script.Acquire(ctx, n.grant, key, a)
+		return script.Acquire(ctx, n.writes, key, a)
 	})
 
 	granted := make([]bool, len(votes)) // by node
@@ -240,7 +239,7 @@ func (r *Store) confirmGrant(ctx context.Context, c *acquireCall, a script.Acqui
 		}
 	}
 	g, ok, made := confirmVotes(ctx, r, values, c.rounds, req.TTL, start, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, script.LockValue, error) {
-		return script.Confirm(ctx, n.grant, key, a.Digest, maker, fence, req.TTL)
+		return script.Confirm(ctx, n.writes, key, a.Digest, maker, fence, req.TTL)
 	})
 	if !ok {
 		return lockstore.Lease{}, false, made
@@ -276,7 +275,7 @@ func (r *Store) discard(ctx context.Context, key, digest, round string, votes []
 		release: func(ctx context.Context, n *redlockNode, v script.LockValue) error {
 			// Never answered as a grant: deleted, whatever its
 			// hold-at-least (rule L).
-			return script.Release(ctx, n.batch, key, digest, v, false)
+			return script.Release(ctx, n.writes, key, digest, v, false)
 		},
 		discard: func(ctx context.Context, n *redlockNode) error {
 			return script.Discard(ctx, n.batch, key, digest, round)
@@ -288,7 +287,7 @@ func (r *Store) discard(ctx context.Context, key, digest, round string, votes []
 // an extend that lands after its answer cannot cut short a later grant.
 func (r *Store) Extend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Lease, error) {
 	v, granted, start, err := extend(ctx, r, lockValues, key, token, ttl, func(ctx context.Context, n *redlockNode, digest string) (script.LockValue, error) {
-		return script.Extend(ctx, n.grant, key, script.ExtendArgs{Digest: digest, TTL: ttl, Longer: true})
+		return script.Extend(ctx, n.writes, key, script.ExtendArgs{Digest: digest, TTL: ttl, Longer: true})
 	})
 	if err != nil {
 		return lockstore.Lease{}, err
@@ -426,7 +425,7 @@ func (r *Store) release(ctx context.Context, key, digest string, fence int64) (s
 		// hold-at-least (rule L). A release keeps it on every node it
 		// releases at least as long as on any node read (review fix).
 		v.Linger, v.Forced = linger, forced
-		return releaseRead(ctx, n.batch, key, digest, v, !forced, forced)
+		return releaseRead(ctx, n.writes, key, digest, v, !forced, forced)
 	})
 }
 
@@ -488,7 +487,7 @@ func (r *Store) holderRead(ctx context.Context, reads []nodeResult[script.LockVa
 // the same token may take either order.
 // pin (a forced release): a value read again must carry the fence first
 // read, or it is a new grant of the token, not the lease read (review fix).
-func releaseRead(ctx context.Context, c redis.Scripter, key, digest string, v script.LockValue, honour, pin bool) error {
+func releaseRead(ctx context.Context, c script.Clocked, key, digest string, v script.LockValue, honour, pin bool) error {
 	fence, linger := v.Fence, v.Linger
 	return deleteAsRead(v, func(v script.LockValue) error { return script.Release(ctx, c, key, digest, v, honour) },
 		func() (script.LockValue, error) {

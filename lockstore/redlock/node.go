@@ -25,10 +25,11 @@ type redlockNode struct {
 	// failed dials after which go-redis stops dialing client for a second.
 	probe *redis.Client
 
-	// grant and semGrant are batch and client with the node list check in
-	// front of the scripts that grant or lengthen (nodeset.go), and
-	// rule D's deadline on grants (script/clock.go).
-	grant, semGrant script.Clocked
+	// writes and semWrites are batch and client for the scripts that
+	// write: with the node list check in front of those that grant or
+	// lengthen (nodeset.go), and rule D's deadline on those that grant or
+	// delete (script/clock.go).
+	writes, semWrites script.Clocked
 
 	warmMu sync.Mutex // one warm-up at a time: two would share the pool
 

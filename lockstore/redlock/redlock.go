@@ -351,11 +351,12 @@ func New(nodes []*redis.Options, opts Options) (*Store, error) {
 		}
 		n.client = redis.NewClient(&o)
 		n.batch = script.NewBatch(n.client, r.nodeTimeout)
-		// Grants carry rule D's deadline (script/clock.go) and go out with the
-		// node list check in front (nodeset.go).
+		// Grants and deletes carry rule D's deadline (script/clock.go);
+		// grants and lengthenings go out with the node list check in
+		// front (nodeset.go).
 		clk := script.NewClocks(r.nodeTimeout, false)
-		n.grant = script.Clocked{Scripter: setGuard{Scripter: n.batch, set: r.set, i: i}, Clocks: clk}
-		n.semGrant = script.Clocked{Scripter: setGuard{Scripter: n.client, set: r.set, i: i}, Clocks: clk}
+		n.writes = script.Clocked{Scripter: setGuard{Scripter: n.batch, set: r.set, i: i}, Clocks: clk}
+		n.semWrites = script.Clocked{Scripter: setGuard{Scripter: n.client, set: r.set, i: i}, Clocks: clk}
 		n.batch.Trace = script.NewCmdTracer(opts.Tracer, o.Addr)
 		n.batch.Trace.Hook(n.client)
 		n.notifier = script.NewNotifier(n.client)

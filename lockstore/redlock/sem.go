@@ -98,7 +98,7 @@ func (r *Store) semOnce(ctx context.Context, key, digest string, req lockstore.P
 		Seed: start.UnixMicro(), Attempt: lockstore.NewToken(), Publish: script.PublishAll, Provisional: r.provisional(req.TTL)}
 	*rounds = append(*rounds, a.Attempt)
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemResult, error) {
-		return script.SemAcquire(ctx, n.semGrant, key, a)
+		return script.SemAcquire(ctx, n.semWrites, key, a)
 	})
 
 	granted := make([]bool, len(votes)) // by node
@@ -203,7 +203,7 @@ func (r *Store) semConfirm(ctx context.Context, key string, a script.SemArgs, re
 		}
 	}
 	g, ok, made := confirmVotes(ctx, r, values, rounds, req.TTL, start, func(ctx context.Context, i int, n *redlockNode, maker string, fence int64) (int64, script.SemValue, error) {
-		return script.SemConfirm(ctx, n.semGrant, key, a.Digest, maker, fence, a.Slot, req.TTL)
+		return script.SemConfirm(ctx, n.semWrites, key, a.Digest, maker, fence, a.Slot, req.TTL)
 	})
 	if !ok {
 		return lockstore.Permit{}, false, made
@@ -220,7 +220,7 @@ func (r *Store) semDiscard(ctx context.Context, key string, a script.SemArgs, vo
 	cleanup[script.SemResult, script.SemValue]{
 		voted: func(v script.SemResult) bool { return v.Code == script.SemNew },
 		release: func(ctx context.Context, n *redlockNode, v script.SemValue) error {
-			return script.SemRelease(ctx, n.client, key, a.Digest, script.PublishAll, v)
+			return script.SemRelease(ctx, n.semWrites, key, a.Digest, script.PublishAll, v)
 		},
 		discard: func(ctx context.Context, n *redlockNode) error {
 			return script.SemDiscard(ctx, n.client, key, a.Digest, a.Attempt)
@@ -233,7 +233,7 @@ func (r *Store) semDiscard(ctx context.Context, key string, a script.SemArgs, vo
 // slot.
 func (r *Store) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Permit, error) {
 	v, granted, start, err := extend(ctx, r, semValues, key, token, ttl, func(ctx context.Context, n *redlockNode, digest string) (script.SemValue, error) {
-		return script.SemExtend(ctx, n.semGrant, key, digest, ttl, true, script.PublishAll)
+		return script.SemExtend(ctx, n.semWrites, key, digest, ttl, true, script.PublishAll)
 	})
 	if err != nil {
 		return lockstore.Permit{}, err
@@ -295,7 +295,7 @@ func (r *Store) semRelease(ctx context.Context, key, digest string, fence int64)
 	_, err := deleteReads(ctx, r, semValues, reads, func(ctx context.Context, n *redlockNode, v script.SemValue) error {
 		del := func(v script.SemValue) error {
 			v.Forced = fence != 0 // only a forced release names the fence
-			return script.SemRelease(ctx, n.client, key, digest, script.PublishAll, v)
+			return script.SemRelease(ctx, n.semWrites, key, digest, script.PublishAll, v)
 		}
 		return deleteAsRead(v, del, func() (script.SemValue, error) { return read(ctx, n) })
 	})

@@ -164,17 +164,12 @@ func rlScripts(subst map[string]string) map[string]sim.Script {
 		return src
 	}
 	guard := get("nodeset.lua", script.NodesetLua)
-	for _, s := range []struct{ name, src string }{
-		{"acquire.lua", script.DeadlineLua + script.AcquireLua}, {"extend.lua", script.ExtendLua}, {"release.lua", script.ReleaseLua}, {"clock.lua", script.ClockLua},
-		{"inspect.lua", script.InspectLua}, {"confirm.lua", script.DeadlineLua + script.ConfirmLua}, {"discard.lua", script.DiscardLua},
-		{"sem_acquire.lua", script.DeadlineLua + script.SemCommonLua + script.SemAcquireLua}, {"sem_extend.lua", script.SemCommonLua + script.SemExtendLua},
-		{"sem_release.lua", script.SemCommonLua + script.SemReleaseLua}, {"sem_read.lua", script.SemCommonLua + script.SemReadLua},
-		{"sem_inspect.lua", script.SemCommonLua + script.SemInspectLua}, {"sem_confirm.lua", script.DeadlineLua + script.SemCommonLua + script.SemConfirmLua},
-		{"sem_discard.lua", script.SemCommonLua + script.SemDiscardLua}, {"nodeset_mark.lua", script.NodesetMarkLua},
-	} {
-		run := get(s.name, s.src)
-		out[luaredis.Sha1(s.src)] = sim.Script{Name: s.name, Src: run}
-		out[luaredis.Sha1(script.NodesetLua+s.src)] = sim.Script{Name: s.name, Src: guard + run}
+	for _, name := range []string{"acquire.lua", "extend.lua", "release.lua", "clock.lua", "inspect.lua", "confirm.lua", "discard.lua",
+		"sem_acquire.lua", "sem_extend.lua", "sem_release.lua", "sem_read.lua", "sem_inspect.lua", "sem_confirm.lua", "sem_discard.lua", "nodeset_mark.lua"} {
+		src := script.Sources[name]
+		run := get(name, src)
+		out[luaredis.Sha1(src)] = sim.Script{Name: name, Src: run}
+		out[luaredis.Sha1(script.NodesetLua+src)] = sim.Script{Name: name, Src: guard + run}
 	}
 	return out
 }

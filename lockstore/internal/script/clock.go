@@ -16,11 +16,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Rule D of docs/safety.md ("Late grants"): a grant carries a deadline in
-// its server's clock that has passed before the gateway can answer 503 for
-// it, so a grant that lands after its 503 writes nothing. This file is the
-// gateway's side; deadline.lua, in front of acquire.lua and sem_acquire.lua,
-// is the server's.
+// Rule D of docs/safety.md ("Late grants and late deletes"): a script
+// that grants or deletes carries a deadline in its server's clock that has
+// passed before the gateway can answer 503 for it, and that server's run
+// id, so a grant or a delete that lands after its 503, or on another
+// server, writes nothing. This file is the gateway's side; deadline.lua, in
+// front of those scripts (Sources, Deadlined), is the server's.
 
 var (
 	//go:embed lua/deadline.lua
@@ -59,8 +60,8 @@ type serverClock struct {
 	sampling bool // one caller takes the next sample; the others use s meanwhile
 }
 
-// clocks keeps the samples of the servers one store sends grants to, and
-// makes each grant's deadline.
+// clocks keeps the samples of the servers one store sends grants and
+// deletes to, and makes each call's deadline.
 type Clocks struct {
 	timeout time.Duration // a call's give-up when its context has no earlier deadline
 	refresh time.Duration
@@ -98,7 +99,7 @@ func (c *Clocks) Server(key string) *serverClock {
 	return sc
 }
 
-// forget drops what is known of the server of key: a grant found another
+// forget drops what is known of the server of key: a call found another
 // server there.
 func (c *Clocks) Forget(key string) {
 	slot := 0
@@ -110,7 +111,7 @@ func (c *Clocks) Forget(key string) {
 	c.mu.Unlock()
 }
 
-// deadline is rule D's argument for a grant on key sent now through sc,
+// deadline is rule D's argument for a call on key sent now through sc,
 // and the moment from which the gateway may answer 503 for it.
 func (c *Clocks) Deadline(ctx context.Context, sc redis.Scripter, key string) (arg string, giveUp time.Time, err error) {
 	now := c.Now()
@@ -183,9 +184,9 @@ func (c *Clocks) slotOf(key string) int {
 	return 0
 }
 
-// settle returns once the gateway may answer 503 for a grant whose call
-// failed with err: at once when the grant cannot land later (its server
-// answered, or it was never sent), else at giveUp, when the grant's
+// settle returns once the gateway may answer 503 for a call that failed
+// with err: at once when the call cannot land later (its server
+// answered, or it was never sent), else at giveUp, when the call's
 // deadline has passed on its server.
 func (c *Clocks) Settle(err error, giveUp time.Time) {
 	if err == nil || !mayLand(err) {
@@ -217,25 +218,29 @@ func mayLand(err error) bool {
 	return true
 }
 
-// grantScripts are the scripts rule D applies to, by hash: those with
-// deadline.lua in front.
-var grantScripts = map[string]bool{}
+// deadlined are the scripts rule D applies to, by hash: those with
+// deadline.lua in front (Sources).
+var deadlined = map[string]bool{}
 
 func init() {
-	for _, s := range []*redis.Script{AcquireScript, SemAcquireScript, ConfirmScript, SemConfirmScript} {
-		grantScripts[s.Hash()] = true
+	for name, src := range Sources {
+		if Deadlined(name) {
+			deadlined[Sha1Hex(src)] = true
+		}
 	}
 }
 
-// clocked is a Scripter whose grants (grantScripts) carry rule D's
-// deadline, appended to their arguments; other scripts pass as they are.
+// Clocked is a Scripter whose grants and deletes (Deadlined) carry rule
+// D's deadline, appended to their arguments; other scripts pass as they
+// are. Those scripts must go through one: deadline.lua takes their last
+// argument.
 type Clocked struct {
 	redis.Scripter
 	Clocks *Clocks
 }
 
 func (g Clocked) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	if !grantScripts[sha] {
+	if !deadlined[sha] {
 		return g.Scripter.EvalSha(ctx, sha, keys, args...)
 	}
 	return g.run(ctx, keys, func(arg string) *redis.Cmd {
@@ -245,7 +250,7 @@ func (g Clocked) EvalSha(ctx context.Context, sha string, keys []string, args ..
 
 // Eval is redis.Script.Run's fallback after NOSCRIPT.
 func (g Clocked) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
-	if !grantScripts[Sha1Hex(src)] {
+	if !deadlined[Sha1Hex(src)] {
 		return g.Scripter.Eval(ctx, src, keys, args...)
 	}
 	return g.run(ctx, keys, func(arg string) *redis.Cmd {
@@ -253,10 +258,10 @@ func (g Clocked) Eval(ctx context.Context, src string, keys []string, args ...an
 	})
 }
 
-// run makes a grant's call with its deadline: once more, after a new
-// sample, when it reached another server than the one sampled (it wrote
-// nothing there); and when it failed in a way that may still land, it
-// returns only once the deadline has passed.
+// run makes a grant's or a delete's call with its deadline: once more,
+// after a new sample, when it reached another server than the one sampled
+// (it wrote nothing there); and when it failed in a way that may still
+// land, it returns only once the deadline has passed.
 func (g Clocked) run(ctx context.Context, keys []string, call func(arg string) *redis.Cmd) *redis.Cmd {
 	key := keys[0]
 	for try := 0; ; try++ {

@@ -34,7 +34,7 @@ var (
 
 	//go:embed lua/release.lua
 	ReleaseLua    string
-	ReleaseScript = redis.NewScript(ReleaseLua)
+	ReleaseScript = redis.NewScript(DeadlineLua + ReleaseLua) // rule D: clock.go
 
 	//go:embed lua/inspect.lua
 	InspectLua    string
@@ -295,7 +295,7 @@ var ErrMoved = errors.New("lockstore: the lease changed since it was read")
 
 // nodeRelease deletes digest's lease on a Redlock node if it is still as
 // read (v).
-func Release(ctx context.Context, c redis.Scripter, key, digest string, v LockValue, honour bool) error {
+func Release(ctx context.Context, c Clocked, key, digest string, v LockValue, honour bool) error {
 	keys, args := ReleaseCall(key, digest, PublishAll, v, honour)
 	code, err := ReleaseScript.Run(ctx, c, keys, args...).Int64()
 	if err != nil {

@@ -28,8 +28,7 @@ var (
 
 	// guardedScripts are the scripts that grant or lengthen, by the hash
 	// of their plain form, each with nodeset.lua in front.
-	GuardedScripts = guard(DeadlineLua+AcquireLua, ExtendLua, DeadlineLua+ConfirmLua,
-		DeadlineLua+SemCommonLua+SemAcquireLua, SemCommonLua+SemExtendLua, DeadlineLua+SemCommonLua+SemConfirmLua)
+	GuardedScripts = guard("acquire.lua", "extend.lua", "confirm.lua", "sem_acquire.lua", "sem_extend.lua", "sem_confirm.lua")
 )
 
 // setKey, on each Redlock node, is the node list it serves: canonical
@@ -71,9 +70,10 @@ type guardedScript struct {
 	Script *redis.Script
 }
 
-func guard(plain ...string) map[string]guardedScript {
-	m := make(map[string]guardedScript, len(plain))
-	for _, src := range plain {
+func guard(names ...string) map[string]guardedScript {
+	m := make(map[string]guardedScript, len(names))
+	for _, name := range names {
+		src := Sources[name]
 		g := NodesetLua + src
 		m[Sha1Hex(src)] = guardedScript{Src: g, Script: redis.NewScript(g)}
 	}

@@ -31,7 +31,7 @@ var (
 
 	//go:embed lua/sem_release.lua
 	SemReleaseLua    string
-	SemReleaseScript = redis.NewScript(SemCommonLua + SemReleaseLua)
+	SemReleaseScript = redis.NewScript(DeadlineLua + SemCommonLua + SemReleaseLua) // rule D: clock.go
 
 	//go:embed lua/sem_read.lua
 	SemReadLua    string
@@ -51,7 +51,7 @@ var (
 
 	//go:embed lua/sem_unwait.lua
 	semUnwaitLua    string
-	SemUnwaitScript = redis.NewScript(SemCommonLua + semUnwaitLua)
+	SemUnwaitScript = redis.NewScript(DeadlineLua + SemCommonLua + semUnwaitLua) // rule D: clock.go
 
 	//go:embed lua/sem_leave.lua
 	semLeaveLua    string
@@ -241,7 +241,7 @@ func SemExtendReply(reply []any) (SemValue, error) {
 // rule V2): it reads the permit, then deletes it only as read. When a
 // write of the same token changed it in between, it reads again, a few
 // times.
-func SemReleaseAsRead(ctx context.Context, c redis.Scripter, key, digest, publish string, fence int64) error {
+func SemReleaseAsRead(ctx context.Context, c Clocked, key, digest, publish string, fence int64) error {
 	for range ReleaseReads {
 		v, err := SemRead(ctx, c, key, digest)
 		if err != nil {
@@ -282,7 +282,7 @@ func SemRead(ctx context.Context, c redis.Scripter, key, digest string) (SemValu
 }
 
 // nodeSemRelease deletes digest's permit if it is still v, as read.
-func SemRelease(ctx context.Context, c redis.Scripter, key, digest, publish string, v SemValue) error {
+func SemRelease(ctx context.Context, c Clocked, key, digest, publish string, v SemValue) error {
 	keys, args := SemReleaseCall(key, digest, publish, v)
 	code, err := SemReleaseScript.Run(ctx, c, keys, args...).Int64()
 	if err != nil {

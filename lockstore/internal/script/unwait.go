@@ -18,13 +18,13 @@ import (
 var (
 	//go:embed lua/unwait.lua
 	unwaitLua    string
-	UnwaitScript = redis.NewScript(unwaitLua)
+	UnwaitScript = redis.NewScript(DeadlineLua + unwaitLua) // rule D: clock.go
 )
 
 // Unwait takes back a grant of key the replicas did not acknowledge, if
 // the lock is still value expiring at expiry (unwait.lua); quotaUser, when
 // not "", is the user whose set counted it.
-func Unwait(ctx context.Context, c redis.Scripter, key, value string, expiry int64, quotaUser string) error {
+func Unwait(ctx context.Context, c Clocked, key, value string, expiry int64, quotaUser string) error {
 	keys := []string{LockKey(key), QueueKey(key), FenceKey(key)}
 	if quotaUser != "" {
 		keys = append(keys, QuotaKey(quotaUser))
@@ -33,7 +33,7 @@ func Unwait(ctx context.Context, c redis.Scripter, key, value string, expiry int
 }
 
 // SemUnwait is Unwait for a permit in slot (sem_unwait.lua).
-func SemUnwait(ctx context.Context, c redis.Scripter, key string, slot int, value, publish string) error {
+func SemUnwait(ctx context.Context, c Clocked, key string, slot int, value, publish string) error {
 	keys := []string{SemPermitsKey(key), SemExpiryKey(key), SemQueueKey(key)}
 	return RedisErr(SemUnwaitScript.Run(ctx, c, keys, slot, value, SemChannel(key), publish).Err())
 }

@@ -392,26 +392,17 @@ func (c redisClient) do(ctx context.Context, sha, src string, keys []string, arg
 // how many arguments it reads).
 func RedisScripts(subst map[string]Script) map[string]Script {
 	out := map[string]Script{}
-	for _, s := range []Script{
-		{Name: "acquire.lua", Src: script.DeadlineLua + script.AcquireLua},
-		{Name: "clock.lua", Src: script.ClockLua},
-		{Name: "extend.lua", Src: script.ExtendLua},
-		{Name: "inspect.lua", Src: script.InspectLua},
-		{Name: "release.lua", Src: script.ReleaseLua},
-		{Name: "sem_acquire.lua", Src: script.DeadlineLua + script.SemCommonLua + script.SemAcquireLua},
-		{Name: "sem_extend.lua", Src: script.SemCommonLua + script.SemExtendLua},
-		{Name: "sem_read.lua", Src: script.SemCommonLua + script.SemReadLua},
-		{Name: "sem_release.lua", Src: script.SemCommonLua + script.SemReleaseLua},
-	} {
+	for _, name := range []string{"acquire.lua", "clock.lua", "extend.lua", "inspect.lua", "release.lua",
+		"sem_acquire.lua", "sem_extend.lua", "sem_read.lua", "sem_release.lua"} {
+		s := Script{Name: name, Src: script.Sources[name]}
 		sha := luaredis.Sha1(s.Src)
 		if r, ok := subst[s.Name]; ok {
 			s.Src, s.Nargs = r.Src, r.Nargs
-			if strings.HasPrefix(s.Name, "acquire") || strings.HasPrefix(s.Name, "sem_acquire") {
-				// A control's grant script still takes rule D's deadline
-				// (deadline.lua), unless the control replaces that too.
-				if !strings.HasPrefix(s.Src, "-- deadline.lua") {
-					s.Src = script.DeadlineLua + s.Src
-				}
+			// A control's grant or delete still takes rule D's deadline
+			// (deadline.lua), unless the control replaces that too, or
+			// says with Nargs that it reads none.
+			if script.Deadlined(name) && s.Nargs == 0 && !strings.HasPrefix(s.Src, "-- deadline.lua") {
+				s.Src = script.DeadlineLua + s.Src
 			}
 		}
 		out[sha] = s

@@ -43,13 +43,20 @@
 --          user ({1, user}); "0": the lock's user's set, the last of the
 --          KEYS, is changed here
 --
+-- deadline.lua runs first (rule D of docs/safety.md, "Late grants and late
+-- deletes"): the caller appends its deadline after these arguments, and a
+-- release that lands after the gateway may have answered 503 for it, or on
+-- another server than the one meant (a slot that moved, a failover),
+-- writes nothing. So no release removes what a request sent after its
+-- answer wrote; a pair read on one server can come back on another.
+--
 -- A release deletes only the lease it read: the same value and the same
--- expiry. Every write to a lease changes one of them and no pair comes
--- back (a renewal or extend moves the expiry forward, a new grant has a
--- new fence; on Redlock an acquire round that takes the lease over
--- changes its attempt field), so a release that lands late, after later
--- requests were answered, deletes nothing they wrote (docs/safety.md,
--- "Late writes on redis", rule V2, and Lemma 1 for Redlock).
+-- expiry. Every write to a lease on this server changes one of them (a
+-- renewal or extend moves the expiry forward, a new grant has a new fence;
+-- on Redlock an acquire round that takes the lease over changes its
+-- attempt field), so a release concurrent with later writes of the token
+-- deletes nothing they wrote (docs/safety.md, "Late writes on redis", rule
+-- V2, and Lemma 1 for Redlock).
 --
 -- Returns
 --   1   released

@@ -7,12 +7,14 @@
 -- ARGV[2]  the notification channel  ARGV[3]  PUBLISH or SPUBLISH
 -- ARGV[4]  the permit's value as the caller read it (sem_read.lua); the
 --          permit is deleted only if it still is that value, which carries
---          its expiry and (Redlock) its attempt field: a release that lands
---          late deletes nothing a later request wrote (see release.lua)
+--          its expiry and (Redlock) its attempt field (see release.lua)
 -- ARGV[5]  "1": a forced release (lockstore.Forcer): KEYS[4] records the
 --          digest until the permit's expiry, never longer, for its holder's
 --          next renewal (sem_extend.lua; docs/safety.md, "Forced
 --          releases"); "0" or absent: nothing more
+--
+-- deadline.lua runs first (rule D of docs/safety.md, see release.lua): a
+-- release that lands after its 503, or on another server, writes nothing.
 --
 -- Returns 1 released; 0 no permit held at all; -1 permits held, none the
 -- caller's; -2 the permit changed since it was read: nothing changed.

@@ -8,6 +8,9 @@
 -- ARGV[2]  the value the grant wrote there
 -- ARGV[3]  the notification channel  ARGV[4]  PUBLISH or SPUBLISH
 --
+-- deadline.lua runs first (rule D of docs/safety.md): a take-back that
+-- lands after its grant's 503, or on another server, writes nothing.
+--
 -- Returns 1 deleted; 0 the slot is not what the grant left: left as it is.
 --
 -- The value carries the grant's fence, which no other grant has, and its

@@ -13,6 +13,9 @@
 -- ARGV[3]  the key's notification channel, "lockgw:{<key>}:released"
 -- ARGV[4]  the fence margin in milliseconds (see acquire.lua)
 --
+-- deadline.lua runs first (rule D of docs/safety.md): a take-back that
+-- lands after its grant's 503, or on another server, writes nothing.
+--
 -- Returns
 --   1  deleted
 --   0  the lock is not what the grant left: left as it is
