@@ -31,6 +31,7 @@ func (s *Store) ExtendBatch(ctx context.Context, exts []lockstore.Extension) []l
 			out[i].Err = err
 			return false
 		}
+		s.known.remember(exts[i].Key, v)
 		ttl := exts[i].TTL
 		if ttl == 0 {
 			ttl = v.Length

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,32 @@ func (r readsFrom) Eval(ctx context.Context, src string, keys []string, args ...
 		return r.old.Eval(ctx, src, keys, args...)
 	}
 	return r.Scripter.Eval(ctx, src, keys, args...)
+}
+
+// switched sends every script to the server it is switched to: a gateway
+// whose connections go to a new master after a failover.
+type switched struct{ to atomic.Pointer[redis.Scripter] }
+
+func (w *switched) switchTo(c redis.Scripter) { w.to.Store(&c) }
+func (w *switched) c() redis.Scripter         { return *w.to.Load() }
+
+func (w *switched) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return w.c().Eval(ctx, src, keys, args...)
+}
+func (w *switched) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return w.c().EvalSha(ctx, sha, keys, args...)
+}
+func (w *switched) EvalRO(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return w.c().EvalRO(ctx, src, keys, args...)
+}
+func (w *switched) EvalShaRO(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return w.c().EvalShaRO(ctx, sha, keys, args...)
+}
+func (w *switched) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return w.c().ScriptExists(ctx, hashes...)
+}
+func (w *switched) ScriptLoad(ctx context.Context, src string) *redis.StringCmd {
+	return w.c().ScriptLoad(ctx, src)
 }
 
 // copyKeys gives to the server of to the keys of from exactly as they
@@ -131,6 +158,43 @@ func TestLateDeleteOnAnotherServer(t *testing.T) {
 		time.Sleep(late + 300*time.Millisecond)
 		_, err = newStore.SemAcquire(ctx, key, lockstore.PermitRequest{Token: lockstore.NewToken(), Limit: 1, TTL: time.Second})
 		require.True(t, errors.Is(err, lockstore.ErrSemaphoreFull), "the late delete removed a permit answered after its 503: %v", err)
+	})
+
+	// Rule V3: the pair a release sends at once is the one its gateway's
+	// grant was answered on the old server; after a failover the delete
+	// goes to the new master, late, where a write answered after the
+	// release's 503 left that same pair.
+	t.Run("a lock, with the pair the grant was answered", func(t *testing.T) {
+		const key = "late-server/remembered"
+		p := redistest.NewProxy(t, newSrv.Addr(), 0)
+		s := New(redis.NewClient(&redis.Options{
+			Addr: p.Addr(), MaxRetries: -1, PoolSize: 1,
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+			ContextTimeoutEnabled: true,
+		}))
+		t.Cleanup(func() { _ = s.Close() })
+		paths := &switched{}
+		paths.switchTo(oldRdb)
+		toNew := s.scripts
+		s.scripts = paths
+		token := lockstore.NewToken()
+		_, err := s.Acquire(ctx, key, lockstore.AcquireRequest{Token: token, TTL: 20 * time.Second})
+		require.NoError(t, err)
+		paths.switchTo(toNew) // the failover: from now on the new master
+		require.NoError(t, script.ReleaseScript.Load(ctx, newRdb).Err())
+		_, err = s.Acquire(ctx, "late-server/sample", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		require.NoError(t, err, "a grant on the new master (its clock sampled once the old one's run id was refused)")
+		before, err := newSrv.CommandCalls(ctx)
+		require.NoError(t, err)
+		giveUp(t, p, func(ctx context.Context) error { return s.Release(ctx, key, token) })
+		copyKeys(t, oldRdb, newRdb, script.LockKey(key))
+
+		time.Sleep(late + 300*time.Millisecond)
+		after, err := newSrv.CommandCalls(ctx)
+		require.NoError(t, err)
+		require.Equal(t, before["evalsha"]+1, after["evalsha"], "the release sent one script, the remembered pair's delete, and no read")
+		_, err = newStore.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		require.ErrorIs(t, err, lockstore.ErrHeld, "the late delete removed a lease answered after its 503")
 	})
 
 	// The run id: a delete whose deadline was made from the old server's

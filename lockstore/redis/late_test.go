@@ -106,6 +106,30 @@ func TestRedisLateWrites(t *testing.T) {
 		require.ErrorIs(t, err, lockstore.ErrHeld, "the late release removed the grant answered after it")
 	})
 
+	t.Run("release with a remembered pair does not remove a later grant", func(t *testing.T) {
+		// Rule V3: the slow gateway granted the lease, so its release
+		// sends the pair it was answered, no read: that one script lands
+		// late, after the holder's release and its new grant (a new
+		// fence) through the fast gateway were answered.
+		slow, fast := newLateGateway(t, srv, late), backendtest.NewRedis(t, srv)
+		token := lockstore.NewToken()
+		l, err := slow.Acquire(ctx, "late/release-known", lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second})
+		require.NoError(t, err)
+		n := scripts(t, srv, func() {
+			slow.giveUp(t, func(ctx context.Context) error { return slow.Release(ctx, l.Key, token) })
+		})
+		require.Zero(t, n, "the late release has not landed yet")
+		require.NoError(t, fast.Release(ctx, l.Key, token))
+		again, err := fast.Acquire(ctx, l.Key, lockstore.AcquireRequest{Token: token, TTL: 10 * time.Second})
+		require.NoError(t, err)
+		assert.False(t, again.Renewed, "a new grant")
+
+		n = scripts(t, srv, func() { time.Sleep(late + 300*time.Millisecond) })
+		require.EqualValues(t, 1, n, "the late release.lua landed, alone: the remembered pair, no read")
+		_, err = fast.Acquire(ctx, l.Key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		require.ErrorIs(t, err, lockstore.ErrHeld, "the late release removed the grant answered after it")
+	})
+
 	t.Run("release does not remove a later renewal", func(t *testing.T) {
 		slow, fast := newLateGateway(t, srv, late), backendtest.NewRedis(t, srv)
 		token := lockstore.NewToken()

@@ -38,7 +38,8 @@ type Store struct {
 	clocks   *script.Clocks // rule D's samples of the servers (script/clock.go)
 	acks     replicaAcks    // LOCKGW_REDIS_WAIT_REPLICAS (replicas.go)
 	notifier *script.Notifier
-	rooms    *rooms // the waiters of this store, by key (wait_room.go)
+	rooms    *rooms     // the waiters of this store, by key (wait_room.go)
+	known    knownPairs // the leases' pairs as this gateway was answered (known.go)
 	// publish is how the scripts tell waiters: PUBLISH, or SPUBLISH on a
 	// Cluster (see notifier).
 	publish string
@@ -144,8 +145,17 @@ func (s *Store) prepare(ctx context.Context, key string, req *lockstore.AcquireR
 
 // acquire runs acquire.lua, again with the right quota set when the lock
 // the caller renews counts against another user than a.quota believed (it
-// keeps the user it learnt for later calls).
+// keeps the user it learnt for later calls). It remembers the lease a grant
+// or a renewal left, for its release (rule V3).
 func (s *Store) acquire(ctx context.Context, key string, a *script.AcquireArgs) (script.AcquireResult, error) {
+	r, err := s.acquireCounted(ctx, key, a)
+	if err == nil && (r.Code == script.AcquireNew || r.Code == script.AcquireRenewed) {
+		s.known.remember(key, r.Value)
+	}
+	return r, err
+}
+
+func (s *Store) acquireCounted(ctx context.Context, key string, a *script.AcquireArgs) (script.AcquireResult, error) {
 	if s.onCluster() {
 		return s.clusterAcquire(ctx, key, a)
 	}
@@ -182,6 +192,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 		if err != nil {
 			return lockstore.Lease{}, err
 		}
+		s.known.remember(key, v)
 		if ttl == 0 {
 			ttl = v.Length
 		}
@@ -190,11 +201,12 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	return lockstore.Lease{}, errRecount
 }
 
-// Release implements Store, in two steps (docs/safety.md, "Late writes on
-// redis", rule V2): it reads the lease, then deletes it only as read, its
-// value and expiry unchanged. The delete carries rule D's deadline: one
-// that lands after the release was answered, or on another server, writes
-// nothing.
+// Release implements Store (docs/safety.md, "Late writes on redis"): it
+// deletes the lease only as this gateway last knew it, its value and
+// expiry unchanged. That pair is the one the grant, renewal or extend
+// through this gateway was answered (rule V3), else one it reads first
+// (rule V2). The delete carries rule D's deadline: one that lands after
+// the release was answered, or on another server, writes nothing.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := lockstore.CheckRelease(key, token); err != nil {
 		return err
@@ -222,9 +234,15 @@ func (s *Store) ForceRelease(ctx context.Context, key string, fence int64) (lock
 // under it, hold that holder to the digest it read, as a Release does the
 // caller's. It returns the value it deleted.
 func (s *Store) release(ctx context.Context, key, digest string, fence int64) (script.LockValue, error) {
-	v, _, err := script.Inspect(ctx, s.scripts, key)
-	if err != nil {
-		return script.LockValue{}, err
+	tries := script.ReleaseReads
+	v, known := s.known.take(key, digest)
+	if known {
+		tries++ // the remembered pair's try comes first (rule V3)
+	} else {
+		var err error
+		if v, _, err = script.Inspect(ctx, s.scripts, key); err != nil {
+			return script.LockValue{}, err
+		}
 	}
 	forced := digest == ""
 	if forced {
@@ -233,7 +251,7 @@ func (s *Store) release(ctx context.Context, key, digest string, fence int64) (s
 		}
 		digest = v.Digest
 	}
-	for range script.ReleaseReads {
+	for range tries {
 		switch v.Digest {
 		case digest:
 		case script.Lingering(digest): // released before its hold-at-least end (rule L)
@@ -256,11 +274,19 @@ func (s *Store) release(ctx context.Context, key, digest string, fence int64) (s
 		if err != nil {
 			return script.LockValue{}, script.RedisErr(err)
 		}
-		if list, ok := reply.([]any); ok && len(list) == 2 && list[0] == int64(1) {
-			if user, ok := list[1].(string); ok && user != "" {
-				s.uncount(script.QuotaKey(user), script.QuotaMember(key, digest))
+		if list, ok := reply.([]any); ok && len(list) == 2 {
+			switch list[0] {
+			case int64(1):
+				if user, ok := list[1].(string); ok && user != "" {
+					s.uncount(script.QuotaKey(user), script.QuotaMember(key, digest))
+				}
+				return v, nil
+			case int64(-3):
+				// The lease counts against another user than v names:
+				// it is not v any more (a new grant to the token since):
+				// read it again.
+				reply = int64(-2)
 			}
-			return v, nil
 		}
 		code, _ := reply.(int64)
 		if err := script.ReleaseCode(code); !errors.Is(err, script.ErrMoved) {

@@ -96,8 +96,8 @@ func init() {
 		"sem_acquire.lua": {Src: script.SemCommonLua + sim.MustReplace(script.SemAcquireLua, "local free = limit - n", "local free = limit + 1 - n")},
 	}}
 	simControls["renew-refence"] = simControl{want: "retry-fence", scripts: map[string]sim.Script{
-		"acquire.lua": {Src: sim.MustReplace(script.AcquireLua, "  redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)\n  return {2, value}",
-			"  return {2, (string.gsub(value, ':(%d+)%+', function(f) return ':' .. string.format('%.0f', tonumber(f) + 1) .. '+' end))}")},
+		"acquire.lua": {Src: sim.MustReplace(script.AcquireLua, "  redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)\n  return {2, value, at}",
+			"  return {2, (string.gsub(value, ':(%d+)%+', function(f) return ':' .. string.format('%.0f', tonumber(f) + 1) .. '+' end)), at}")},
 	}}
 }
 

@@ -199,6 +199,9 @@ func AcquireReply(reply []any, a AcquireArgs) (AcquireResult, error) {
 		return AcquireResult{Code: AcquireHeld, Remaining: pttlDuration(pttl), Head: head}, nil
 	case AcquireNew, AcquireRenewed:
 		v, err := ParseLockValue(reply[1])
+		if len(reply) == 3 { // the expiry the script left (rule V3)
+			v.Expiry, _ = reply[2].(int64)
+		}
 		return AcquireResult{Code: acquireCode(code), Value: v}, err
 	case AcquireElsewhere:
 		if user, ok := Elsewhere(reply, int64(AcquireElsewhere)); ok {
@@ -282,8 +285,12 @@ func ExtendReply(reply []any) (LockValue, error) {
 	switch {
 	case code == -3:
 		return LockValue{}, fmt.Errorf("%w: the lease records no length (granted by an older gateway): name a TTL", lockstore.ErrInvalid)
-	case code == 1 && len(reply) == 2:
-		return ParseLockValue(reply[1])
+	case code == 1 && (len(reply) == 2 || len(reply) == 3):
+		v, err := ParseLockValue(reply[1])
+		if len(reply) == 3 { // the expiry the script left (rule V3)
+			v.Expiry, _ = reply[2].(int64)
+		}
+		return v, err
 	}
 	return LockValue{}, fmt.Errorf("lockstore: extend script replied %v", reply)
 }
@@ -416,8 +423,9 @@ type LockValue struct {
 	// fence field's "+<ms>"; 0 in a value written by an older gateway.
 	Length time.Duration
 	// expiry is when the lease expires, Unix ms by the node's clock, as
-	// nodeInspect read it with the value (0 otherwise): with raw, what a
-	// release deletes (release.lua).
+	// an inspect read it with the value, or as the acquire or extend that
+	// wrote the value left it (0 otherwise): with raw, what a release
+	// deletes (release.lua; docs/safety.md, rules V2 and V3).
 	Expiry int64
 	// confirmed: a Redlock round confirmed the value ("<fence>++<ms>",
 	// confirm.lua).

@@ -68,8 +68,13 @@
 --          already holds it (usually KEYS[5])
 --
 -- Returns
---   {1, value}        acquired: a new grant with a new fence
---   {2, value}        the same digest already held it: TTL reset, fence unchanged
+--   {1, value, expiry}  acquired: a new grant with a new fence; expiry is
+--                     the lease's PEXPIRETIME (Unix ms) as this script left
+--                     it: with value, what a release may delete at once
+--                     (docs/safety.md, rule V3)
+--   {2, value, expiry}  the same digest already held it: TTL reset, fence
+--                     unchanged (a provisional Redlock value left as it
+--                     is: {2, value}, no expiry)
 --   {0, pttl, head}   not granted: held by another digest with pttl ms left,
 --                     or free but promised to an earlier waiter (pttl 0);
 --                     head is 1 when the caller is first in the queue
@@ -199,7 +204,7 @@ if cur and string.sub(cur, 1, 64) == ARGV[1] then
     count(KEYS[6], at, clock_ms())
   end
   redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)
-  return {2, value}
+  return {2, value, at}
 end
 
 local t = redis.call('TIME')
@@ -320,4 +325,4 @@ if waiter ~= '' then
 end
 -- Tell watchers (watch.go) of the new holder; waiters ignore the message.
 redis.call(publish, ARGV[7], '!acquired')
-return {1, value}
+return {1, value, redis.call('PEXPIRETIME', KEYS[1])}

@@ -22,7 +22,8 @@
 --          (redis_cluster_quota.go).
 --
 -- Returns
---   {1, value}  extended; value is the lock's value
+--   {1, value, expiry}  extended; value is the lock's value, expiry its
+--               PEXPIRETIME (Unix ms) as this script left it (rule V3)
 --   {0}         not held (never taken, released, or expired)
 --   {-1}        held by another digest
 --   {-4, code}  code (0 or -1) as above, and a forced release took the
@@ -133,4 +134,4 @@ if ARGV[4] == '1' then
 else
   redis.call('PUBLISH', channel, '!extended')
 end
-return {1, value}
+return {1, value, at}
