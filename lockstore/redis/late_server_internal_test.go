@@ -44,7 +44,9 @@ func (r readsFrom) Eval(ctx context.Context, src string, keys []string, args ...
 
 // switched sends every script to the server it is switched to: a gateway
 // whose connections go to a new master after a failover.
-type switched struct{ to atomic.Pointer[redis.Scripter] }
+type switched struct {
+	to atomic.Pointer[redis.Scripter]
+}
 
 func (w *switched) switchTo(c redis.Scripter) { w.to.Store(&c) }
 func (w *switched) c() redis.Scripter         { return *w.to.Load() }
