@@ -86,6 +86,19 @@ func copyKeys(t *testing.T, from, to *redis.Client, keys ...string) {
 	}
 }
 
+// proxiedStore is a store whose one connection goes to srv through a
+// proxy that can turn slow (a call gives up; its bytes land later).
+func proxiedStore(t *testing.T, srv *redistest.Server) (*Store, *redistest.Proxy) {
+	p := redistest.NewProxy(t, srv.Addr(), 0)
+	s := New(redis.NewClient(&redis.Options{
+		Addr: p.Addr(), MaxRetries: -1, PoolSize: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		ContextTimeoutEnabled: true,
+	}))
+	t.Cleanup(func() { _ = s.Close() })
+	return s, p
+}
+
 // TestLateDeleteOnAnotherServer stages docs/safety.md, "Why the pair alone
 // was not enough": a release read (value, expiry) on one server, its
 // delete went to another server and landed late there, after that server
@@ -105,13 +118,7 @@ func TestLateDeleteOnAnotherServer(t *testing.T) {
 	// slow is a gateway whose path to the new server turns slow, and whose
 	// reads go to the old one.
 	slowGateway := func(t *testing.T) (*Store, *redistest.Proxy) {
-		p := redistest.NewProxy(t, newSrv.Addr(), 0)
-		s := New(redis.NewClient(&redis.Options{
-			Addr: p.Addr(), MaxRetries: -1, PoolSize: 1,
-			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-			ContextTimeoutEnabled: true,
-		}))
-		t.Cleanup(func() { _ = s.Close() })
+		s, p := proxiedStore(t, newSrv)
 		s.scripts = readsFrom{old: oldRdb, Scripter: s.scripts}
 		// Sample the new server's clock while the path is fast, as a
 		// gateway that has been serving has (rule D), open the connection
@@ -168,13 +175,7 @@ func TestLateDeleteOnAnotherServer(t *testing.T) {
 	// release's 503 left that same pair.
 	t.Run("a lock, with the pair the grant was answered", func(t *testing.T) {
 		const key = "late-server/remembered"
-		p := redistest.NewProxy(t, newSrv.Addr(), 0)
-		s := New(redis.NewClient(&redis.Options{
-			Addr: p.Addr(), MaxRetries: -1, PoolSize: 1,
-			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-			ContextTimeoutEnabled: true,
-		}))
-		t.Cleanup(func() { _ = s.Close() })
+		s, p := proxiedStore(t, newSrv)
 		paths := &switched{}
 		paths.switchTo(oldRdb)
 		toNew := s.scripts
