@@ -144,7 +144,11 @@ func (o safeOptions) set(timeout time.Duration) {
 	*o.contextTimeout = true
 	// No command retries: a retried release whose first attempt succeeded
 	// would report "not held"; the caller retries, with its token. One
-	// dial per call: five would outlast the caller's deadline.
+	// dial per call: five would outlast the caller's deadline. (A Cluster
+	// client still sends a command again after an EOF or a reset, in the
+	// loop that follows MOVED and ASK, which MaxRetries does not govern:
+	// script.CopyHook tells rule D, and a release resent after it ran
+	// answers "not held" there.)
 	*o.retries = -1
 	*o.dialRetries = 1
 	if o.maint != nil {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgateway/lockgateway/lockstore"
@@ -243,7 +244,7 @@ func (g Clocked) EvalSha(ctx context.Context, sha string, keys []string, args ..
 	if !deadlined[sha] {
 		return g.Scripter.EvalSha(ctx, sha, keys, args...)
 	}
-	return g.run(ctx, keys, func(arg string) *redis.Cmd {
+	return g.run(ctx, keys, func(ctx context.Context, arg string) *redis.Cmd {
 		return g.Scripter.EvalSha(ctx, sha, keys, append(slices.Clip(args), arg)...)
 	})
 }
@@ -253,16 +254,17 @@ func (g Clocked) Eval(ctx context.Context, src string, keys []string, args ...an
 	if !deadlined[Sha1Hex(src)] {
 		return g.Scripter.Eval(ctx, src, keys, args...)
 	}
-	return g.run(ctx, keys, func(arg string) *redis.Cmd {
+	return g.run(ctx, keys, func(ctx context.Context, arg string) *redis.Cmd {
 		return g.Scripter.Eval(ctx, src, keys, append(slices.Clip(args), arg)...)
 	})
 }
 
 // run makes a grant's or a delete's call with its deadline: once more,
 // after a new sample, when it reached another server than the one sampled
-// (it wrote nothing there); and when it failed in a way that may still
-// land, it returns only once the deadline has passed.
-func (g Clocked) run(ctx context.Context, keys []string, call func(arg string) *redis.Cmd) *redis.Cmd {
+// (it wrote nothing there); and when it, or any copy of it the client sent
+// (CopyHook), failed in a way that may still land, it returns only once
+// the deadline has passed.
+func (g Clocked) run(ctx context.Context, keys []string, call func(ctx context.Context, arg string) *redis.Cmd) *redis.Cmd {
 	key := keys[0]
 	for try := 0; ; try++ {
 		arg, giveUp, err := g.Clocks.Deadline(ctx, g.Scripter, key)
@@ -271,13 +273,66 @@ func (g Clocked) run(ctx context.Context, keys []string, call func(arg string) *
 			cmd.SetErr(err)
 			return cmd
 		}
-		cmd := call(arg)
+		copies := &copiesLanding{}
+		cmd := call(context.WithValue(ctx, copiesKey{}, copies), arg)
+		if copies.may.Load() {
+			// A copy the client sent before the one that answered broke
+			// on its way and may still run: answer only once its deadline
+			// has passed, whatever the last copy said.
+			if g.Clocks.Now().Before(giveUp) {
+				g.Clocks.SleepUntil(giveUp)
+			}
+			return cmd
+		}
 		if try == 0 && IsReply(cmd.Err(), ClockReply) {
 			g.Clocks.Forget(key)
 			continue
 		}
 		g.Clocks.Settle(cmd.Err(), giveUp)
 		return cmd
+	}
+}
+
+// copiesLanding is set, through a call's context, when a copy of the call
+// failed in a way that may still land (mayLand). go-redis's ClusterClient
+// sends a command again after an EOF or a reset (its redirect loop, which
+// MaxRetries does not turn off), and its caller sees the last copy's
+// outcome only; an earlier copy can still reach Redis (a proxy that had
+// read it), before its deadline, after the last copy was answered.
+type copiesLanding struct{ may atomic.Bool }
+
+type copiesKey struct{}
+
+// CopyHook, on each node client of a ClusterClient (OnNewNode), marks the
+// call of a copy that failed in a way that may still land.
+type CopyHook struct{}
+
+func (CopyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (CopyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		markCopy(ctx, err)
+		return err
+	}
+}
+
+// ProcessPipelineHook: the Cluster client sends a copy after -ASK as a
+// pipeline of ASKING and the command.
+func (CopyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		markCopy(ctx, err)
+		for _, cmd := range cmds {
+			markCopy(ctx, cmd.Err())
+		}
+		return err
+	}
+}
+
+func markCopy(ctx context.Context, err error) {
+	if c, ok := ctx.Value(copiesKey{}).(*copiesLanding); ok && err != nil && mayLand(err) {
+		c.may.Store(true)
 	}
 }
 
