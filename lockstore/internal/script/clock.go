@@ -142,11 +142,11 @@ func (c *Clocks) sample(ctx context.Context, sc redis.Scripter, key string, now 
 	}
 	srv.sampling = true
 	srv.mu.Unlock()
-	defer func() {
+	defer func(srv *serverClock) { // the one marked, even when srv is shared below
 		srv.mu.Lock()
 		srv.sampling = false
 		srv.mu.Unlock()
-	}()
+	}(srv)
 	reply, err := ClockScript.Run(ctx, sc, []string{key}).Slice()
 	if err != nil {
 		return ClockSample{}, RedisErr(err)
