@@ -118,11 +118,15 @@ func (s *Store) moveCount(ctx context.Context, set, member string, ttl time.Dura
 
 // uncount takes a lock out of its user's set, with a context of its own:
 // the request's may be what ended. If it fails, the member stops counting
-// when the lease it counted would have ended.
+// when the lease it counted would have ended. It carries rule D's deadline
+// (uncount.lua): a later grant to the same token counts the same member,
+// and a removal landing after this request's answer would take that count
+// away (found by review: a plain ZREM, sent again by the Cluster client or
+// late, let a user hold one lock over its cap).
 func (s *Store) uncount(set, member string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = s.client.ZRem(ctx, set, member).Err()
+	_ = script.Uncount(ctx, s.clocked(s.client), set, member)
 }
 
 // reloadOnFailure has a Cluster client reload its slot map (in the

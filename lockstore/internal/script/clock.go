@@ -275,10 +275,14 @@ func (g Clocked) run(ctx context.Context, keys []string, call func(ctx context.C
 		}
 		copies := &copiesLanding{}
 		cmd := call(context.WithValue(ctx, copiesKey{}, copies), arg)
-		if copies.may.Load() {
+		unseen := g.Clocks.cluster && !copies.seen.Load() && (cmd.Err() == nil || !mayLand(cmd.Err()))
+		if copies.may.Load() || unseen {
 			// A copy the client sent before the one that answered broke
 			// on its way and may still run: answer only once its deadline
-			// has passed, whatever the last copy said.
+			// has passed, whatever the last copy said. So too when a
+			// Cluster node answered without CopyHook seeing it (a client
+			// that ran commands before the store was made): its copies
+			// cannot be known.
 			if g.Clocks.Now().Before(giveUp) {
 				g.Clocks.SleepUntil(giveUp)
 			}
@@ -299,7 +303,7 @@ func (g Clocked) run(ctx context.Context, keys []string, call func(ctx context.C
 // MaxRetries does not turn off), and its caller sees the last copy's
 // outcome only; an earlier copy can still reach Redis (a proxy that had
 // read it), before its deadline, after the last copy was answered.
-type copiesLanding struct{ may atomic.Bool }
+type copiesLanding struct{ may, seen atomic.Bool }
 
 type copiesKey struct{}
 
@@ -331,8 +335,11 @@ func (CopyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 }
 
 func markCopy(ctx context.Context, err error) {
-	if c, ok := ctx.Value(copiesKey{}).(*copiesLanding); ok && err != nil && mayLand(err) {
-		c.may.Store(true)
+	if c, ok := ctx.Value(copiesKey{}).(*copiesLanding); ok {
+		c.seen.Store(true)
+		if err != nil && mayLand(err) {
+			c.may.Store(true)
+		}
 	}
 }
 

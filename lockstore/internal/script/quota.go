@@ -39,6 +39,10 @@ var (
 	//go:embed lua/quota.lua
 	quotaLua    string
 	QuotaScript = redis.NewScript(quotaLua)
+
+	//go:embed lua/uncount.lua
+	uncountLua    string
+	UncountScript = redis.NewScript(DeadlineLua + uncountLua) // rule D: clock.go
 )
 
 // quotaMember names a lock in its user's set on a Cluster: the token's
@@ -51,6 +55,12 @@ func QuotaMember(key, digest string) string { return LockKey(key) + "#" + digest
 func QuotaReserve(ctx context.Context, c redis.Scripter, set, member string, ttl time.Duration, max int) ([]any, error) {
 	reply, err := QuotaScript.Run(ctx, c, []string{set}, "reserve", member, ttl.Milliseconds(), max).Slice()
 	return reply, RedisErr(err)
+}
+
+// Uncount takes member out of set (uncount.lua), before c's call is
+// answered or not at all (rule D).
+func Uncount(ctx context.Context, c Clocked, set, member string) error {
+	return RedisErr(UncountScript.Run(ctx, c, []string{set}, member).Err())
 }
 
 // QuotaMove sets when member stops counting in set: ttl from now (quota.lua

@@ -24,6 +24,7 @@ var Sources = map[string]string{
 	"sem_confirm.lua":  DeadlineLua + SemCommonLua + SemConfirmLua,
 	"sem_discard.lua":  SemCommonLua + SemDiscardLua,
 	"sem_unwait.lua":   DeadlineLua + SemCommonLua + semUnwaitLua,
+	"uncount.lua":      DeadlineLua + uncountLua,
 }
 
 // Deadlined says whether the script of that file name carries rule D's

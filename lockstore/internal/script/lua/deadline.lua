@@ -1,9 +1,9 @@
 -- deadline.lua: the first lines of the scripts that grant or delete
 -- (acquire.lua, sem_acquire.lua, confirm.lua, sem_confirm.lua, release.lua,
--- sem_release.lua, unwait.lua, sem_unwait.lua: script.Sources), rule D of
--- docs/safety.md ("Late grants and late deletes"): a call that runs after
--- the gateway may have answered 503 for it, or on another server than the
--- one it was meant for, writes nothing.
+-- sem_release.lua, unwait.lua, sem_unwait.lua, uncount.lua: script.Sources),
+-- rule D of docs/safety.md ("Late grants and late deletes"): a call that
+-- runs after the gateway may have answered 503 for it, or on another server
+-- than the one it was meant for, writes nothing.
 -- The caller appends, after the script's own arguments:
 --
 -- ARGV[#ARGV]  "<run id>:<µs>": the run id of the server whose clock the

@@ -1,0 +1,14 @@
+-- uncount.lua: Redis Cluster only: take a lock out of its user's quota set
+-- (quota.lua's set, kept apart from the locks): a refused acquire giving
+-- its place back, a release or a stale count dropping the lock's.
+--
+-- KEYS[1]  the user's quota set, "lockgw:{quota:<user>}:locks"
+-- ARGV[1]  the member, "<lock key>#<token digest>"
+--
+-- deadline.lua runs first (rule D of docs/safety.md): a removal that lands
+-- after its request was answered, or on another server, writes nothing. A
+-- later grant to the same token counts the same member again, and a late
+-- removal would take that count away: the user one lock over its cap.
+--
+-- Returns 1 removed, 0 not counted.
+return redis.call('ZREM', KEYS[1], ARGV[1])
