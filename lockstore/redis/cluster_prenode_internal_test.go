@@ -24,12 +24,7 @@ func TestClusterClientUsedBeforeNewFailsSafe(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	d := &trapDialer{}
 	timeout := time.Second
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: c.Addrs(), Dialer: d.dial,
-		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
-		ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
-		MaintNotificationsConfig: noMaintNotifications(),
-	})
+	cc := trappedClusterClient(c, d, timeout)
 	ctx := context.Background()
 	// Something runs on the client before New: every node is created now.
 	require.NoError(t, cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() }))

@@ -153,15 +153,20 @@ func (d *trapDialer) dial(ctx context.Context, network, addr string) (net.Conn, 
 // (timeouts, MaxRetries -1, MaxRedirects left at go-redis's default),
 // whose connections pass through d.
 func trappedClusterStore(t *testing.T, c *redistest.Cluster, d *trapDialer, timeout time.Duration) *Store {
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
+	s := New(trappedClusterClient(c, d, timeout))
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// trappedClusterClient is the Cluster client Open makes, its connections
+// through d.
+func trappedClusterClient(c *redistest.Cluster, d *trapDialer, timeout time.Duration) *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: c.Addrs(), Dialer: d.dial,
 		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
 		ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 		MaintNotificationsConfig: noMaintNotifications(),
 	})
-	s := New(cc)
-	t.Cleanup(func() { _ = s.Close() })
-	return s
 }
 
 // ownerOf is the master that serves key.
