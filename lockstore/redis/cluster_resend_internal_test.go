@@ -61,6 +61,11 @@ func (d *trapDialer) spring(chunk []byte) *trap {
 	for _, t := range d.traps {
 		if bytes.Contains(chunk, t.match) && t.count.Load() > 0 {
 			t.count.Add(-1)
+			if t.deliver >= 0 {
+				// Before hits: a test that saw the hit waits for the
+				// delivery (late.Wait), never before its Add.
+				d.late.Add(1)
+			}
 			t.hits.Add(1)
 			return t
 		}
@@ -130,7 +135,6 @@ func (d *trapDialer) dial(ctx context.Context, network, addr string) (net.Conn, 
 					_ = sc.Close()
 					return
 				}
-				d.late.Add(1)
 				go func() {
 					defer d.late.Done()
 					time.Sleep(t.deliver)
