@@ -273,16 +273,18 @@ func (g Clocked) run(ctx context.Context, keys []string, call func(ctx context.C
 			cmd.SetErr(err)
 			return cmd
 		}
-		copies := &copiesLanding{}
-		cmd := call(context.WithValue(ctx, copiesKey{}, copies), arg)
-		unseen := g.Clocks.cluster && !copies.seen.Load() && (cmd.Err() == nil || !mayLand(cmd.Err()))
-		if copies.may.Load() || unseen {
+		// Only a Cluster client sends copies (CopyHook); other clients
+		// send a call once, and pay nothing for this.
+		callCtx, copies := ctx, (*copiesLanding)(nil)
+		if g.Clocks.cluster {
+			copies = &copiesLanding{}
+			callCtx = context.WithValue(ctx, copiesKey{}, copies)
+		}
+		cmd := call(callCtx, arg)
+		if copies != nil && copies.unsettled(cmd.Err()) {
 			// A copy the client sent before the one that answered broke
 			// on its way and may still run: answer only once its deadline
-			// has passed, whatever the last copy said. So too when a
-			// Cluster node answered without CopyHook seeing it (a client
-			// that ran commands before the store was made): its copies
-			// cannot be known.
+			// has passed, whatever the last copy said.
 			if g.Clocks.Now().Before(giveUp) {
 				g.Clocks.SleepUntil(giveUp)
 			}
@@ -306,6 +308,14 @@ func (g Clocked) run(ctx context.Context, keys []string, call func(ctx context.C
 type copiesLanding struct{ may, seen atomic.Bool }
 
 type copiesKey struct{}
+
+// unsettled says whether the call, which ended with err, may still have a
+// copy to land: one broke on its way, or a node answered without CopyHook
+// seeing it (a client that ran commands before the store was made, whose
+// node clients lack the hook), so its copies cannot be known.
+func (c *copiesLanding) unsettled(err error) bool {
+	return c.may.Load() || !c.seen.Load() && (err == nil || !mayLand(err))
+}
 
 // CopyHook, on each node client of a ClusterClient (OnNewNode), marks the
 // call of a copy that failed in a way that may still land.
