@@ -256,6 +256,7 @@ func (s *Store) release(ctx context.Context, key, digest string, fence int64) (s
 		}
 		digest = v.Digest
 	}
+	handed := false // the first script only goes with a waiter's try (handoff.go)
 	for range tries {
 		switch v.Digest {
 		case digest:
@@ -275,7 +276,16 @@ func (s *Store) release(ctx context.Context, key, digest string, fence int64) (s
 		if !s.onCluster() {
 			keys = script.QuotaKeys(keys, v.User)
 		}
-		reply, err := script.ReleaseScript.Run(ctx, s.clocked(s.scripts), keys, args...).Result()
+		callCtx := ctx
+		if !handed {
+			handed = true
+			if p := s.handoff(key); p != nil {
+				// The first waiter's try goes right behind this release.
+				callCtx = script.WithPair(ctx, p, true)
+				defer p.Cancel()
+			}
+		}
+		reply, err := script.ReleaseScript.Run(callCtx, s.clocked(s.scripts), keys, args...).Result()
 		if err != nil {
 			return script.LockValue{}, script.RedisErr(err)
 		}

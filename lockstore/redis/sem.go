@@ -95,7 +95,7 @@ func (s *Store) semWait(ctx context.Context, key string, a script.SemArgs, req l
 		attempt := time.Now()
 		rm.trying(w)
 		r, rerr := s.semAcquire(ctx, key, a)
-		rm.tried(w, rerr == nil && r.Code == script.SemRefused)
+		rm.tried(w, rerr == nil && r.Code == script.SemRefused, false)
 		if rerr != nil {
 			p, err = lockstore.Permit{}, rerr
 			return wait.Try{Answer: noAnswer(rerr)}

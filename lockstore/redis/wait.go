@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/aside"
@@ -62,6 +63,10 @@ type waiting struct {
 	// queued is first's try, when it queued the caller already: wait.For's
 	// first try, not sent again.
 	queued *wait.Try
+	// told is the length, ms, of the lease granted when the caller became
+	// the first waiter, as the grant's message said (0: none since the
+	// last try; script.Turn).
+	told atomic.Int64
 }
 
 // first tries once, and when the key is held, listens and joins the
@@ -116,7 +121,7 @@ func (q *waiting) first() (done bool) {
 func (q *waiting) line() error {
 	q.a.Ticket = script.WaitTicket{Id: q.s.rooms.ticket(), Heartbeat: waitHeartbeat}
 	wake := make(chan struct{}, 1)
-	if err := q.s.notifier.Listen(q.ctx, script.Channel(q.key), q.a.Ticket.Id, wake); err != nil {
+	if err := q.s.notifier.ListenTold(q.ctx, script.Channel(q.key), q.a.Ticket.Id, wake, &q.told, q.a.Digest); err != nil {
 		return err
 	}
 	q.wake = wake
@@ -129,15 +134,28 @@ func (q *waiting) tryAside() wait.Try {
 		q.queued = nil
 		return *t
 	}
+	if ms := q.told.Swap(0); ms > 0 && q.r.toldFirst(q.w) {
+		// Woken as the first waiter by the grant that made it so, which
+		// said how long that lease is: nothing to learn from a try. Sleep
+		// until it runs out (its holder may die), a release says the key
+		// is free, or a release of this gateway sends its try along.
+		left := time.Duration(ms) * time.Millisecond
+		q.err = &lockstore.HeldError{Remaining: left}
+		return wait.Queued(true, left)
+	}
 	return aside.Run(q.try)
 }
 
 // try runs acquire.lua with the caller's ticket.
 func (q *waiting) try() wait.Try {
 	attempt := time.Now()
-	q.r.trying(q.w)
-	res, err := q.s.acquire(q.ctx, q.key, &q.a)
-	q.r.tried(q.w, err == nil && res.Code == script.AcquireHeld)
+	ctx := q.ctx
+	if p := q.r.trying(q.w); p != nil { // sent behind a release of this gateway (handoff.go)
+		ctx = script.WithPair(ctx, p, false)
+		defer p.Cancel()
+	}
+	res, err := q.s.acquire(ctx, q.key, &q.a)
+	q.r.tried(q.w, err == nil && res.Code == script.AcquireHeld, res.Head)
 	q.lease, q.err = lockstore.Lease{}, err
 	switch {
 	case err != nil:

@@ -74,3 +74,95 @@ func scripts(t *testing.T, srv *redistest.Server, op func()) int64 {
 	require.NoError(t, err)
 	return after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
 }
+
+// The grant that makes a waiter the first tells it how long the new lease
+// is: it sleeps until then without a try of its own to learn it, and takes
+// the key when that lease runs out unreleased.
+func TestFirstWaiterToldTheLeaseLength(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	s := backendtest.NewRedis(t, srv)
+	const key = "line/told"
+	queue := "lockgw:{" + key + "}:queue"
+	warmUp(t, s)
+
+	holder := lockstore.NewToken()
+	_, err := s.Acquire(ctx, key, lockstore.AcquireRequest{Token: holder, TTL: time.Minute})
+	require.NoError(t, err)
+	type result struct {
+		token string
+		err   error
+	}
+	granted := make(chan result, 2)
+	wait := func(token string, ttl time.Duration) {
+		_, err := s.Acquire(ctx, key, lockstore.AcquireRequest{Token: token, TTL: ttl, Wait: 20 * time.Second})
+		granted <- result{token, err}
+	}
+	first, second := lockstore.NewToken(), lockstore.NewToken()
+	go wait(first, 400*time.Millisecond)
+	require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, queue).Val() == 1 }, 5*time.Second, time.Millisecond)
+	go wait(second, time.Minute)
+	require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, queue).Val() == 2 }, 5*time.Second, time.Millisecond)
+
+	n := scripts(t, srv, func() {
+		require.NoError(t, s.Release(ctx, key, holder))
+		r := <-granted
+		require.NoError(t, r.err)
+		require.Equal(t, first, r.token)
+		time.Sleep(50 * time.Millisecond) // room for a try the second waiter must not make
+	})
+	assert.EqualValues(t, 2, n, "the release and the first waiter's grant; the second waiter, told it is first and for how long, tries nothing")
+
+	// The first waiter's lease (400 ms) runs out unreleased: the second
+	// takes the key then.
+	r := <-granted
+	require.NoError(t, r.err)
+	assert.Equal(t, second, r.token)
+}
+
+// A waiting PUT retried while it waits (a client that timed out and sent
+// it again, same token) leaves a twin in the queue behind it. When the
+// first is granted, the twin is told it is first, of a lease of its own
+// token: it tries at once and is answered the renewal, instead of sleeping
+// until that lease (a minute) runs out.
+func TestTwinToldOfItsOwnLeaseTries(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	s := backendtest.NewRedis(t, srv)
+	const key = "line/twin"
+	queue := "lockgw:{" + key + "}:queue"
+	warmUp(t, s)
+
+	holder := lockstore.NewToken()
+	_, err := s.Acquire(ctx, key, lockstore.AcquireRequest{Token: holder, TTL: time.Minute})
+	require.NoError(t, err)
+	token := lockstore.NewToken()
+	req := lockstore.AcquireRequest{Token: token, TTL: time.Minute, Wait: 5 * time.Second}
+	granted := make(chan error, 2)
+	wait := func() {
+		_, err := s.Acquire(ctx, key, req)
+		granted <- err
+	}
+	go wait()
+	require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, queue).Val() == 1 }, 5*time.Second, time.Millisecond)
+	go wait()
+	require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, queue).Val() == 2 }, 5*time.Second, time.Millisecond)
+
+	require.NoError(t, s.Release(ctx, key, holder))
+	start := time.Now()
+	require.NoError(t, <-granted, "the first of the twins")
+	require.NoError(t, <-granted, "the second twin: its own token's lease, renewed")
+	assert.Less(t, time.Since(start), 4*time.Second, "the second twin did not sleep out its wait")
+}
+
+// warmUp loads the lock scripts on the store's Redis (a first EVALSHA is
+// answered NOSCRIPT and sent again as EVAL), so that counts of scripts and
+// writes are the calls'.
+func warmUp(t *testing.T, s lockstore.Store) {
+	t.Helper()
+	ctx := context.Background()
+	warm := lockstore.NewToken()
+	_, err := s.Acquire(ctx, "line/warm", lockstore.AcquireRequest{Token: warm, TTL: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, "line/warm", warm))
+}

@@ -48,6 +48,11 @@ type roomWaiter struct {
 	// counting the runs done.
 	busy, queued bool
 	tries        int
+	// head: its last try found it first in the queue. pair: a release
+	// of this gateway sends its next try along (handoff.go), set until
+	// that try takes it.
+	head bool
+	pair *script.Pair
 }
 
 // rooms is a Redis store's rooms, by key.
@@ -119,6 +124,10 @@ func (s *Store) part(r *room, w *roomWaiter) {
 		r.order.Remove(e)
 		delete(r.byID, w.ticket)
 	}
+	if w.pair != nil { // a release waits for a try that will not come
+		w.pair.Cancel()
+		w.pair = nil
+	}
 	empty := r.order.Len() == 0
 	r.mu.Unlock()
 	if empty && rs.byKey[r.id()] == r {
@@ -126,17 +135,34 @@ func (s *Store) part(r *room, w *roomWaiter) {
 	}
 }
 
-// trying notes that w runs acquire.lua, and tried that it did, leaving
-// its ticket queued or not.
-func (r *room) trying(w *roomWaiter) {
+// trying notes that w runs acquire.lua, and returns the pair of a
+// release its try goes with (nil: none); tried notes that it did, leaving
+// its ticket queued or not, first in the queue or not.
+func (r *room) trying(w *roomWaiter) *script.Pair {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	w.busy = true
-	r.mu.Unlock()
+	p := w.pair
+	w.pair = nil
+	return p
 }
 
-func (r *room) tried(w *roomWaiter, queued bool) {
+// toldFirst notes that w was told it is first in the queue, as its try
+// would have found; false: a release of this gateway sends its try along
+// already (handoff.go), so it must try now.
+func (r *room) toldFirst(w *roomWaiter) bool {
 	r.mu.Lock()
-	w.busy, w.queued = false, queued
+	defer r.mu.Unlock()
+	if w.pair != nil {
+		return false
+	}
+	w.head = w.queued
+	return true
+}
+
+func (r *room) tried(w *roomWaiter, queued, head bool) {
+	r.mu.Lock()
+	w.busy, w.queued, w.head = false, queued, queued && head
 	w.tries++
 	r.mu.Unlock()
 }

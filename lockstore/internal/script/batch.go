@@ -123,6 +123,11 @@ func evalArgs(name, payload string, keys []string, args []any) []any {
 // ctx's error once ctx ends first (the command may still run later, like any
 // call that timed out).
 func (b *Batch) do(ctx context.Context, args []any) *redis.Cmd {
+	if side, ok := pairOf(ctx, args); ok {
+		if cmd := b.paired(ctx, side, args); cmd != nil {
+			return cmd
+		}
+	}
 	cmd := redis.NewCmd(ctx, args...)
 	b.Mu.Lock()
 	if b.Senders < b.MaxSenders {

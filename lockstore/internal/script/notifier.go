@@ -2,8 +2,10 @@ package script
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgateway/lockgateway/lockstore"
@@ -41,9 +43,40 @@ type Notifier struct {
 	// conns: slot → its pub/sub connection and how many channels it holds;
 	// the one connection of an unsharded notifier sits at slot -1.
 	conns map[int]*subConn
-	// waiters: channel → waiter id → its wake-up (buffered, never blocks).
-	waiters map[string]map[string]chan struct{}
+	// waiters: channel → waiter id → how to wake it.
+	waiters map[string]map[string]listener
 	closed  bool
+}
+
+// listener is one waiter's wake-up (buffered, never blocks) and, for a
+// waiter that takes them (ListenTold), where a message's "you are first,
+// the lease is ms long" goes.
+type listener struct {
+	wake   chan struct{}
+	told   *atomic.Int64
+	digest string // the waiter's own token's: a lease of it is no wait
+}
+
+// A message on a key's channel names the waiter it is for: "<id>" (the
+// key may be free for it: try), or "<id>><ms>><digest>" from the grant
+// that made it the first waiter (the new lease, of the token of digest, is
+// ms long). A waiter that listens with told gets ms stored there, so that
+// it sleeps until that lease runs out (or it is told again) without a
+// try to learn it; 0, which asks for a try, for a plain "<id>" and for a
+// lease of its own token (a twin request's, which it renews at once). One
+// without told just wakes and tries. "*" is for every waiter (a release
+// with nobody queued, for Redlock's).
+func Turn(payload string) (id string, ms int64, holder string) {
+	id, rest, found := strings.Cut(payload, ">")
+	if !found {
+		return payload, 0, ""
+	}
+	length, holder, _ := strings.Cut(rest, ">")
+	ms, err := strconv.ParseInt(length, 10, 64)
+	if err != nil || ms <= 0 {
+		return id, 0, ""
+	}
+	return id, ms, holder
 }
 
 type subConn struct {
@@ -67,7 +100,7 @@ func NewNotifier(client redis.UniversalClient) *Notifier {
 		client:  client,
 		Sharded: sharded,
 		conns:   make(map[int]*subConn),
-		waiters: make(map[string]map[string]chan struct{}),
+		waiters: make(map[string]map[string]listener),
 	}
 }
 
@@ -82,6 +115,12 @@ func (n *Notifier) slot(ch string) int {
 // listen makes wake (buffered) receive when a message on ch names id, or
 // is "*": a release with nobody queued, for waiters without a queue.
 func (n *Notifier) Listen(ctx context.Context, ch, id string, wake chan struct{}) error {
+	return n.ListenTold(ctx, ch, id, wake, nil, "")
+}
+
+// ListenTold is Listen for a waiter that takes a grant's "you are first,
+// the lease is ms long" in told (Turn); digest is its token's.
+func (n *Notifier) ListenTold(ctx context.Context, ch, id string, wake chan struct{}, told *atomic.Int64, digest string) error {
 	n.subMu.Lock()
 	n.mu.Lock()
 	if n.closed {
@@ -91,10 +130,10 @@ func (n *Notifier) Listen(ctx context.Context, ch, id string, wake chan struct{}
 	}
 	ws, subscribed := n.waiters[ch]
 	if !subscribed {
-		ws = make(map[string]chan struct{})
+		ws = make(map[string]listener)
 		n.waiters[ch] = ws
 	}
-	ws[id] = wake
+	ws[id] = listener{wake: wake, told: told, digest: digest}
 	n.mu.Unlock()
 	if subscribed {
 		n.subMu.Unlock()
@@ -229,11 +268,18 @@ func (n *Notifier) dispatch(c *subConn) {
 		switch msg := msg.(type) {
 		case *redis.Message:
 			n.mu.Lock()
-			for id, wake := range n.waiters[msg.Channel] {
+			named, ms, holder := Turn(msg.Payload)
+			for id, l := range n.waiters[msg.Channel] {
 				// A watcher (watch.go) hears every message.
-				if msg.Payload == "*" || msg.Payload == id || strings.HasPrefix(id, lockstore.WatchPrefix) {
+				if msg.Payload == "*" || named == id || strings.HasPrefix(id, lockstore.WatchPrefix) {
+					if l.told != nil && named == id {
+						if holder == l.digest {
+							ms = 0
+						}
+						l.told.Store(ms) // before the wake-up, which reads it
+					}
 					select {
-					case wake <- struct{}{}:
+					case l.wake <- struct{}{}:
 					default: // already woken
 					}
 				}

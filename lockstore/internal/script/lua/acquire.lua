@@ -316,11 +316,13 @@ if cap > 0 and not apart then
 end
 if waiter ~= '' then
   dequeue(waiter)
-  -- Tell the next waiter it is first now, so it learns when this lease
-  -- runs out and can take over if this holder dies.
+  -- Tell the next waiter it is first now, how long this lease is and
+  -- whose it is ("<id>><ms>><digest>"), so that it can take over if this
+  -- holder dies without a try of its own to learn when (script/notifier.go,
+  -- Turn); a waiter of the holder's own token tries at once (a renewal).
   local next = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if next then
-    redis.call(publish, ARGV[7], next)
+    redis.call(publish, ARGV[7], next .. '>' .. px .. '>' .. ARGV[1])
   end
 end
 -- Tell watchers (watch.go) of the new holder; waiters ignore the message.
