@@ -7,13 +7,15 @@ import "github.com/lockgateway/lockgateway/lockstore/internal/script"
 // waiters for key was last told it is first in the key's queue, and rests
 // (no try of its own on the wire), it is woken now, and its try rides in
 // the release's pipeline, right behind it (script.Pair), instead of
-// waiting for the release's message. nil: no such waiter, or a store that
-// does not batch (a Cluster), where the message wakes it as before.
+// waiting for the release's message. nil: no such waiter, or a store whose
+// tries do not go through its batch (a Cluster; with replicas to wait for,
+// a grant and its WAIT share a connection of their own), where the message
+// wakes it as before.
 //
 // The release's calls go with script.WithPair(ctx, p, true), and it
 // Cancels p when done, so that a try still to come does not wait for it.
 func (s *Store) handoff(key string) *script.Pair {
-	if s.batch == nil {
+	if s.batch == nil || s.acks.replicas > 0 {
 		return nil
 	}
 	s.rooms.mu.Lock()

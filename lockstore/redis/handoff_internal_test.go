@@ -34,6 +34,13 @@ func TestReleaseCarriesTheFirstWaitersTry(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return s.handoffReady(key) }, 5*time.Second, time.Millisecond, "the waiter was told it is first")
 
+	// With replicas to wait for, the waiter's try goes on a connection of
+	// its own with its WAIT, not through the batch: a release must not wait
+	// for it there.
+	s.acks.replicas = 1
+	assert.Nil(t, s.handoff(key), "no pair with replicas to wait for")
+	s.acks.replicas = 0
+
 	writes, calls := s.batch.Writes.Load(), s.batch.Calls.Load()
 	require.NoError(t, s.Release(ctx, key, holder))
 	require.NoError(t, <-granted)
