@@ -271,8 +271,11 @@ if apart and cap < 0 then
 end
 local now_s = string.format('%.0f', now_ms)
 -- At the cap, a lock the set still counts (a lease deleted without its set
--- by an older gateway) is not a second lock.
-if cap > 0 and not apart and redis.call('ZCOUNT', KEYS[5], now_s, '+inf') >= cap
+-- by an older gateway) is not a second lock. The set's size bounds its live
+-- count from above and costs a third of ZCOUNT: below the cap, that is
+-- the answer.
+if cap > 0 and not apart and redis.call('ZCARD', KEYS[5]) >= cap
+    and redis.call('ZCOUNT', KEYS[5], now_s, '+inf') >= cap
     and tonumber(redis.call('ZSCORE', KEYS[5], KEYS[1]) or '0') < now_ms then
   local first = redis.call('ZRANGEBYSCORE', KEYS[5], now_s, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   return {4, tonumber(first[2]) - now_ms}
