@@ -374,7 +374,7 @@ func TestRedlockNodeListTransition(t *testing.T) {
 	oldURLs, newURLs := []string{a.URL(), b.URL(), c.URL()}, []string{a.URL(), b.URL(), d.URL()}
 	oldList, newList := strings.Join(sortedNames(a, b, c), ","), strings.Join(sortedNames(a, b, d), ",")
 	old := backendtest.OpenRedlock(t, oldURLs, opts)
-	require.NoError(t, old.Ping(ctx()))
+	ready(t, old)
 	oldLease, err := old.Acquire(ctx(), "before", lockstore.AcquireRequest{Token: "old-holder", TTL: maxTTL})
 	require.NoError(t, err)
 
@@ -462,7 +462,7 @@ func TestRedlockTransitionFromAnotherList(t *testing.T) {
 	a, b, c, d := srvs[0], srvs[1], srvs[2], srvs[3]
 	opts := redlock.Options{NodeTimeout: backendtest.Roomy}
 	serving := backendtest.OpenRedlock(t, []string{a.URL(), b.URL(), c.URL()}, opts)
-	require.NoError(t, serving.Ping(ctx()))
+	ready(t, serving)
 	topts := opts
 	topts.PreviousURLs = []string{a.URL(), b.URL(), d.URL()}
 	trans := backendtest.OpenRedlock(t, []string{a.URL(), c.URL(), d.URL()}, topts)

@@ -39,7 +39,7 @@ func TestRedlockTransitionSettleOutlivesOldMaxTTL(t *testing.T) {
 	newList := strings.Join(sortedNames(a, b, d), ",")
 
 	old := backendtest.OpenRedlock(t, oldURLs, redlock.Options{NodeTimeout: backendtest.Roomy, MaxTTL: time.Minute})
-	require.NoError(t, old.Ping(ctx()))
+	ready(t, old)
 	a.Pause()
 	x, err := old.Acquire(ctx(), "k", lockstore.AcquireRequest{Token: "old-holder-XXXXXXXXXXXX", TTL: 20 * time.Second})
 	a.Resume()
@@ -87,7 +87,7 @@ func TestRedlockTransitionRetryOfOldLease(t *testing.T) {
 	opts := redlock.Options{NodeTimeout: backendtest.Roomy, MaxTTL: time.Minute}
 
 	old := backendtest.OpenRedlock(t, oldURLs, opts)
-	require.NoError(t, old.Ping(ctx()))
+	ready(t, old)
 	a.Pause()
 	x, err := old.Acquire(ctx(), "k", lockstore.AcquireRequest{Token: "old-holder-XXXXXXXXXXXX", TTL: 30 * time.Second})
 	a.Resume()
@@ -128,7 +128,7 @@ func TestRedlockTransitionReleasedThroughNewGateway(t *testing.T) {
 	newList := strings.Join(sortedNames(a, b, d), ",")
 	const maxTTL = 2 * time.Second
 	old := backendtest.OpenRedlock(t, oldURLs, redlock.Options{NodeTimeout: backendtest.Roomy, MaxTTL: maxTTL})
-	require.NoError(t, old.Ping(ctx()))
+	ready(t, old)
 	trans := backendtest.OpenRedlock(t, newURLs, redlock.Options{NodeTimeout: backendtest.Roomy, MaxTTL: maxTTL, PreviousURLs: oldURLs})
 	require.Eventually(t, func() bool { return marker(t, a) == newList && marker(t, d) == newList },
 		raceSlowdown*8*time.Second, 20*time.Millisecond)
