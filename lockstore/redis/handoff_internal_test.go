@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -64,4 +65,46 @@ func (s *Store) handoffReady(key string) bool {
 	}
 	w := e.Value.(*roomWaiter)
 	return !w.busy && w.queued && w.head
+}
+
+// A grant that makes a waiter first tells it the lease's length only when
+// its ticket says its gateway reads that ("<gateway>.~<id>"); the ticket of
+// a gateway of an earlier version (a rolling upgrade) gets the plain id its
+// waiter tries on, or it would never hear its turn come.
+func TestGrantTellsEachTicketItsForm(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openInternal(t, srv)
+	ctx := context.Background()
+	c := srv.Client()
+	for _, next := range []string{"oldgw.abc", "newgw.~abc"} {
+		key := "told/" + next
+		holder := lockstore.NewToken()
+		_, err := s.Acquire(ctx, key, lockstore.AcquireRequest{Token: holder, TTL: time.Minute})
+		require.NoError(t, err)
+		first := script.AcquireArgs{Digest: script.DigestHex(lockstore.NewToken()), Ttl: time.Minute, Owner: "o", Publish: script.PublishAll,
+			Ticket: script.WaitTicket{Id: "gw.~first", Heartbeat: time.Minute}}
+		second := script.AcquireArgs{Digest: script.DigestHex(lockstore.NewToken()), Ttl: time.Minute, Owner: "o", Publish: script.PublishAll,
+			Ticket: script.WaitTicket{Id: next, Heartbeat: time.Minute}}
+		for _, a := range []script.AcquireArgs{first, second} {
+			r, err := script.Acquire(ctx, s.clocked(s.client), key, a)
+			require.NoError(t, err)
+			require.Equal(t, script.AcquireHeld, r.Code, "queued")
+		}
+		require.NoError(t, s.Release(ctx, key, holder))
+
+		sub := c.Subscribe(ctx, script.Channel(key))
+		_, err = sub.Receive(ctx) // the subscription's confirmation
+		require.NoError(t, err)
+		r, err := script.Acquire(ctx, s.clocked(s.client), key, first)
+		require.NoError(t, err)
+		require.Equal(t, script.AcquireNew, r.Code, "the first waiter's grant")
+		msg, err := sub.ReceiveMessage(ctx)
+		require.NoError(t, err)
+		want := next // an earlier version's ticket: the plain id
+		if next == "newgw.~abc" {
+			want = next + ">60000>" + first.Digest
+		}
+		assert.Equal(t, want, msg.Payload, "what the grant tells %s", next)
+		require.NoError(t, sub.Close())
+	}
 }

@@ -66,8 +66,10 @@ func newRooms() *rooms {
 	return &rooms{gateway: randid.New(12), byKey: make(map[string]*room)}
 }
 
-// ticket is a new ticket of this gateway.
-func (rs *rooms) ticket() string { return rs.gateway + "." + randid.New(12) }
+// ticket is a new ticket of this gateway. The "~" says that its waiter
+// reads a grant's "you are first, for ms" (script.Turn): acquire.lua sends
+// a ticket without it, of a gateway of an earlier version, the plain id.
+func (rs *rooms) ticket() string { return rs.gateway + ".~" + randid.New(12) }
 
 // id is r's key in rooms.byKey.
 func (r *room) id() string { return roomID(r.key, r.sem) }

@@ -65,7 +65,9 @@ type listener struct {
 // try to learn it; 0, which asks for a try, for a plain "<id>" and for a
 // lease of its own token (a twin request's, which it renews at once). One
 // without told just wakes and tries. "*" is for every waiter (a release
-// with nobody queued, for Redlock's).
+// with nobody queued, for Redlock's). A grant tells only tickets that say
+// their gateway reads it ("<gateway>.~<id>", rooms.ticket); a gateway of
+// an earlier version gets the plain "<id>" its waiters try on.
 func Turn(payload string) (id string, ms int64, holder string) {
 	id, rest, found := strings.Cut(payload, ">")
 	if !found {

@@ -323,9 +323,14 @@ if waiter ~= '' then
   -- whose it is ("<id>><ms>><digest>"), so that it can take over if this
   -- holder dies without a try of its own to learn when (script/notifier.go,
   -- Turn); a waiter of the holder's own token tries at once (a renewal).
+  -- A ticket "<gateway>.~<id>" is of a gateway that reads that; one of an
+  -- earlier version (a rolling upgrade), "<gateway>.<id>", knows only the
+  -- plain "<id>", and tries when it hears it.
   local next = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if next then
+  if next and string.find(next, '.~', 1, true) then
     redis.call(publish, ARGV[7], next .. '>' .. px .. '>' .. ARGV[1])
+  elseif next then
+    redis.call(publish, ARGV[7], next)
   end
 end
 -- Tell watchers (watch.go) of the new holder; waiters ignore the message.
