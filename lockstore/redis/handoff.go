@@ -18,23 +18,35 @@ func (s *Store) handoff(key string) *script.Pair {
 	if s.batch == nil || s.acks.replicas > 0 {
 		return nil
 	}
+	var p *script.Pair
+	s.oldest(key, func(w *roomWaiter) {
+		if w.resting() {
+			w.pair = &script.Pair{}
+			poke(w.wake)
+			p = w.pair
+		}
+	})
+	return p
+}
+
+// resting: w's last try found it first in the queue, and it runs no try
+// now and has none promised to a release. Called with its room's mu held.
+func (w *roomWaiter) resting() bool {
+	return !w.busy && w.queued && w.head && w.pair == nil
+}
+
+// oldest calls f, under the room's lock, with the oldest of this gateway's
+// waiters for the lock key, if any.
+func (s *Store) oldest(key string, f func(w *roomWaiter)) {
 	s.rooms.mu.Lock()
 	r := s.rooms.byKey[roomID(key, false)]
 	s.rooms.mu.Unlock()
 	if r == nil {
-		return nil
+		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e := r.order.Front()
-	if e == nil {
-		return nil
+	if e := r.order.Front(); e != nil {
+		f(e.Value.(*roomWaiter))
 	}
-	w := e.Value.(*roomWaiter)
-	if w.busy || !w.queued || !w.head || w.pair != nil {
-		return nil
-	}
-	w.pair = &script.Pair{}
-	poke(w.wake)
-	return w.pair
 }

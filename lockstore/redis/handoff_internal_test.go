@@ -50,21 +50,9 @@ func TestReleaseCarriesTheFirstWaitersTry(t *testing.T) {
 }
 
 // handoffReady: key's oldest waiter here can go with a release.
-func (s *Store) handoffReady(key string) bool {
-	s.rooms.mu.Lock()
-	r := s.rooms.byKey[roomID(key, false)]
-	s.rooms.mu.Unlock()
-	if r == nil {
-		return false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e := r.order.Front()
-	if e == nil {
-		return false
-	}
-	w := e.Value.(*roomWaiter)
-	return !w.busy && w.queued && w.head
+func (s *Store) handoffReady(key string) (ready bool) {
+	s.oldest(key, func(w *roomWaiter) { ready = w.resting() })
+	return ready
 }
 
 // A grant that makes a waiter first tells it the lease's length only when

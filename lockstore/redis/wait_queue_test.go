@@ -79,45 +79,25 @@ func scripts(t *testing.T, srv *redistest.Server, op func()) int64 {
 // is: it sleeps until then without a try of its own to learn it, and takes
 // the key when that lease runs out unreleased.
 func TestFirstWaiterToldTheLeaseLength(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	s := backendtest.NewRedis(t, srv)
-	const key = "line/told"
-	queue := "lockgw:{" + key + "}:queue"
-	warmUp(t, s)
+	l := newHeldLine(t, "line/told")
+	first := l.join(lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 400 * time.Millisecond, Wait: 20 * time.Second})
+	second := l.join(lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute, Wait: 20 * time.Second})
 
-	holder := lockstore.NewToken()
-	_, err := s.Acquire(ctx, key, lockstore.AcquireRequest{Token: holder, TTL: time.Minute})
-	require.NoError(t, err)
-	type result struct {
-		token string
-		err   error
-	}
-	granted := make(chan result, 2)
-	wait := func(token string, ttl time.Duration) {
-		_, err := s.Acquire(ctx, key, lockstore.AcquireRequest{Token: token, TTL: ttl, Wait: 20 * time.Second})
-		granted <- result{token, err}
-	}
-	first, second := lockstore.NewToken(), lockstore.NewToken()
-	go wait(first, 400*time.Millisecond)
-	require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, queue).Val() == 1 }, 5*time.Second, time.Millisecond)
-	go wait(second, time.Minute)
-	require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, queue).Val() == 2 }, 5*time.Second, time.Millisecond)
-
-	n := scripts(t, srv, func() {
-		require.NoError(t, s.Release(ctx, key, holder))
-		r := <-granted
-		require.NoError(t, r.err)
-		require.Equal(t, first, r.token)
+	n := scripts(t, l.srv, func() {
+		require.NoError(t, l.s.Release(context.Background(), l.key, l.holder))
+		require.NoError(t, <-first)
 		time.Sleep(50 * time.Millisecond) // room for a try the second waiter must not make
 	})
 	assert.EqualValues(t, 2, n, "the release and the first waiter's grant; the second waiter, told it is first and for how long, tries nothing")
+	select {
+	case err := <-second:
+		require.Fail(t, "the second waiter answered before the first's lease ran out", "%v", err)
+	default:
+	}
 
 	// The first waiter's lease (400 ms) runs out unreleased: the second
 	// takes the key then.
-	r := <-granted
-	require.NoError(t, r.err)
-	assert.Equal(t, second, r.token)
+	require.NoError(t, <-second)
 }
 
 // A waiting PUT retried while it waits (a client that timed out and sent
@@ -126,33 +106,49 @@ func TestFirstWaiterToldTheLeaseLength(t *testing.T) {
 // token: it tries at once and is answered the renewal, instead of sleeping
 // until that lease (a minute) runs out.
 func TestTwinToldOfItsOwnLeaseTries(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	s := backendtest.NewRedis(t, srv)
-	const key = "line/twin"
-	queue := "lockgw:{" + key + "}:queue"
-	warmUp(t, s)
+	l := newHeldLine(t, "line/twin")
+	req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute, Wait: 5 * time.Second}
+	first, twin := l.join(req), l.join(req)
 
-	holder := lockstore.NewToken()
-	_, err := s.Acquire(ctx, key, lockstore.AcquireRequest{Token: holder, TTL: time.Minute})
-	require.NoError(t, err)
-	token := lockstore.NewToken()
-	req := lockstore.AcquireRequest{Token: token, TTL: time.Minute, Wait: 5 * time.Second}
-	granted := make(chan error, 2)
-	wait := func() {
-		_, err := s.Acquire(ctx, key, req)
-		granted <- err
-	}
-	go wait()
-	require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, queue).Val() == 1 }, 5*time.Second, time.Millisecond)
-	go wait()
-	require.Eventually(t, func() bool { return srv.Client().ZCard(ctx, queue).Val() == 2 }, 5*time.Second, time.Millisecond)
-
-	require.NoError(t, s.Release(ctx, key, holder))
+	require.NoError(t, l.s.Release(context.Background(), l.key, l.holder))
 	start := time.Now()
-	require.NoError(t, <-granted, "the first of the twins")
-	require.NoError(t, <-granted, "the second twin: its own token's lease, renewed")
+	require.NoError(t, <-first, "the first of the twins")
+	require.NoError(t, <-twin, "the second twin: its own token's lease, renewed")
 	assert.Less(t, time.Since(start), 4*time.Second, "the second twin did not sleep out its wait")
+}
+
+// heldLine is a store on a Redis of its own, the lock scripts loaded, with
+// key held for a minute by holder; join starts waiting acquires behind it.
+type heldLine struct {
+	t           *testing.T
+	srv         *redistest.Server
+	s           lockstore.Store
+	key, holder string
+	queued      int64
+}
+
+func newHeldLine(t *testing.T, key string) *heldLine {
+	srv := redistest.Start(t)
+	s := backendtest.NewRedis(t, srv)
+	warmUp(t, s)
+	l := &heldLine{t: t, srv: srv, s: s, key: key, holder: lockstore.NewToken()}
+	_, err := s.Acquire(context.Background(), key, lockstore.AcquireRequest{Token: l.holder, TTL: time.Minute})
+	require.NoError(t, err)
+	return l
+}
+
+// join starts a waiting acquire of req and returns once it is in the
+// key's queue, last; its answer comes on the channel.
+func (l *heldLine) join(req lockstore.AcquireRequest) <-chan error {
+	answer := make(chan error, 1)
+	go func() {
+		_, err := l.s.Acquire(context.Background(), l.key, req)
+		answer <- err
+	}()
+	l.queued++
+	queue := "lockgw:{" + l.key + "}:queue"
+	require.Eventually(l.t, func() bool { return l.srv.Client().ZCard(context.Background(), queue).Val() == l.queued }, 5*time.Second, time.Millisecond)
+	return answer
 }
 
 // warmUp loads the lock scripts on the store's Redis (a first EVALSHA is
