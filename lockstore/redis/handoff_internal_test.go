@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"container/list"
 	"context"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
+	"github.com/lockgateway/lockgateway/lockstore/internal/wait"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -95,4 +97,20 @@ func TestGrantTellsEachTicketItsForm(t *testing.T) {
 		assert.Equal(t, want, msg.Payload, "what the grant tells %s", next)
 		require.NoError(t, sub.Close())
 	}
+}
+
+// A waiter that a release promised to its pipeline (handoff) between its
+// wait's first try and the wait proper answers that first try without a
+// call: it withdraws the promise, so the release does not wait out
+// pairWait for a try that is not coming (found by review).
+func TestFirstTryWithdrawsAPromisedTry(t *testing.T) {
+	w := &roomWaiter{ticket: "gw.~t", wake: make(chan struct{}, 1), queued: true, head: true}
+	r := &room{key: "k", byID: map[string]*list.Element{}, order: list.New()}
+	r.byID[w.ticket] = r.order.PushBack(w)
+	p := &script.Pair{}
+	w.pair = p
+	q := &waiting{r: r, w: w, queued: &wait.Try{Answer: wait.Busy}}
+	assert.Equal(t, wait.Busy, q.tryAside().Answer, "the first try's answer")
+	assert.Nil(t, w.pair, "the promise withdrawn")
+	assert.True(t, w.resting(), "another release may promise it again")
 }

@@ -132,6 +132,10 @@ func (q *waiting) line() error {
 func (q *waiting) tryAside() wait.Try {
 	if t := q.queued; t != nil {
 		q.queued = nil
+		// A release may have promised this waiter's try to its pipeline
+		// since first's try (handoff.go): free it, rather than let it wait
+		// out pairWait; its poke makes the next try at once.
+		q.r.dropPair(q.w)
 		return *t
 	}
 	if ms := q.told.Swap(0); ms > 0 && q.r.toldFirst(q.w) {

@@ -149,6 +149,18 @@ func (r *room) trying(w *roomWaiter) *script.Pair {
 	return p
 }
 
+// dropPair frees a release waiting for w's try (handoff.go), when w
+// answers its wait's first try without one.
+func (r *room) dropPair(w *roomWaiter) {
+	r.mu.Lock()
+	p := w.pair
+	w.pair = nil
+	r.mu.Unlock()
+	if p != nil {
+		p.Cancel()
+	}
+}
+
 // toldFirst notes that w was told it is first in the queue, as its try
 // would have found; false: a release of this gateway sends its try along
 // already (handoff.go), so it must try now.
