@@ -721,12 +721,19 @@ func TestSimRedlock(t *testing.T) {
 // not among them: the short budget does not find it (it needs a gateway
 // process started after a node's restart to grant on it while an older
 // lease lives; run it with -sim.control rule-q and -sim.ops).
+//
+// A sweep stops at the first find, so the budget is paid in full only by a
+// control not found. The Redlock model's replays are not exact (the store's
+// own retry pauses and attempt ids are not seeded), and restart-guard was
+// found after 689 to 14,330 requests in six runs on one tree, and not
+// within 20,000 once in a make test on a clean clone: each control gets
+// three times the short budget.
 func TestSimRedlockControls(t *testing.T) {
 	for _, name := range []string{"restart-guard", "nodeset", "grant-held", "transition-early"} {
 		ctl := rlControls[name]
 		t.Run(name, func(t *testing.T) {
 			began := time.Now()
-			runs, found := rlSweep(t, name, 1, sim.RedlockBudget, 0, func(r sim.Run) bool {
+			runs, found := rlSweep(t, name, 1, 3*sim.RedlockBudget, 0, func(r sim.Run) bool {
 				return strings.Contains("|"+ctl.want+"|", "|"+r.Violation.Check+"|")
 			})
 			ops, _, _, _ := sim.Totals(runs)
