@@ -126,10 +126,7 @@ func (s *Store) part(r *room, w *roomWaiter) {
 		r.order.Remove(e)
 		delete(r.byID, w.ticket)
 	}
-	if w.pair != nil { // a release waits for a try that will not come
-		w.pair.Cancel()
-		w.pair = nil
-	}
+	w.withdraw() // a release may wait for a try that will not come
 	empty := r.order.Len() == 0
 	r.mu.Unlock()
 	if empty && rs.byKey[r.id()] == r {
@@ -153,11 +150,16 @@ func (r *room) trying(w *roomWaiter) *script.Pair {
 // answers its wait's first try without one.
 func (r *room) dropPair(w *roomWaiter) {
 	r.mu.Lock()
-	p := w.pair
-	w.pair = nil
-	r.mu.Unlock()
-	if p != nil {
-		p.Cancel()
+	defer r.mu.Unlock()
+	w.withdraw()
+}
+
+// withdraw frees the release a try of w was promised to, if any: it goes
+// alone at once. Called with w's room's mu held.
+func (w *roomWaiter) withdraw() {
+	if w.pair != nil {
+		w.pair.Cancel()
+		w.pair = nil
 	}
 }
 

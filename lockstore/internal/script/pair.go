@@ -70,12 +70,12 @@ func (p *Pair) Cancel() {
 // with its reply, sent with the other side's; or nil, to be sent alone.
 func (b *Batch) paired(ctx context.Context, side pairSide, args []any) *redis.Cmd {
 	p := side.p
-	me := &pairCall{lead: side.lead, call: &batchCall{ctx: ctx, cmd: redis.NewCmd(ctx, args...), done: make(chan struct{})}, decided: make(chan struct{})}
 	p.mu.Lock()
 	if p.over {
 		p.mu.Unlock()
 		return nil
 	}
+	me := &pairCall{lead: side.lead, call: &batchCall{ctx: ctx, cmd: redis.NewCmd(ctx, args...), done: make(chan struct{})}, decided: make(chan struct{})}
 	if other := p.waiting; other != nil {
 		p.waiting, p.over, other.joined = nil, true, true
 		p.mu.Unlock()
