@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,12 +26,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// trap: the next count writes that carry match break the gateway's side
+// trap: the next count writes that carry match (a script's name on the
+// wire) break the gateway's side
 // of their connection at once (go-redis reads EOF); the bytes are handed
 // to Redis deliver later (a proxy that had read them), or never when
 // deliver < 0.
 type trap struct {
-	match   []byte
+	match   [][]byte // any of them
 	deliver time.Duration
 	count   atomic.Int32
 	hits    atomic.Int32
@@ -46,8 +48,14 @@ type trapDialer struct {
 	late  sync.WaitGroup // deliveries still to come
 }
 
-func (d *trapDialer) arm(match string, deliver time.Duration, count int32) *trap {
-	t := &trap{match: []byte(match), deliver: deliver}
+// arm sets a trap for the writes of the script whose SHA1 is sha: the
+// EVALSHA that names it, or the FCALL of its function (script.Functions;
+// a node client made before New has no such hook and sends EVALSHA).
+func (d *trapDialer) arm(sha string, deliver time.Duration, count int32) *trap {
+	t := &trap{match: [][]byte{[]byte(sha)}, deliver: deliver}
+	if name, ok := script.Library.Function(sha); ok {
+		t.match = append(t.match, []byte(name))
+	}
 	t.count.Store(count)
 	d.mu.Lock()
 	d.traps = append(d.traps, t)
@@ -59,7 +67,7 @@ func (d *trapDialer) spring(chunk []byte) *trap {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, t := range d.traps {
-		if bytes.Contains(chunk, t.match) && t.count.Load() > 0 {
+		if slices.ContainsFunc(t.match, func(m []byte) bool { return bytes.Contains(chunk, m) }) && t.count.Load() > 0 {
 			t.count.Add(-1)
 			if t.deliver >= 0 {
 				// Before hits: a test that saw the hit waits for the

@@ -55,7 +55,7 @@ func TestRedisQuotaData(t *testing.T) {
 	calls := func() int64 {
 		c, err := srv.CommandCalls(ctx)
 		require.NoError(t, err)
-		return c["evalsha"] + c["eval"]
+		return c["evalsha"] + c["eval"] + c["fcall"]
 	}
 	before := calls()
 	_, err = s.Extend(lockstore.WithUser(ctx, user), "jobs/a", l.Token, 2*time.Minute)

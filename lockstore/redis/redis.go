@@ -62,14 +62,24 @@ var _ lockstore.Store = (*Store)(nil)
 // A Cluster client gets a hook that reloads its slot map when a node
 // cannot be reached, so that the store finds a promoted replica at once
 // (cluster_quota.go), and one on each node's client that tells rule D of
-// the copies of a call it sent (script.CopyHook); give New a Cluster
-// client that has not run a command yet, so that no node misses it.
+// the copies of a call it sent (script.CopyHook). Each server's client
+// gets one that calls the scripts carrying rule D's deadline as functions
+// (script.Functions). Give New a Cluster client that has not run a command
+// yet, so that no node misses them.
 func New(client redis.UniversalClient) *Store {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		cc.AddHook(reloadOnFailure{cc})
 		// Rule D: a copy the client sent again, after a reset, of a grant or
 		// a delete may still land; the call answers only after its deadline.
-		cc.OnNewNode(func(node *redis.Client) { node.AddHook(script.CopyHook{}) })
+		cc.OnNewNode(func(node *redis.Client) {
+			node.AddHook(script.CopyHook{})
+			node.AddHook(script.NewFunctions(node))
+		})
+	}
+	if c, ok := client.(*redis.Client); ok {
+		// Rule D's run id, read once per process: the scripts that carry
+		// it go as the library's functions (script/functions.go).
+		c.AddHook(script.NewFunctions(c))
 	}
 	n := script.NewNotifier(client)
 	publish, mode := script.PublishAll, Single

@@ -111,7 +111,7 @@ func TestRedisWaitersDoNotPoll(t *testing.T) {
 	scripts := func() int64 {
 		calls, err := srv.CommandCalls(ctx)
 		require.NoError(t, err)
-		return calls["evalsha"] + calls["eval"]
+		return calls["evalsha"] + calls["eval"] + calls["fcall"]
 	}
 	const waiters = 50
 	for wait := 3 * time.Second; ; wait *= 2 {

@@ -37,7 +37,7 @@ func TestRedisSemWaitersDoNotPoll(t *testing.T) {
 	scripts := func() int64 {
 		calls, err := srv.CommandCalls(ctx)
 		require.NoError(t, err)
-		return calls["evalsha"] + calls["eval"]
+		return calls["evalsha"] + calls["eval"] + calls["fcall"]
 	}
 	const waiters = 200
 	for wait := 3 * time.Second; ; wait *= 2 {

@@ -72,7 +72,7 @@ func scripts(t *testing.T, srv *redistest.Server, op func()) int64 {
 	op()
 	after, err := srv.CommandCalls(ctx)
 	require.NoError(t, err)
-	return after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+	return after["evalsha"] + after["eval"] + after["fcall"] - before["evalsha"] - before["eval"] - before["fcall"]
 }
 
 // The grant that makes a waiter the first tells it how long the new lease

@@ -16,10 +16,13 @@ import (
 
 // redlockNode is one Redis master of a Redlock.
 type redlockNode struct {
-	addr     string
-	client   *redis.Client
-	batch    *script.Batch    // client, for the scripts of requests (script/batch.go)
-	notifier *script.Notifier // releases on this node, for waiters
+	addr   string
+	client *redis.Client
+	batch  *script.Batch // client, for the scripts of requests (script/batch.go)
+	// functions sends client's scripts that carry rule D's deadline as the
+	// library's functions (script/functions.go).
+	functions *script.Functions
+	notifier  *script.Notifier // releases on this node, for waiters
 	// probe is a client of its own for the prober (see observe), so that
 	// its dials neither wait for client's pool nor count towards the
 	// failed dials after which go-redis stops dialing client for a second.
@@ -153,8 +156,9 @@ func (n *redlockNode) isWarm() bool {
 	return n.warm
 }
 
-// The scripts a Redlock runs, loaded on each node by the warm-up so that
-// the first requests do not pay for EVALSHA's NOSCRIPT and the EVAL after it.
+// The scripts a Redlock runs, loaded on each node by the warm-up (with the
+// functions library) so that the first requests do not pay for EVALSHA's
+// NOSCRIPT and the EVAL after it.
 var redlockScripts = []*redis.Script{script.AcquireScript, script.ExtendScript, script.ReleaseScript, script.InspectScript, script.ConfirmScript, script.DiscardScript,
 	script.SemAcquireScript, script.SemExtendScript, script.SemReleaseScript, script.SemReadScript, script.SemInspectScript, script.SemConfirmScript, script.SemDiscardScript, script.ClockScript}
 
@@ -206,6 +210,9 @@ func (r *Store) warm(ctx context.Context, n *redlockNode) error {
 		if err := s.Load(ctx, n.client).Err(); err != nil {
 			return script.RedisErr(err)
 		}
+	}
+	if err := n.functions.Load(ctx); err != nil {
+		return script.RedisErr(err)
 	}
 	conns := make([]*redis.Conn, 0, max(n.client.Options().PoolSize-16, 1))
 	defer func() {

@@ -350,6 +350,8 @@ func New(nodes []*redis.Options, opts Options) (*Store, error) {
 			o.OnConnect = r.onConnect(n, o.OnConnect)
 		}
 		n.client = redis.NewClient(&o)
+		n.functions = script.NewFunctions(n.client)
+		n.client.AddHook(n.functions)
 		n.batch = script.NewBatch(n.client, r.nodeTimeout)
 		// Grants and deletes carry rule D's deadline (script/clock.go);
 		// grants and lengthenings go out with the node list check in

@@ -106,7 +106,8 @@ type row struct {
 	ErrorKinds  map[string]int     `json:"error_kinds,omitempty"`
 	// RedisPerCycle is what the rows' one redis-server ran per cycle (or
 	// grant), by command, over the same time as CPUPerCycle; scripts are
-	// evalsha and eval, and the commands inside them are counted too.
+	// evalsha, eval and fcall (isScript), and the commands inside them are
+	// counted too.
 	RedisPerCycle map[string]float64 `json:"redis_calls_per_cycle,omitempty"`
 	// Flood rows (measures "flood"): what the flood was, how much of it
 	// the gateway held, the gateway's CPU per small-client cycle and its

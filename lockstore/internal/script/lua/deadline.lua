@@ -10,6 +10,12 @@
 --              gateway sampled (clock.lua), and a time by that clock which
 --              has passed before the gateway can answer 503 for this call
 --
+-- The gateway calls these scripts as functions of one library where the
+-- server takes one (script/functions.go): there the run id's read below goes
+-- through a local the process fills once ("The run id, read once per
+-- process" in docs/safety.md); the line must stay as it is, the library
+-- finds it by its text.
+--
 -- It is taken off ARGV here, so the script proper sees its own. Returns,
 -- after changing nothing: on another server (a failover, a restart, a
 -- Cluster slot that moved), the error "LOCKGW_CLOCK" (the gateway samples

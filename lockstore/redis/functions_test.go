@@ -1,0 +1,64 @@
+package redis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockgateway/lockgateway/internal/redistest"
+	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/internal/backendtest"
+	lockredis "github.com/lockgateway/lockgateway/lockstore/redis"
+)
+
+// cycles runs n grants and releases of one key through s.
+func cycles(t *testing.T, s lockstore.Store, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for range n {
+		l, err := s.Acquire(ctx, "functions/k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, s.Release(ctx, "functions/k", l.Token))
+	}
+}
+
+// TestGrantsAndReleasesCallTheLibrary: the scripts that carry rule D's
+// deadline go as the library's functions (script/functions.go), which read
+// the run id once per process: 100 cycles cost a handful of INFO, not one
+// a script.
+func TestGrantsAndReleasesCallTheLibrary(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	s := backendtest.NewRedis(t, srv)
+	cycles(t, s, 1) // the library loaded, the clock sampled
+	before, err := srv.CommandCalls(ctx)
+	require.NoError(t, err)
+	cycles(t, s, 100)
+	after, err := srv.CommandCalls(ctx)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, after["fcall"]-before["fcall"], int64(200), "each grant and each release a function call")
+	assert.LessOrEqual(t, after["info"]-before["info"], int64(3), "INFO: this test's own, and a clock sample at most")
+}
+
+// TestScriptsWhereFunctionsAreRefused: a server that refuses FUNCTION and
+// FCALL (here an ACL; Redis 6 has neither) is sent the scripts, as before
+// the library.
+func TestScriptsWhereFunctionsAreRefused(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	require.NoError(t, srv.Client().Do(ctx, "ACL", "SETUSER", "gw", "on", ">secret", "~*", "&*", "+@all", "-function", "-fcall", "-fcall_ro").Err())
+	s := lockredis.New(redis.NewClient(&redis.Options{
+		Addr: srv.Addr(), Username: "gw", Password: "secret", MaxRetries: -1,
+		ReadTimeout: time.Second, WriteTimeout: time.Second, ContextTimeoutEnabled: true,
+	}))
+	t.Cleanup(func() { _ = s.Close() })
+	cycles(t, s, 20)
+	calls, err := srv.CommandCalls(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, calls["fcall"])
+	assert.GreaterOrEqual(t, calls["evalsha"]+calls["eval"], int64(40), "each grant and each release a script")
+}
