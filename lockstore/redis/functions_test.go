@@ -45,20 +45,28 @@ func TestGrantsAndReleasesCallTheLibrary(t *testing.T) {
 }
 
 // TestScriptsWhereFunctionsAreRefused: a server that refuses FUNCTION and
-// FCALL (here an ACL; Redis 6 has neither) is sent the scripts, as before
-// the library.
+// FCALL (here an ACL; Redis 6 has neither), or FCALL alone, is sent the
+// scripts, as before the library.
 func TestScriptsWhereFunctionsAreRefused(t *testing.T) {
-	ctx := context.Background()
-	srv := redistest.Start(t)
-	require.NoError(t, srv.Client().Do(ctx, "ACL", "SETUSER", "gw", "on", ">secret", "~*", "&*", "+@all", "-function", "-fcall", "-fcall_ro").Err())
-	s := lockredis.New(redis.NewClient(&redis.Options{
-		Addr: srv.Addr(), Username: "gw", Password: "secret", MaxRetries: -1,
-		ReadTimeout: time.Second, WriteTimeout: time.Second, ContextTimeoutEnabled: true,
-	}))
-	t.Cleanup(func() { _ = s.Close() })
-	cycles(t, s, 20)
-	calls, err := srv.CommandCalls(ctx)
-	require.NoError(t, err)
-	assert.Zero(t, calls["fcall"])
-	assert.GreaterOrEqual(t, calls["evalsha"]+calls["eval"], int64(40), "each grant and each release a script")
+	for name, denied := range map[string][]any{
+		"FUNCTION and FCALL": {"-function", "-fcall", "-fcall_ro"},
+		"FCALL":              {"-fcall", "-fcall_ro"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			srv := redistest.Start(t)
+			acl := append([]any{"ACL", "SETUSER", "gw", "on", ">secret", "~*", "&*", "+@all"}, denied...)
+			require.NoError(t, srv.Client().Do(ctx, acl...).Err())
+			s := lockredis.New(redis.NewClient(&redis.Options{
+				Addr: srv.Addr(), Username: "gw", Password: "secret", MaxRetries: -1,
+				ReadTimeout: time.Second, WriteTimeout: time.Second, ContextTimeoutEnabled: true,
+			}))
+			t.Cleanup(func() { _ = s.Close() })
+			cycles(t, s, 20)
+			calls, err := srv.CommandCalls(ctx)
+			require.NoError(t, err)
+			assert.Zero(t, calls["fcall"], "refused FCALLs are not counted as calls")
+			assert.GreaterOrEqual(t, calls["evalsha"]+calls["eval"], int64(40), "each grant and each release a script")
+		})
+	}
 }

@@ -185,6 +185,13 @@ func refusesFunctions(err error) bool {
 	return redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "NOPERM")
 }
 
+// refusesFCALL says whether err is a server's refusal of FCALL itself,
+// which ran nothing: not an error of a command inside the function (a
+// NOPERM for a command the function calls comes after what it wrote).
+func refusesFCALL(err error) bool {
+	return refusesFunctions(err) && strings.Contains(strings.ToLower(err.Error()), "'fcall'")
+}
+
 func (f *Functions) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (f *Functions) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -273,7 +280,7 @@ func (f *Functions) answer(ctx context.Context, cmd redis.Cmder, fcall *redis.Cm
 		f.loaded.Store(false)
 		cmd.SetErr(noLibrary{})
 		return
-	case refusesFunctions(err):
+	case refusesFCALL(err):
 		f.off.Store(true)
 		cmd.SetErr(noLibrary{})
 		return
