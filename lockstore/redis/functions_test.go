@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -69,4 +70,36 @@ func TestScriptsWhereFunctionsAreRefused(t *testing.T) {
 			assert.GreaterOrEqual(t, calls["evalsha"]+calls["eval"], int64(40), "each grant and each release a script")
 		})
 	}
+}
+
+// TestFailedLoadIsNotRetriedEveryCall: a server that lacks the library and
+// refuses to load it (out of memory, as any write) is asked again at most
+// once a second; meanwhile the calls go as scripts, and releases work
+// (found by review: every call paid FUNCTION LIST and a refused FUNCTION
+// LOAD first).
+func TestFailedLoadIsNotRetriedEveryCall(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	s := backendtest.NewRedis(t, srv)
+	const n = 6
+	tokens := make([]string, n)
+	for i := range n {
+		l, err := s.Acquire(ctx, fmt.Sprintf("functions/%d", i), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		require.NoError(t, err)
+		tokens[i] = l.Token
+	}
+	require.NoError(t, srv.Client().FunctionFlush(ctx).Err())
+	srv.Fill("8mb")
+	before, err := srv.CommandCalls(ctx)
+	require.NoError(t, err)
+	start := time.Now()
+	for i := range n {
+		require.NoError(t, s.Release(ctx, fmt.Sprintf("functions/%d", i), tokens[i]), "a release frees memory")
+	}
+	after, err := srv.CommandCalls(ctx)
+	require.NoError(t, err)
+	if time.Since(start) < time.Second {
+		assert.LessOrEqual(t, after["function|list"]-before["function|list"], int64(1), "one load tried, not one a call")
+	}
+	assert.GreaterOrEqual(t, after["evalsha"]+after["eval"]-before["evalsha"]-before["eval"], int64(n), "the releases went as scripts")
 }

@@ -47,6 +47,12 @@ func TestRedisRefusesWrites(t *testing.T) {
 
 		refused(t, acquire(s, "fresh"), "oom")
 		refused(t, s.Ping(ctx), "oom")
+		// (A grant's function is refused as a whole out of memory, where its
+		// script runs: these two go as the script; found by review.)
+		_, err = s.Acquire(ctx, "held", lockstore.AcquireRequest{Token: held.Token, TTL: time.Minute})
+		require.NoError(t, err, "a renewal by PUT with the holder's token needs no memory")
+		_, err = s.Acquire(ctx, "held", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		require.ErrorAs(t, err, new(*lockstore.HeldError), "a PUT on a key another token holds is told so, out of memory too")
 		_, err = s.Extend(ctx, "held", held.Token, time.Minute)
 		require.NoError(t, err, "an extend needs no memory")
 		require.NoError(t, s.Release(ctx, "held", held.Token), "a release frees memory")

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -118,13 +119,21 @@ end
 type Functions struct {
 	client *redis.Client // whose server it loads the library on
 	// off: the server has no FUNCTION (Redis 6), or refuses it (an ACL):
-	// the scripts go as they are.
+	// the scripts go as they are, until the process restarts.
 	off atomic.Bool
 	// loaded: the library was loaded, or found, on the server since the
 	// last NOSCRIPT-like answer.
 	loaded  atomic.Bool
 	loading atomic.Bool
+	// retryAt (Unix ns): after a load that failed, none is tried before
+	// it; the calls meanwhile go as scripts (a server that refuses writes
+	// refuses FUNCTION LOAD, and must not cost every call two more round
+	// trips).
+	retryAt atomic.Int64
 }
+
+// loadRetry is how long after a failed load the next is tried.
+const loadRetry = time.Second
 
 // NewFunctions returns the hook for client's server.
 func NewFunctions(client *redis.Client) *Functions {
@@ -136,7 +145,7 @@ func NewFunctions(client *redis.Client) *Functions {
 type noLibrary struct{}
 
 func (noLibrary) Error() string {
-	return "NOSCRIPT the server lacks the gateway's functions library (loaded now)"
+	return "NOSCRIPT the server lacks the gateway's functions library"
 }
 func (noLibrary) RedisError() {}
 
@@ -153,6 +162,15 @@ func (f *Functions) Load(ctx context.Context) error {
 	if f.loaded.Load() || f.off.Load() {
 		return nil
 	}
+	// Not under the request's context: CopyHook would take a load that
+	// timed out for a copy of the request's call, and the span is the
+	// gateway's housekeeping, not the request's.
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(loadRetry)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	// Asked first, so that a server where it is loaded already (by
 	// another gateway, another store) counts no error for a second load.
 	libs, err := f.client.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: Library.Name}).Result()
@@ -168,6 +186,8 @@ func (f *Functions) Load(ctx context.Context) error {
 	case refusesFunctions(err):
 		f.off.Store(true)
 		err = nil
+	default:
+		f.retryAt.Store(time.Now().Add(loadRetry).UnixNano())
 	}
 	return err
 }
@@ -192,6 +212,22 @@ func refusesFCALL(err error) bool {
 	return refusesFunctions(err) && strings.Contains(strings.ToLower(err.Error()), "'fcall'")
 }
 
+// refusedBeforeRunning says whether err is a refusal a server makes of a
+// function that may write before it runs any of it: out of memory (for
+// those without allow-oom), a read-only replica, too few replicas, a
+// failed save. A script is not refused as a whole (Redis checks its
+// commands as they come: a renewal's PEXPIRE runs out of memory, a call
+// that writes nothing answers), so such a call is sent again as the
+// script, which answers as it always did.
+func refusedBeforeRunning(err error) bool {
+	for _, code := range []string{"OOM", "READONLY", "NOREPLICAS", "MISCONF"} {
+		if redis.HasErrorPrefix(err, code) {
+			return true
+		}
+	}
+	return false
+}
+
 func (f *Functions) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (f *Functions) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -203,16 +239,23 @@ func (f *Functions) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		// go-redis gives a command its error above the hooks (Process);
 		// the pipelines below them, as they read each reply.
 		fcall.SetErr(next(ctx, fcall))
-		f.answer(ctx, cmd, fcall)
+		if refusedBeforeRunning(fcall.Err()) {
+			return next(ctx, cmd) // the script, once: the function did not run
+		}
+		f.answer(cmd, fcall)
 		return cmd.Err()
 	}
 }
 
-// ProcessPipelineHook serves pipelines and MULTI … EXEC alike: the
-// commands are sent as they are but for the scripts, each sent as its
-// function and its answer copied back.
+// ProcessPipelineHook serves pipelines: the commands are sent as they are
+// but for the scripts, each sent as its function and its answer copied
+// back. A transaction (MULTI … EXEC) goes as it is: a function refused as a
+// whole would abort every command of it, where its script would have run.
 func (f *Functions) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "multi" {
+			return next(ctx, cmds)
+		}
 		var sent []redis.Cmder // nil while no command is a script of the library
 		for i, cmd := range cmds {
 			if fcall := f.fcall(ctx, cmd); fcall != nil {
@@ -226,14 +269,23 @@ func (f *Functions) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			return next(ctx, cmds)
 		}
 		err := next(ctx, sent)
+		var again []redis.Cmder // scripts whose functions were refused before they ran
 		for i, cmd := range cmds {
 			if fcall, ok := sent[i].(*redis.Cmd); ok && fcall != cmd {
-				f.answer(ctx, cmd, fcall)
+				if refusedBeforeRunning(fcall.Err()) {
+					again = append(again, cmd)
+					continue
+				}
+				f.answer(cmd, fcall)
 			}
 		}
-		if err != nil {
+		if len(again) > 0 {
+			_ = next(ctx, again) // each answer lands on its command
+		}
+		if err != nil || len(again) > 0 {
 			// As go-redis reports a pipeline: its first failed command's
 			// error, now as the caller's commands say it.
+			err = nil
 			for _, cmd := range cmds {
 				if cmd.Err() != nil {
 					return cmd.Err()
@@ -245,7 +297,8 @@ func (f *Functions) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 
 // fcall is cmd as FCALL of its function, or nil when cmd is not the
-// EVALSHA of a script in the library, or the server takes no functions.
+// EVALSHA of a script in the library, or the server takes no functions,
+// or the library is not loaded there and a load is not due.
 func (f *Functions) fcall(ctx context.Context, cmd redis.Cmder) *redis.Cmd {
 	if f.off.Load() {
 		return nil
@@ -260,6 +313,9 @@ func (f *Functions) fcall(ctx context.Context, cmd redis.Cmder) *redis.Cmd {
 		return nil
 	}
 	if !f.loaded.Load() {
+		if time.Now().UnixNano() < f.retryAt.Load() {
+			return nil
+		}
 		if err := f.Load(ctx); err != nil || !f.loaded.Load() {
 			return nil // sent as the script it is
 		}
@@ -273,7 +329,7 @@ func (f *Functions) fcall(ctx context.Context, cmd redis.Cmder) *redis.Cmd {
 // lacks the library or the function (it restarted empty, its functions
 // were flushed) or refuses FCALL answers as for a script it lacks: the
 // caller sends the text.
-func (f *Functions) answer(ctx context.Context, cmd redis.Cmder, fcall *redis.Cmd) {
+func (f *Functions) answer(cmd redis.Cmder, fcall *redis.Cmd) {
 	err := fcall.Err()
 	switch {
 	case redis.HasErrorPrefix(err, "Function not found"):
