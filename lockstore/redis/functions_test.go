@@ -35,7 +35,12 @@ func TestGrantsAndReleasesCallTheLibrary(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	s := backendtest.NewRedis(t, srv)
-	cycles(t, s, 1) // the library loaded, the clock sampled
+	cycles(t, s, 1) // the clock sampled; the library's load starts aside
+	require.Eventually(t, func() bool {
+		libs, err := srv.Client().FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "lockgw_*"}).Result()
+		return err == nil && len(libs) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the gateway loads its library")
+	cycles(t, s, 1) // the first call that finds it loaded
 	before, err := srv.CommandCalls(ctx)
 	require.NoError(t, err)
 	cycles(t, s, 100)

@@ -159,26 +159,40 @@ func (f *Functions) Load(ctx context.Context) error {
 		return nil
 	}
 	defer f.loading.Store(false)
+	return f.load(ctx)
+}
+
+// loadAside starts a load on a goroutine of its own, unless one runs or
+// the last failed less than loadRetry ago. A request never waits for a
+// load (compiling the library takes the server milliseconds, more on a
+// busy host, which a Redlock node's call does not have): its call goes as
+// the script meanwhile.
+func (f *Functions) loadAside() {
+	if time.Now().UnixNano() < f.retryAt.Load() || !f.loading.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer f.loading.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
+		defer cancel()
+		_ = f.load(ctx)
+	}()
+}
+
+// loadTimeout bounds a load made aside from the requests.
+const loadTimeout = 5 * time.Second
+
+func (f *Functions) load(ctx context.Context) error {
 	if f.loaded.Load() || f.off.Load() {
 		return nil
 	}
-	// Not under the request's context: CopyHook would take a load that
-	// timed out for a copy of the request's call, and the span is the
-	// gateway's housekeeping, not the request's.
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(loadRetry)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
 	// Asked first, so that a server where it is loaded already (by
-	// another gateway, another store) counts no error for a second load.
+	// another gateway, another store) is not made to compile it again.
+	// REPLACE: two that found it absent at once both load it, and
+	// neither is refused (a refusal counts as an error on the server).
 	libs, err := f.client.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: Library.Name}).Result()
 	if err == nil && len(libs) == 0 {
-		err = f.client.FunctionLoad(ctx, Library.Text).Err()
-		if redis.HasErrorPrefix(err, "Library '"+Library.Name+"' already exists") {
-			err = nil // another gateway's, just now
-		}
+		err = f.client.FunctionLoadReplace(ctx, Library.Text).Err()
 	}
 	switch {
 	case err == nil:
@@ -298,7 +312,7 @@ func (f *Functions) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 // fcall is cmd as FCALL of its function, or nil when cmd is not the
 // EVALSHA of a script in the library, or the server takes no functions,
-// or the library is not loaded there and a load is not due.
+// or the library is not known to be loaded there (a load starts aside).
 func (f *Functions) fcall(ctx context.Context, cmd redis.Cmder) *redis.Cmd {
 	if f.off.Load() {
 		return nil
@@ -313,12 +327,8 @@ func (f *Functions) fcall(ctx context.Context, cmd redis.Cmder) *redis.Cmd {
 		return nil
 	}
 	if !f.loaded.Load() {
-		if time.Now().UnixNano() < f.retryAt.Load() {
-			return nil
-		}
-		if err := f.Load(ctx); err != nil || !f.loaded.Load() {
-			return nil // sent as the script it is
-		}
+		f.loadAside()
+		return nil // sent as the script it is
 	}
 	fargs := slices.Clone(args)
 	fargs[0], fargs[1] = "fcall", name
