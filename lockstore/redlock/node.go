@@ -211,9 +211,7 @@ func (r *Store) warm(ctx context.Context, n *redlockNode) error {
 			return script.RedisErr(err)
 		}
 	}
-	if err := n.functions.Load(ctx); err != nil {
-		return script.RedisErr(err)
-	}
+	n.functions.LoadAside() // the warm-up does not wait: calls go as scripts meanwhile
 	conns := make([]*redis.Conn, 0, max(n.client.Options().PoolSize-16, 1))
 	defer func() {
 		for _, c := range conns {

@@ -149,25 +149,14 @@ func (noLibrary) Error() string {
 }
 func (noLibrary) RedisError() {}
 
-// Load loads the library on the server unless it is there (a gateway's
-// warm-up, so that the first requests do not meet its absence). It turns
-// the hook off on a server that has no FUNCTION or refuses it.
-func (f *Functions) Load(ctx context.Context) error {
-	// One load at a time; the calls that come meanwhile go as scripts
-	// rather than wait (no lock: a call never waits on another's I/O).
-	if !f.loading.CompareAndSwap(false, true) {
-		return nil
-	}
-	defer f.loading.Store(false)
-	return f.load(ctx)
-}
-
-// loadAside starts a load on a goroutine of its own, unless one runs or
-// the last failed less than loadRetry ago. A request never waits for a
-// load (compiling the library takes the server milliseconds, more on a
+// LoadAside loads the library on the server unless it is there, on a
+// goroutine of its own, unless a load runs or the last failed less than
+// loadRetry ago (a gateway's warm-up calls it, so that the first requests
+// seldom meet its absence). It turns the hook off on a server that has no
+// FUNCTION or refuses it. A request never waits for a load (compiling the library takes the server milliseconds, more on a
 // busy host, which a Redlock node's call does not have): its call goes as
 // the script meanwhile.
-func (f *Functions) loadAside() {
+func (f *Functions) LoadAside() {
 	if time.Now().UnixNano() < f.retryAt.Load() || !f.loading.CompareAndSwap(false, true) {
 		return
 	}
@@ -327,7 +316,7 @@ func (f *Functions) fcall(ctx context.Context, cmd redis.Cmder) *redis.Cmd {
 		return nil
 	}
 	if !f.loaded.Load() {
-		f.loadAside()
+		f.LoadAside()
 		return nil // sent as the script it is
 	}
 	fargs := slices.Clone(args)
