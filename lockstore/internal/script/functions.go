@@ -162,6 +162,9 @@ func (f *Functions) LoadAside() {
 	}
 	go func() {
 		defer f.loading.Store(false)
+		if time.Now().UnixNano() < f.retryAt.Load() {
+			return // a load that failed ended between the check and the CAS
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 		defer cancel()
 		_ = f.load(ctx)
@@ -256,7 +259,9 @@ func (f *Functions) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // whole would abort every command of it, where its script would have run.
 func (f *Functions) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && cmds[0].Name() == "multi" {
+		// Anywhere in it: a Cluster sends ASKING in front of MULTI after
+		// -ASK, and reads the replies into the commands it was given.
+		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "multi" }) {
 			return next(ctx, cmds)
 		}
 		var sent []redis.Cmder // nil while no command is a script of the library

@@ -102,3 +102,43 @@ func removesAfterRestart(t *testing.T, text string) (oldAccepted bool) {
 	require.EqualValues(t, 1, removed, "after the restart, the new run id removes")
 	return oldAccepted
 }
+
+// TestTransactionAfterAskingIsNotRewritten: a transaction's scripts go as
+// they are, also when a Cluster puts ASKING in front of its MULTI (found
+// by review: the hook looked only at the first command, and the Cluster
+// reads EXEC's replies into the commands it was given, so the caller's
+// reply was overwritten with the unread function call's).
+func TestTransactionAfterAskingIsNotRewritten(t *testing.T) {
+	ctx := context.Background()
+	f := NewFunctions(nil)
+	f.loaded.Store(true)
+	var sha string
+	for s := range Library.function {
+		sha = s
+		break
+	}
+	evalsha := redis.NewCmd(ctx, "evalsha", sha, 1, "k", "a")
+	cmds := []redis.Cmder{redis.NewCmd(ctx, "asking"), redis.NewStatusCmd(ctx, "multi"), evalsha, redis.NewSliceCmd(ctx, "exec")}
+	var wire []string
+	hook := f.ProcessPipelineHook(func(ctx context.Context, sent []redis.Cmder) error {
+		for _, c := range sent {
+			wire = append(wire, c.Name())
+		}
+		evalsha.SetVal("reply")
+		return nil
+	})
+	require.NoError(t, hook(ctx, cmds))
+	assert.NotContains(t, wire, "fcall", "a transaction after -ASK sent a function")
+	assert.Equal(t, "reply", evalsha.Val(), "the transaction's reply was overwritten")
+
+	// Control: a plain pipeline's script does go as its function.
+	wire = nil
+	plain := redis.NewCmd(ctx, "evalsha", sha, 1, "k", "a")
+	require.NoError(t, f.ProcessPipelineHook(func(ctx context.Context, sent []redis.Cmder) error {
+		for _, c := range sent {
+			wire = append(wire, c.Name())
+		}
+		return nil
+	})(ctx, []redis.Cmder{plain}))
+	assert.Contains(t, wire, "fcall")
+}
