@@ -24,7 +24,7 @@ import (
 //
 // Functions, a go-redis hook on a server's client, sends such a script's
 // EVALSHA as FCALL of its function; every caller stays as it was (Script.Run,
-// the batches, MULTI), and a server that lacks the library answers as a
+// the batches; a transaction goes as scripts), and a server that lacks the library answers as a
 // server that lacks a script does: NOSCRIPT, after which the caller sends
 // the script's text (EVAL), which needs no library.
 
@@ -50,15 +50,13 @@ func newLibrary() library {
 	type entry struct{ name, src string }
 	var entries []entry
 	for name, src := range Sources {
-		if Deadlined(name) {
-			entries = append(entries, entry{strings.TrimSuffix(name, ".lua"), src})
+		if !Deadlined(name) {
+			continue
 		}
-	}
-	for sha, g := range GuardedScripts {
-		for name, src := range Sources {
-			if Sha1Hex(src) == sha && Deadlined(name) {
-				entries = append(entries, entry{"guarded_" + strings.TrimSuffix(name, ".lua"), g.Src})
-			}
+		base := strings.TrimSuffix(name, ".lua")
+		entries = append(entries, entry{base, src})
+		if g, ok := GuardedScripts[Sha1Hex(src)]; ok {
+			entries = append(entries, entry{"guarded_" + base, g.Src})
 		}
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
