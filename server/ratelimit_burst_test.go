@@ -26,7 +26,7 @@ func TestRedlockRateLimitBurst(t *testing.T) {
 		burst  = 100
 		rounds = 3
 	)
-	_, env := redlockEnv(t, 5)
+	_, env := redlockEnvDefaultPool(t, 5)
 	env["LOCKGW_RATE_LIMIT_WINDOW"] = window.String()
 	// Fail open and the default check timeout: the configuration of the
 	// report. The identity is the client address, 127.0.0.1 for every

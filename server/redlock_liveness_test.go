@@ -55,7 +55,7 @@ func TestRedlockLivenessPausedNodeThenTwoDead(t *testing.T) {
 // pausedNodeThenTwoDead runs issue 12, item 5 with the given number of
 // contending clients and the given pause of node 2.
 func pausedNodeThenTwoDead(t *testing.T, clients int, pause time.Duration) {
-	nodes, env := redlockEnv(t, 5)
+	nodes, env := redlockEnvDefaultPool(t, 5)
 	delete(env, "LOCKGW_REDLOCK_NODE_TIMEOUT")
 	g := apitest.Start(t, env)
 	c := apitest.NewClient(g.URL)
@@ -257,7 +257,7 @@ type heldLease struct {
 // many of its dials time out).
 func TestRedlockLivenessColdBurst(t *testing.T) {
 	const burst = 200
-	nodes, env := redlockEnv(t, 5)
+	nodes, env := redlockEnvDefaultPool(t, 5)
 	timeout := 50 * time.Millisecond // the default
 	if raceSlowdown > 1 {
 		timeout *= raceSlowdown

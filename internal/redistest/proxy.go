@@ -22,7 +22,65 @@ type Proxy struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+
+	flights *Flights // nil: nothing is counted
 }
+
+// Flights counts, across the proxies that share it (Proxy.Count), how many
+// of them have a request in flight: read from the client, its reply not
+// yet written back. A proxy's delay makes every reply come back at least
+// two delays after its request, so callers that send to every proxy at
+// once have them all in flight together, and callers that send to one
+// after the other's reply never have more than one: an order of events,
+// which no scheduler's delay turns into the other.
+type Flights struct {
+	mu       sync.Mutex
+	awaiting map[net.Conn]*Proxy // a client connection whose request awaits its reply
+	most     int
+}
+
+// NewFlights is a counter for Proxy.Count.
+func NewFlights() *Flights { return &Flights{awaiting: make(map[net.Conn]*Proxy)} }
+
+// Most is the largest number of proxies seen with a request in flight at
+// once since the last Reset.
+func (f *Flights) Most() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.most
+}
+
+// Reset starts a new count from the requests in flight now.
+func (f *Flights) Reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.most = f.inFlight()
+}
+
+func (f *Flights) inFlight() int {
+	proxies := make(map[*Proxy]struct{}, len(f.awaiting))
+	for _, p := range f.awaiting {
+		proxies[p] = struct{}{}
+	}
+	return len(proxies)
+}
+
+func (f *Flights) request(p *Proxy, client net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.awaiting[client] = p
+	f.most = max(f.most, f.inFlight())
+}
+
+func (f *Flights) reply(client net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.awaiting, client)
+}
+
+// Count makes p count its requests in f. Call it before the proxy carries
+// the requests to count.
+func (p *Proxy) Count(f *Flights) { p.mu.Lock(); p.flights = f; p.mu.Unlock() }
 
 // NewProxy starts a proxy to target (host:port) adding delay each way, and
 // stops it when the test ends.
@@ -103,8 +161,20 @@ func (p *Proxy) serve() {
 			_ = server.Close()
 			continue
 		}
-		p.wg.Go(func() { p.pipe(server, client, nil) })
-		p.wg.Go(func() { p.pipe(client, server, &p.replyDelay) })
+		p.wg.Go(func() {
+			p.pipe(server, client, nil, func() {
+				if f := p.counted(); f != nil {
+					f.request(p, client)
+				}
+			})
+		})
+		p.wg.Go(func() {
+			p.pipe(client, server, &p.replyDelay, func() {
+				if f := p.counted(); f != nil {
+					f.reply(client)
+				}
+			})
+		})
 	}
 }
 
@@ -113,9 +183,18 @@ type chunk struct {
 	due  time.Time
 }
 
+// counted is the proxy's Flights; nil when it counts nothing.
+func (p *Proxy) counted() *Flights {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.flights
+}
+
 // pipe copies src to dst, each chunk delay (plus extra, when not nil)
 // after it was read; when either side ends, both connections are closed.
-func (p *Proxy) pipe(dst, src net.Conn, extra *atomic.Int64) {
+// seen runs when a chunk is read from the client (the request side) or
+// written to it (the reply side).
+func (p *Proxy) pipe(dst, src net.Conn, extra *atomic.Int64, seen func()) {
 	defer func() { _ = dst.Close(); _ = src.Close() }()
 	queue := make(chan chunk, 1024)
 	var wg sync.WaitGroup
@@ -125,6 +204,9 @@ func (p *Proxy) pipe(dst, src net.Conn, extra *atomic.Int64) {
 			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
+				if extra == nil { // client to server: a request
+					seen()
+				}
 				d := p.delay.Load()
 				if extra != nil {
 					d += extra.Load()
@@ -138,6 +220,9 @@ func (p *Proxy) pipe(dst, src net.Conn, extra *atomic.Int64) {
 	})
 	for c := range queue {
 		time.Sleep(time.Until(c.due))
+		if extra != nil { // server to client: a reply, counted before the client can read it
+			seen()
+		}
 		if _, err := dst.Write(c.data); err != nil {
 			_ = src.Close() // unblock the reader
 			for range queue {

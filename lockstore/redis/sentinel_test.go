@@ -155,7 +155,10 @@ func testFailoverKeepsLease(t *testing.T, st *redistest.Sentinels, s *redis.Stor
 // key stays free.
 func TestRedisWaitWithoutReplicas(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := redis.Open(srv.URL(), redis.Options{Timeout: 100 * time.Millisecond, WaitReplicas: 1})
+	// 500 ms, not less: the take-back runs under the same timeout, and one
+	// that a loaded machine ran out of time for leaves the grant to its TTL
+	// (documented at unwait), which this test would see as a held key.
+	s, err := redis.Open(srv.URL(), redis.Options{Timeout: 500 * time.Millisecond, WaitReplicas: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()

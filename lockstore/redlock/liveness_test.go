@@ -133,7 +133,10 @@ func TestRedlockColdBurst(t *testing.T) {
 	timeout := raceSlowdown * redlock.DefaultNodeTimeout
 	for attempt := 1; ; attempt++ {
 		base := connectedClients(t, stats) // the earlier attempts' stores', open till the end
-		s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: timeout})
+		// redlock.Open, not backendtest.OpenRedlock: the default pool.
+		s, err := redlock.Open(backendtest.URLs(srvs), redlock.Options{NodeTimeout: timeout})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
 		ready(t, s)
 		open := connectedClients(t, stats) // this store's: its pools and its probes
 		for i := range open {

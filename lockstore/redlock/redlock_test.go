@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,51 +79,72 @@ func TestRedlockConfig(t *testing.T) {
 	}
 }
 
-// The fan-out is concurrent: with every node a round trip of rtt away, a
-// one-round operation takes about one rtt, not one per node; Acquire (a
-// round, plus the fence write-back round) and Release (a read, then the
-// delete) about two.
+// The fan-out is concurrent: every operation has a request in flight to
+// every node at once. With each node a delay away, a reply comes back at
+// least two delays after its request, so a fan-out that waited for one
+// node's answer before asking the next would never have more than one in
+// flight. The check is an order of events, not a time: no scheduler's
+// delay can make a sequential fan-out look concurrent. (A concurrent one
+// whose five sends were spread over more than two delays would be seen as
+// less than five; the delay is chosen far beyond the ~170 ms of scheduler
+// noise seen under the race detector on a loaded machine.)
 func TestRedlockFanOutIsConcurrent(t *testing.T) {
-	// A delay large enough that scheduler noise on a loaded machine (up to
-	// ~170 ms seen under the race detector with other suites running)
-	// cannot blur one round trip into the half of five that fails the test.
-	const oneWay = 100 * time.Millisecond
-	const rtt = 2 * oneWay
+	const oneWay = 250 * time.Millisecond
 	srvs := backendtest.StartNodes(t, 5)
+	flights := redistest.NewFlights()
 	urls := make([]string, len(srvs))
+	proxies := make([]*redistest.Proxy, len(srvs))
 	for i, srv := range srvs {
-		urls[i] = redistest.NewProxy(t, srv.Addr(), oneWay).URL()
+		proxies[i] = redistest.NewProxy(t, srv.Addr(), oneWay)
+		proxies[i].Count(flights)
+		urls[i] = proxies[i].URL()
 	}
-	s := backendtest.OpenRedlock(t, urls, redlock.Options{NodeTimeout: 20 * rtt})
-	ctx := backendtest.Ctx(t)
+	// The control, before the store opens: the same proxies, asked one
+	// after the other's answer, never have two requests in flight.
+	for _, p := range proxies {
+		c, err := net.Dial("tcp", p.Addr())
+		require.NoError(t, err)
+		_, err = c.Write([]byte("PING\r\n"))
+		require.NoError(t, err)
+		reply, err := bufio.NewReader(c).ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "+PONG\r\n", reply)
+		_ = c.Close()
+	}
+	require.Equal(t, 1, flights.Most(), "control: a sequential fan-out has one node in flight at a time")
 
-	// Warm up: connections, OnConnect, script loading.
-	warm, err := s.Acquire(ctx, "warm", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	// Warm, without the delay: connections, OnConnect, scripts; then one
+	// of each operation with it, for what a first call does once.
+	for _, p := range proxies {
+		p.SetDelay(0)
+	}
+	s := backendtest.OpenRedlock(t, urls, redlock.Options{NodeTimeout: 20 * oneWay})
+	ready(t, s)
+	for _, p := range proxies {
+		p.SetDelay(oneWay)
+	}
+	warm, err := s.Acquire(backendtest.Ctx(t), "warm", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
 	require.NoError(t, err)
-	_, err = s.Extend(ctx, "warm", warm.Token, time.Minute)
+	_, err = s.Extend(backendtest.Ctx(t), "warm", warm.Token, time.Minute)
 	require.NoError(t, err)
-	_, err = s.Inspect(ctx, "warm")
+	_, err = s.Inspect(backendtest.Ctx(t), "warm")
 	require.NoError(t, err)
-	require.NoError(t, s.Release(ctx, "warm", warm.Token))
+	require.NoError(t, s.Release(backendtest.Ctx(t), "warm", warm.Token))
 
-	timed := func(name string, rounds int, op func() error) {
+	concurrent := func(name string, op func() error) {
 		t.Helper()
-		start := time.Now()
+		flights.Reset()
 		require.NoError(t, op(), name)
-		took := time.Since(start)
-		t.Logf("%s: %v with %v per round trip (sequential would be ≥ %v)", name, took, rtt, time.Duration(rounds*len(urls))*rtt)
-		// Concurrent takes about rounds·rtt; sequential at least
-		// rounds·N·rtt. Half the sequential time separates the two.
-		assert.Less(t, took, time.Duration(rounds*len(urls))*rtt/2, "%s took %v", name, took)
+		assert.Equal(t, len(srvs), flights.Most(), "%s: nodes with a request in flight at once", name)
 	}
 	var l lockstore.Lease
-	timed("acquire", 2, func() (err error) {
-		l, err = s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+	concurrent("acquire", func() (err error) {
+		l, err = s.Acquire(backendtest.Ctx(t), "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
 		return err
 	})
-	timed("extend", 1, func() error { _, err := s.Extend(ctx, "k", l.Token, time.Minute); return err })
-	timed("inspect", 1, func() error { _, err := s.Inspect(ctx, "k"); return err })
-	timed("release", 2, func() error { return s.Release(ctx, "k", l.Token) })
+	concurrent("extend", func() error { _, err := s.Extend(backendtest.Ctx(t), "k", l.Token, time.Minute); return err })
+	concurrent("inspect", func() error { _, err := s.Inspect(backendtest.Ctx(t), "k"); return err })
+	concurrent("release", func() error { return s.Release(backendtest.Ctx(t), "k", l.Token) })
 }
 
 // A node slower than NodeTimeout costs a request NodeTimeout, no more: with
@@ -275,9 +298,12 @@ func TestRedlockThreeOfFiveDown(t *testing.T) {
 // clients ever believe they hold the lock at once.
 func TestRedlockPausedNodeNoOverlap(t *testing.T) {
 	t.Parallel()
-	const ttl = 200 * time.Millisecond
+	// Thrice the default node timeout, and a TTL to match: under the race
+	// detector on a loaded machine, live nodes' answers past 50 ms made
+	// every round unavailable, and this test is about overlaps.
+	const ttl, nodeTimeout = 600 * time.Millisecond, 150 * time.Millisecond
 	srvs := backendtest.StartNodes(t, 5)
-	s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{})
+	s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: nodeTimeout})
 
 	var rec recorder
 	ctx, cancel := context.WithCancel(context.Background())

@@ -70,7 +70,9 @@ func assertNoPermit(t *testing.T, s lockstore.Semaphores, key string, until time
 }
 
 func TestRedlockSemLateReleaseKeepsLaterGrant(t *testing.T) {
-	const timeout, delay = 100 * time.Millisecond, 400 * time.Millisecond
+	// The straggler's delay is long enough that a loaded machine's release,
+	// its retries and the re-acquire all fit before it lands.
+	const timeout, delay = 250 * time.Millisecond, 1500 * time.Millisecond
 	srvs := backendtest.StartNodes(t, 5)
 	urlsA, slow := proxied(t, srvs, 4)
 	a := backendtest.OpenRedlock(t, urlsA, redlock.Options{NodeTimeout: timeout, NodeNames: namesOf(srvs)})
@@ -101,7 +103,11 @@ func TestRedlockSemLateReleaseKeepsLaterGrant(t *testing.T) {
 
 	cut[0].Close()
 	cut[1].Close()
-	p, err := b.SemAcquire(ctx, "k", semReq(token))
+	var p lockstore.Permit
+	_, err = retryUnavailable(func() (err error) { // a loaded machine's timeouts
+		p, err = b.SemAcquire(ctx, "k", semReq(token))
+		return err
+	})
 	require.NoError(t, err, "granted again on nodes 2, 3 and 4")
 	require.Less(t, time.Since(released), delay, "the re-acquire must come before the straggler lands; the machine is too slow for this staging")
 	time.Sleep(2*delay - time.Since(released))
@@ -132,7 +138,11 @@ func TestRedlockSemRetryAfterUnavailable(t *testing.T) {
 	start := time.Now()
 	_, err := a.SemAcquire(ctx, "k", semReq(token))
 	require.ErrorIs(t, err, lockstore.ErrUnavailable)
-	p, err := b.SemAcquire(ctx, "k", semReq(token))
+	var p lockstore.Permit
+	_, err = retryUnavailable(func() (err error) { // a loaded machine's timeouts
+		p, err = b.SemAcquire(ctx, "k", semReq(token))
+		return err
+	})
 	require.NoError(t, err)
 	time.Sleep(3*delay - time.Since(start))
 
