@@ -476,5 +476,5 @@ func acceptedConns(t *testing.T, clients []*redis.Client) []int64 {
 func waitReady(t *testing.T, c *apitest.Client) {
 	t.Helper()
 	require.Eventually(t, func() bool { return c.Do(t, "GET", "/readyz", nil).Status == http.StatusOK },
-		10*time.Second, 10*time.Millisecond, "/readyz never answered 200")
+		30*time.Second, 10*time.Millisecond, "/readyz never answered 200") // a loaded machine's warm-up
 }

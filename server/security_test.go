@@ -527,6 +527,9 @@ func TestSecretsStayHidden(t *testing.T) {
 				t: t, c: apitest.NewClient(g.URL), bearer: bearer, prefix: "sec/" + backend,
 				secrets: secrets{apiKeys: []string{bearer, scoped, wrong}},
 			}
+			// A Redlock gateway's first requests, before its warm-up, may
+			// meet cold connections; a load balancer waits for /readyz.
+			waitReady(t, w.c)
 			w.run()
 
 			// Redis holds each held lock (Redlock: on a majority of nodes)

@@ -77,6 +77,7 @@ func TestRedlockSemaphoreQuorum(t *testing.T) {
 	t.Parallel()
 	srvs := backendtest.StartNodes(t, 5)
 	s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: backendtest.Roomy})
+	ready(t, s)
 	const key = "sem/quorum"
 	req := func() lockstore.PermitRequest {
 		return lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second, Limit: 2}
