@@ -46,12 +46,12 @@ func backends(t *testing.T, fn func(t *testing.T, g *apitest.Gateway)) {
 // redlockEnv starts n redis-servers and returns them with the environment
 // of a gateway over them. The node timeout is roomier than the default: the
 // race detector on a 2-core machine is slow, and a node timing out is not
-// what these tests are about. Each node's pool is 20 connections, not the
+// what these tests are about. Each node's pool is 32 connections, not the
 // default 128: the warm-up opens all but 16 of a pool, with a handshake and
 // an INFO each, and 112 a node for every gateway was most of these tests'
 // CPU. Tests about bursts and warm pools use redlockEnvDefaultPool.
 func redlockEnv(t *testing.T, n int) ([]*redistest.Server, map[string]string) {
-	return redlockNodes(t, n, "?pool_size=20")
+	return redlockNodes(t, n, "?pool_size=32")
 }
 
 // redlockEnvDefaultPool is redlockEnv with the default pool.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -914,17 +915,30 @@ func TestRedlockRestartsOneAfterTheOther(t *testing.T) {
 	}
 	require.Empty(t, rec.violations(), "two holders; log: %s", &logs)
 
+	// Each of A and B is out for MaxTTL, for one of two reasons, both
+	// true: its run id changed (the restart guard), or it answered without
+	// the node list's marker (it lost its data). Nodes shows the reason
+	// whose quarantine ends later, which depends on which was seen last.
+	// C came back empty too, before the store ever reached it: on a loaded
+	// machine the store reads C's missing marker during the test, and it
+	// is out for the same good reason; on a quiet one the test ends first.
+	reasons := regexp.MustCompile(`restarted|without the node list marker`)
 	nodes := s.Nodes()
 	for i, n := range nodes[:2] {
 		assert.WithinRange(t, n.QuarantinedUntil, seenA.Add(-backendtest.Roomy).Add(time.Hour), time.Now().Add(time.Hour+drift(time.Hour)), "node %d", i)
-		for _, says := range []string{"restarted", "LOCKGW_MAX_TTL", "appendfsync always", n.QuarantinedUntil.UTC().Format(time.RFC3339)} {
+		assert.Regexp(t, reasons, n.Quarantine, "node %d", i)
+		for _, says := range []string{"LOCKGW_MAX_TTL", "appendfsync always", n.QuarantinedUntil.UTC().Format(time.RFC3339)} {
 			assert.Contains(t, n.Quarantine, says, "node %d", i)
 		}
 	}
-	assert.Zero(t, nodes[2].QuarantinedUntil)
+	quarantined := 2
+	if !nodes[2].QuarantinedUntil.IsZero() {
+		assert.Contains(t, nodes[2].Quarantine, "without the node list marker", "C: only for the marker C lost")
+		quarantined++
+	}
 	var qe *lockstore.QuorumError
 	require.ErrorAs(t, s.Ping(ctx), &qe)
-	assert.Equal(t, 2, qe.Quarantined)
+	assert.Equal(t, quarantined, qe.Quarantined)
 	for _, srv := range []*redistest.Server{a, b} {
 		assert.Regexp(t, `"level":"warn","node":"`+srv.Addr()+`","until":"[^"]+".*appendfsync always`, logs.String())
 	}

@@ -51,7 +51,7 @@ func URLs(srvs []*redistest.Server) []string {
 // ran out of time for it). The warm-up opens SmallPool-16 of these. A test
 // about bursts or warm pools opens its store with redlock.Open, and gets
 // the default.
-const SmallPool = 20
+const SmallPool = 32
 
 // pooled is urls, each asking for SmallPool connections unless it names a
 // pool size of its own.
