@@ -214,6 +214,7 @@ func contend(t *testing.T, path string, gateways ...*apitest.Gateway) {
 	for i, g := range gateways {
 		clients[i] = apitest.NewClient(g.URL)
 		clients[i].HTTP.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
+		waitReady(t, clients[i]) // as a load balancer would: warm pools
 	}
 
 	var (

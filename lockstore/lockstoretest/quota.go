@@ -190,11 +190,13 @@ func testQuotaExpiry(t *testing.T, a, b lockstore.Store, key, user string) {
 }
 
 func testQuotaExtend(t *testing.T, a, b lockstore.Store, key, user string) {
-	l, err := take(ctx(t), a, key+"/x", user, 1, 200*time.Millisecond)
+	// A first TTL of a second, not less: under the race detector on a
+	// loaded machine the extend came more than 200 ms after the grant.
+	l, err := take(ctx(t), a, key+"/x", user, 1, time.Second)
 	require.NoError(t, err)
 	_, err = b.Extend(lockstore.WithUser(ctx(t), user), l.Key, l.Token, 10*time.Second)
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond) // past the first TTL
+	time.Sleep(time.Second + 100*time.Millisecond) // past the first TTL
 	_, err = take(ctx(t), b, key+"/over", user, 1, time.Second)
 	capErr := requireOverQuota(t, err, 1)
 	assert.Greater(t, capErr.Next, 9*time.Second, "the count follows the extended expiry")
