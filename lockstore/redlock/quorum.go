@@ -120,10 +120,29 @@ var errSkipped = errors.New("lockstore: node not asked")
 
 // fanOut calls every node (or those in only, when not nil) concurrently,
 // each under its own NodeTimeout, and waits for all of them. call gets the
-// node and its index.
+// node and its index. The calls run on script.Go's workers, whose stacks
+// have grown already, and the last one on the caller's goroutine once the
+// others are on their way: a fresh goroutine per node call spent a third
+// of the store's CPU growing stacks and being scheduled (issue #30).
 func fanOut[T any](ctx context.Context, r *Store, only []bool, call func(context.Context, int, *redlockNode) (T, error)) []nodeResult[T] {
 	res := make([]nodeResult[T], len(r.nodes))
+	one := func(i int, n *redlockNode) {
+		nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
+		defer cancel()
+		v, err := call(nctx, i, n)
+		r.observe(ctx, n, err)
+		if err != nil && !answered(err) && !errors.Is(err, lockstore.ErrUnavailable) && !errors.Is(err, script.ErrMoved) {
+			r.log.Error().Err(err).Str("node", n.addr).Msg("redlock: unexpected reply")
+		}
+		res[i] = nodeResult[T]{val: v, err: err, counted: !n.quarantined(time.Now())}
+		if quarantinedOnNode(err) {
+			// The node keeps a quarantine of its own (rule Q): it counts
+			// as one this gateway quarantined, in neither direction.
+			res[i] = nodeResult[T]{counted: false}
+		}
+	}
 	var wg sync.WaitGroup
+	last := -1 // the node called on this goroutine, after the others started
 	for i, n := range r.nodes {
 		if only != nil && !only[i] {
 			res[i].err = errSkipped
@@ -133,21 +152,17 @@ func fanOut[T any](ctx context.Context, r *Store, only []bool, call func(context
 			res[i] = nodeResult[T]{err: errNodeDown, counted: !n.quarantined(time.Now())}
 			continue
 		}
-		wg.Go(func() {
-			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
-			defer cancel()
-			v, err := call(nctx, i, n)
-			r.observe(ctx, n, err)
-			if err != nil && !answered(err) && !errors.Is(err, lockstore.ErrUnavailable) && !errors.Is(err, script.ErrMoved) {
-				r.log.Error().Err(err).Str("node", n.addr).Msg("redlock: unexpected reply")
-			}
-			res[i] = nodeResult[T]{val: v, err: err, counted: !n.quarantined(time.Now())}
-			if quarantinedOnNode(err) {
-				// The node keeps a quarantine of its own (rule Q): it counts
-				// as one this gateway quarantined, in neither direction.
-				res[i] = nodeResult[T]{counted: false}
-			}
-		})
+		if j := last; j >= 0 {
+			wg.Add(1)
+			script.Go(func() {
+				defer wg.Done()
+				one(j, r.nodes[j])
+			})
+		}
+		last = i
+	}
+	if last >= 0 {
+		one(last, r.nodes[last])
 	}
 	wg.Wait()
 	return res

@@ -204,7 +204,7 @@ func (b *Batch) sendQueue() {
 // other calls' batch.
 func (b *Batch) handOff() {
 	if batch := b.next(); batch != nil {
-		go b.sendAll(batch)
+		Go(func() { b.sendAll(batch) })
 	}
 }
 
