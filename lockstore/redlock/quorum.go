@@ -126,9 +126,11 @@ var errSkipped = errors.New("lockstore: node not asked")
 // of the store's CPU growing stacks and being scheduled (issue #30).
 func fanOut[T any](ctx context.Context, r *Store, only []bool, call func(context.Context, int, *redlockNode) (T, error)) []nodeResult[T] {
 	res := make([]nodeResult[T], len(r.nodes))
+	// One deadline for all the calls: they start together, so it is each
+	// one's NodeTimeout, without a timer per node.
+	nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
+	defer cancel()
 	one := func(i int, n *redlockNode) {
-		nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
-		defer cancel()
 		v, err := call(nctx, i, n)
 		r.observe(ctx, n, err)
 		if err != nil && !answered(err) && !errors.Is(err, lockstore.ErrUnavailable) && !errors.Is(err, script.ErrMoved) {
