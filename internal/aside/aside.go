@@ -49,6 +49,26 @@ func Run[T any](f func() T) T {
 	return c.v
 }
 
+// Go runs f on another goroutine, as Run does, without waiting for it: on
+// an idle worker when there is one, or else on a goroutine started for it
+// at once. It is for calls started side by side, such as a Redlock
+// round's one call per node, which a fresh goroutine each made grow its
+// stack every time. Unlike Run, a panic in f is not caught: as in a
+// goroutine of its own, it ends the process.
+func Go(f func()) {
+	c := goCall(f)
+	select {
+	case work <- c:
+	default:
+		go worker(c)
+	}
+}
+
+// goCall is one Go.
+type goCall func()
+
+func (f goCall) run() { f() }
+
 // call is one Run: f, its outcome, and the caller's wait for it.
 type call[T any] struct {
 	f        func() T

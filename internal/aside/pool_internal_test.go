@@ -110,3 +110,45 @@ func eventually(cond func() bool) bool {
 	}
 	return true
 }
+
+// Go, one call after the other, runs them on the same few workers, never
+// on the caller's goroutine: a goroutine started per call would show 100
+// ids.
+func TestGoReusesWorkers(t *testing.T) {
+	quiet(t)
+	caller := goid()
+	ids := map[int]bool{}
+	for range 100 {
+		id := make(chan int)
+		Go(func() { id <- goid() })
+		got := <-id
+		assert.NotEqual(t, caller, got, "f ran on the caller's goroutine")
+		ids[got] = true
+	}
+	assert.Less(t, len(ids), 10, "workers: %v", ids)
+}
+
+// Go never waits: with every worker busy, and more calls than idle workers
+// are ever kept, each call still starts at once (each f waits for all the
+// others to have started).
+func TestGoNeverWaitsForAWorker(t *testing.T) {
+	t.Cleanup(func() { quiet(t) }) // the burst's idle workers would serve the next test's calls in turn
+	const n = 2 * maxIdle
+	var started sync.WaitGroup
+	started.Add(n)
+	done := make(chan struct{})
+	for range n {
+		Go(func() {
+			started.Done()
+			started.Wait()
+			done <- struct{}{}
+		})
+	}
+	for range n {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second): // a hang, not a duration under test
+			t.Fatal("a call waited for another to finish")
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgateway/lockgateway/internal/aside"
 )
 
 // nodeBatch sends one Redlock node the scripts of concurrent operations
@@ -204,7 +206,7 @@ func (b *Batch) sendQueue() {
 // other calls' batch.
 func (b *Batch) handOff() {
 	if batch := b.next(); batch != nil {
-		Go(func() { b.sendAll(batch) })
+		aside.Go(func() { b.sendAll(batch) })
 	}
 }
 
