@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockgateway/lockgateway/internal/aside"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 )
@@ -121,7 +120,7 @@ var errSkipped = errors.New("lockstore: node not asked")
 
 // fanOut calls every node (or those in only, when not nil) concurrently,
 // each under its own NodeTimeout, and waits for all of them. call gets the
-// node and its index. The calls run on aside.Go's workers, whose stacks
+// node and its index. The calls run on aside.Go's workers (r.spawn), whose stacks
 // have grown already, and the last one on the caller's goroutine once the
 // others are on their way: a goroutine started per node call grew its
 // stack at every call, a tenth of a Redlock gateway's CPU in issue #30's
@@ -158,7 +157,7 @@ func fanOut[T any](ctx context.Context, r *Store, only []bool, call func(context
 		}
 		if j := last; j >= 0 {
 			wg.Add(1)
-			aside.Go(func() {
+			r.spawn(func() {
 				defer wg.Done()
 				one(j, r.nodes[j])
 			})

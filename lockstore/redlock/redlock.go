@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockgateway/lockgateway/internal/aside"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 	"github.com/redis/go-redis/v9"
@@ -69,6 +70,11 @@ type Options struct {
 	DisableRestartGuard bool
 	// Tracer, when set, traces each node call a request makes (script/trace.go).
 	Tracer trace.Tracer
+
+	// spawn starts the node calls of a fan-out and a batch's next sends:
+	// aside.Go by default. The simulator starts goroutines of their own,
+	// inside its synctest bubble, where aside's shared workers cannot be.
+	spawn func(func())
 }
 
 // Redlock is a Store over N ≥ 3 independent Redis masters (the Redlock
@@ -211,6 +217,7 @@ type Store struct {
 	closed bool
 	bg     sync.WaitGroup // background deletes on nodes that did not answer, warm-ups
 	stop   chan struct{}  // closed by Close: ends the warm-ups
+	spawn  func(func())   // Options.spawn
 }
 
 var _ lockstore.Store = (*Store)(nil)
@@ -284,6 +291,10 @@ func New(nodes []*redis.Options, opts Options) (*Store, error) {
 		log:         opts.Logger,
 		onVote:      opts.OnVote,
 		stop:        make(chan struct{}),
+		spawn:       opts.spawn,
+	}
+	if r.spawn == nil {
+		r.spawn = aside.Go
 	}
 	var err error
 	nodeQuarantine := r.quarantine // rule Q: a node found without a marker
@@ -359,6 +370,7 @@ func New(nodes []*redis.Options, opts Options) (*Store, error) {
 		clk := script.NewClocks(r.nodeTimeout, false)
 		n.writes = script.Clocked{Scripter: setGuard{Scripter: n.batch, set: r.set, i: i}, Clocks: clk}
 		n.semWrites = script.Clocked{Scripter: setGuard{Scripter: n.client, set: r.set, i: i}, Clocks: clk}
+		n.batch.Spawn = r.spawn
 		n.batch.Trace = script.NewCmdTracer(opts.Tracer, o.Addr)
 		n.batch.Trace.Hook(n.client)
 		n.notifier = script.NewNotifier(n.client)

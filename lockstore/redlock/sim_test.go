@@ -195,7 +195,7 @@ func (w *rlWorld) newStore(g *rlGateway, ctl rlControl, ready func(*Store)) {
 	// rise", its assumption). With MaxTTL 1 s and offsets of ±3 s the
 	// simulator found a permit answered a fence below an earlier holder's
 	// after such a restart (seed 17): that assumption broken, not a rule.
-	ro := Options{NodeTimeout: 20 * time.Millisecond, MaxTTL: w.maxTTL()}
+	ro := Options{NodeTimeout: 20 * time.Millisecond, MaxTTL: w.maxTTL(), spawn: func(f func()) { go f() }}
 	for _, i := range g.prev {
 		ro.Previous = append(ro.Previous, &redis.Options{Addr: nodeAddr(i), Dialer: w.dial(g.id, kind), PoolSize: 18,
 			DialTimeout: 20 * time.Millisecond, ReadTimeout: 20 * time.Millisecond, WriteTimeout: 20 * time.Millisecond,

@@ -35,6 +35,10 @@ type Batch struct {
 	Client  *redis.Client
 	timeout time.Duration // NodeTimeout: bounds a pipeline whose calls have no deadline
 	Trace   *CmdTracer    // nil with tracing off (trace.go)
+	// Spawn starts the goroutine that sends what queued behind a sender:
+	// aside.Go, whose workers' stacks have grown already, unless the
+	// store's simulator sets goroutines of its own.
+	Spawn func(func())
 
 	// At most maxSenders writes on the wire before calls queue, and at most
 	// maxBatch calls per pipeline: batchSenders and batchMax, but for
@@ -79,7 +83,7 @@ type batchCall struct {
 var _ redis.Scripter = (*Batch)(nil)
 
 func NewBatch(c *redis.Client, timeout time.Duration) *Batch {
-	return &Batch{Client: c, timeout: timeout, MaxSenders: BatchSenders, MaxBatch: BatchMax}
+	return &Batch{Client: c, timeout: timeout, MaxSenders: BatchSenders, MaxBatch: BatchMax, Spawn: aside.Go}
 }
 
 // EvalSha and Eval are what redis.Script.Run calls: EVALSHA, and EVAL when
@@ -206,7 +210,7 @@ func (b *Batch) sendQueue() {
 // other calls' batch.
 func (b *Batch) handOff() {
 	if batch := b.next(); batch != nil {
-		aside.Go(func() { b.sendAll(batch) })
+		b.Spawn(func() { b.sendAll(batch) })
 	}
 }
 
