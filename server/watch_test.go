@@ -357,6 +357,7 @@ func TestWatchersShareOneReader(t *testing.T) {
 	for range polls {
 		select {
 		case r := <-pollDone:
+			require.NotNil(t, r, "a long-poll failed (its error is above)")
 			require.Equal(t, http.StatusOK, r.Status)
 		case <-time.After(10 * time.Second):
 			t.Fatal("a long-poll did not wake")
