@@ -119,19 +119,18 @@ type nodeResult[T any] struct {
 var errSkipped = errors.New("lockstore: node not asked")
 
 // fanOut calls every node (or those in only, when not nil) concurrently,
-// each under its own NodeTimeout, and waits for all of them. call gets the
-// node and its index. The calls run on aside.Go's workers (r.spawn), whose stacks
-// have grown already, and the last one on the caller's goroutine once the
-// others are on their way: a goroutine started per node call grew its
-// stack at every call, a tenth of a Redlock gateway's CPU in issue #30's
-// profile.
+// all under one NodeTimeout (they start together), and waits for all of
+// them. call gets the node and its index. The calls run on r.spawn's
+// goroutines (aside.Go's workers, whose stacks have grown already), the
+// last one on the caller's goroutine once the others are on their way: a
+// goroutine started per node call grew its stack at every call, a tenth
+// of a Redlock gateway's CPU in issue #30's profile.
 func fanOut[T any](ctx context.Context, r *Store, only []bool, call func(context.Context, int, *redlockNode) (T, error)) []nodeResult[T] {
 	res := make([]nodeResult[T], len(r.nodes))
-	// One deadline for all the calls: they start together, so it is each
-	// one's NodeTimeout, without a timer per node.
 	nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
 	defer cancel()
-	one := func(i int, n *redlockNode) {
+	one := func(i int) {
+		n := r.nodes[i]
 		v, err := call(nctx, i, n)
 		r.observe(ctx, n, err)
 		if err != nil && !answered(err) && !errors.Is(err, lockstore.ErrUnavailable) && !errors.Is(err, script.ErrMoved) {
@@ -144,29 +143,29 @@ func fanOut[T any](ctx context.Context, r *Store, only []bool, call func(context
 			res[i] = nodeResult[T]{counted: false}
 		}
 	}
-	var wg sync.WaitGroup
-	last := -1 // the node called on this goroutine, after the others started
+	asked := make([]int, 0, len(r.nodes))
 	for i, n := range r.nodes {
-		if only != nil && !only[i] {
+		switch {
+		case only != nil && !only[i]:
 			res[i].err = errSkipped
-			continue
-		}
-		if n.isDown() {
+		case n.isDown():
 			res[i] = nodeResult[T]{err: errNodeDown, counted: !n.quarantined(time.Now())}
-			continue
+		default:
+			asked = append(asked, i)
 		}
-		if j := last; j >= 0 {
-			wg.Add(1)
-			r.spawn(func() {
-				defer wg.Done()
-				one(j, r.nodes[j])
-			})
-		}
-		last = i
 	}
-	if last >= 0 {
-		one(last, r.nodes[last])
+	if len(asked) == 0 {
+		return res
 	}
+	var wg sync.WaitGroup
+	for _, i := range asked[:len(asked)-1] {
+		wg.Add(1)
+		r.spawn(func() {
+			defer wg.Done()
+			one(i)
+		})
+	}
+	one(asked[len(asked)-1])
 	wg.Wait()
 	return res
 }
