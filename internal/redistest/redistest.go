@@ -289,7 +289,8 @@ func (s *Server) CommandCalls(ctx context.Context) (map[string]int64, error) {
 
 // Fill limits the server to maxmemory (e.g. "8mb") with maxmemory-policy
 // noeviction, as docs/safety.md advises for lock nodes, and fills it with
-// junk until it refuses writes: out of memory.
+// junk until it refuses writes: out of memory. It then lowers the limit
+// to half of what is used, so that Redis stays out of memory.
 func (s *Server) Fill(maxmemory string) {
 	s.helper()
 	ctx := context.Background()
@@ -326,6 +327,22 @@ func (s *Server) Fill(maxmemory string) {
 			}
 			break
 		}
+	}
+	// Redis refuses a write only while its memory is over the limit, and
+	// it dips back under whenever a client's buffers are freed: a test
+	// that found Redis full once found a write accepted a moment later
+	// (server.TestFullRedis, on a loaded machine). A limit below what is
+	// used now keeps every write refused, whatever the buffers do.
+	info, err := c.InfoMap(ctx, "memory").Result()
+	if err != nil {
+		s.fatalf("redistest: INFO memory: %v", err)
+	}
+	used, err := strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+	if err != nil {
+		s.fatalf("redistest: INFO memory's used_memory: %v", err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used/2, 10)).Err(); err != nil {
+		s.fatalf("redistest: CONFIG SET maxmemory: %v", err)
 	}
 }
 
