@@ -40,6 +40,7 @@ import (
 // by the server's ReadHeaderTimeout (5 s), without an answer, and holds up
 // nobody else meanwhile.
 func TestSlowHeaderClientIsCutOff(t *testing.T) {
+	parallelWhenShort(t)
 	const readHeaderTimeout = 5 * time.Second // server.Run's http.Server
 	g := apitest.Start(t, nil)
 	addr := strings.TrimPrefix(g.URL, "http://")

@@ -27,6 +27,7 @@ import (
 // backends runs fn against a gateway on each backend that keeps state
 // outside the test: memory, and Redis on a redis-server the test starts.
 func backends(t *testing.T, fn func(t *testing.T, g *apitest.Gateway)) {
+	parallelWhenShort(t)
 	t.Run("memory", func(t *testing.T) {
 		t.Parallel()
 		fn(t, apitest.Start(t, nil))
@@ -41,6 +42,18 @@ func backends(t *testing.T, fn func(t *testing.T, g *apitest.Gateway)) {
 		_, env := redlockEnv(t, 5)
 		fn(t, apitest.Start(t, env))
 	})
+}
+
+// parallelWhenShort makes t parallel under -short. There a test over
+// every backend runs only its memory gateway, whose wait nothing else
+// shared while the test itself ran in line: the Go-only layer took 40 s
+// in this package, 18 s once these tests (and the slow-header one) run
+// beside each other (testlayer.ParallelWaits). The full layer keeps them in line, as its
+// tests that judge real servers against the clock need.
+func parallelWhenShort(t *testing.T) {
+	if testing.Short() {
+		t.Parallel()
+	}
 }
 
 // redlockEnv starts n redis-servers and returns them with the environment

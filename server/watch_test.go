@@ -22,6 +22,7 @@ import (
 // twice: its state is its own), Redis, and Redlock; the change is made
 // through a, watched through b.
 func watchPair(t *testing.T, fn func(t *testing.T, a, b *apitest.Gateway)) {
+	parallelWhenShort(t)
 	env := map[string]string{"LOCKGW_MAX_WAIT": "10s"}
 	with := func(more map[string]string) map[string]string {
 		e := map[string]string{}
