@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -46,6 +47,16 @@ func proxied(t *testing.T, srvs []*redistest.Server, via ...int) ([]string, map[
 // connections they open are up. A count of tries was not enough: five in
 // 250 ms all answered "5 of 5 Redlock nodes did not answer" in a loaded
 // CI series (load 9 on 2 cores).
+// nodesOf is s's view of its nodes, for a failure's message: whether a
+// call that kept failing met nodes marked down or nodes that were asked
+// and did not answer.
+func nodesOf(s any) string {
+	if n, ok := s.(interface{ Nodes() []lockstore.NodeStatus }); ok {
+		return fmt.Sprintf("%+v", n.Nodes())
+	}
+	return "unknown"
+}
+
 func retryUnavailable(op func() error) (retried bool, err error) {
 	deadline := time.Now().Add(20 * time.Second)
 	err = op()
@@ -75,7 +86,7 @@ func warm(t *testing.T, s lockstore.Store) {
 				_, err := s.Acquire(backendtest.Ctx(t), key, lockstore.AcquireRequest{Token: token, TTL: time.Second})
 				return err
 			})
-			if assert.NoError(t, err) {
+			if assert.NoError(t, err, "nodes: %s", nodesOf(s)) {
 				retried, err := retry(func() error { return s.Release(backendtest.Ctx(t), key, token) })
 				if retried && errors.Is(err, lockstore.ErrNotHeld) {
 					err = nil // the attempt answered unavailable did release it

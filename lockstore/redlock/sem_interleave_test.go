@@ -43,7 +43,7 @@ func semWarm(t *testing.T, s lockstore.Semaphores) {
 				_, err := s.SemAcquire(backendtest.Ctx(t), key, req)
 				return err
 			})
-			if assert.NoError(t, err) {
+			if assert.NoError(t, err, "nodes: %s", nodesOf(s)) {
 				retried, err := retry(func() error { return s.SemRelease(backendtest.Ctx(t), key, req.Token) })
 				if retried && errors.Is(err, lockstore.ErrNotHeld) {
 					err = nil // the attempt answered unavailable did release it
