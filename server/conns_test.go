@@ -189,8 +189,8 @@ func TestWaitingCap(t *testing.T) {
 	// Probing until one is refused could go on for ever on a loaded
 	// machine: a probe that got in first waits its second out, and the
 	// next one, sent the moment it ends, can beat the waiter to the place
-	// again (a CI run saw ten in a row). So wait until the waiter is in,
-	// then probe once.
+	// again, for the whole 10 s of a loaded make test run. So wait until
+	// the waiter is in, then probe once.
 	require.Eventually(t, func() bool {
 		series, _ := scrape(t, c)
 		return series["lockgw_waiting_acquires"] == 1

@@ -48,7 +48,7 @@ func TestMetricsMatchWorkload(t *testing.T) {
 	env["LOCKGW_RATE_LIMIT_ROUTES"] = "PUT /locks/limited/*"
 	// Each decision below is counted as what it was; a check that runs
 	// past the default 100 ms on a loaded machine is admitted without one
-	// (fail-open), and a CI run's second gateway admitted so.
+	// (fail-open), as the second gateway's was in a loaded make test run.
 	env["LOCKGW_RATE_LIMIT_TIMEOUT"] = "5s"
 	g := apitest.Start(t, env)
 	c := apitest.NewClient(g.URL)

@@ -48,8 +48,8 @@ func backends(t *testing.T, fn func(t *testing.T, g *apitest.Gateway)) {
 // every backend runs only its memory gateway, whose wait nothing else
 // shared while the test itself ran in line: the Go-only layer took 40 s
 // in this package, 18 s once these tests (and the slow-header one) run
-// beside each other (testlayer.ParallelWaits). The full layer keeps them in line, as its
-// tests that judge real servers against the clock need.
+// beside each other (testlayer.ParallelWaits). The full layer keeps them
+// in line, as its tests that judge real servers against the clock need.
 func parallelWhenShort(t *testing.T) {
 	if testing.Short() {
 		t.Parallel()

@@ -300,7 +300,7 @@ func TestDashboardMarksHolds(t *testing.T) {
 	b := newBrowser(t)
 	b.do(t, chromedp.Navigate(g.URL+"/ui/"))
 	// The plain lock, under the 5 s mark, only once the page is up: a
-	// loaded CI machine took longer than its 4 s to start the browser,
+	// loaded machine took longer than its 4 s to start the browser,
 	// and the lock was gone before the page could show it low.
 	require.Equal(t, http.StatusCreated, c.Do(t, "PUT", "/locks/dash/plain", []byte(`{"ttl_ms":4000,"owner":"cron"}`), apitest.JSON...).Status)
 	sem := fmt.Sprintf(`document.querySelector('#semaphores tr[data-key=%q]')`, "dash/pool")

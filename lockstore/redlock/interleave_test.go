@@ -42,11 +42,6 @@ func proxied(t *testing.T, srvs []*redistest.Server, via ...int) ([]string, map[
 	return urls, proxies
 }
 
-// retryUnavailable runs op, and again while it answers unavailable, for
-// up to 20 s: a warm-up's calls are retried as a client would, until the
-// connections they open are up. A count of tries was not enough: five in
-// 250 ms all answered "5 of 5 Redlock nodes did not answer" in a loaded
-// CI series (load 9 on 2 cores).
 // nodesOf is s's view of its nodes, for a failure's message: whether a
 // call that kept failing met nodes marked down or nodes that were asked
 // and did not answer.
@@ -57,6 +52,11 @@ func nodesOf(s any) string {
 	return "unknown"
 }
 
+// retryUnavailable runs op, and again while it answers unavailable, for
+// up to 20 s: a warm-up's calls are retried as a client would, until the
+// connections they open are up. A count of tries was not enough: five in
+// 250 ms all answered "5 of 5 Redlock nodes did not answer" in a loaded
+// CI series (load 9 on 2 cores).
 func retryUnavailable(op func() error) (retried bool, err error) {
 	deadline := time.Now().Add(20 * time.Second)
 	err = op()
