@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // claimPort takes a lock of port's own (a file in the temporary directory
@@ -18,12 +19,22 @@ import (
 // "Redlock node … was last used with the node list …". The kernel drops
 // the lock when the process ends. Without a lock directory the claim is
 // granted unlocked (nil file).
+//
+// A port is not claimed again within portQuarantine of its last claim
+// (the file's time), even once its lock is gone: a make test run still
+// saw a Redlock node refuse writes for another node list, its port freed
+// by one test and taken by another while a client of the first lived on.
 func claimPort(port int) (*os.File, bool) {
 	dir := filepath.Join(os.TempDir(), "redistest-ports")
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, true
 	}
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	path := filepath.Join(dir, strconv.Itoa(port))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o666)
+	fresh := err == nil
+	if !fresh {
+		f, err = os.OpenFile(path, os.O_RDWR, 0o666)
+	}
 	if err != nil {
 		return nil, true
 	}
@@ -31,5 +42,15 @@ func claimPort(port int) (*os.File, bool) {
 		_ = f.Close()
 		return nil, false
 	}
+	if info, err := f.Stat(); err == nil && !fresh && time.Since(info.ModTime()) < portQuarantine {
+		_ = f.Close()
+		return nil, false
+	}
+	now := time.Now()
+	_ = os.Chtimes(path, now, now)
 	return f, true
 }
+
+// portQuarantine is how long after a claim its port is not claimed again:
+// longer than any test's clients outlive its servers.
+const portQuarantine = 10 * time.Minute
