@@ -26,12 +26,6 @@ func clientGone(r *http.Request) bool {
 		return true
 	}
 	c, _ := r.Context().Value(connKey{}).(net.Conn)
-	return connGone(c)
-}
-
-// connGone reports whether c (nil: unknown, false) has received its
-// client's FIN or RST, looking through its wrappers for the socket.
-func connGone(c net.Conn) bool {
 	for c != nil {
 		if sc, ok := c.(syscall.Conn); ok {
 			return peerClosed(sc)

@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockgateway/lockgateway/middleware"
@@ -46,161 +45,21 @@ import (
 // a Locks without HoldConns, stay with net/http (run).
 
 // HoldConns are the holds served on connections taken over from net/http,
-// and the waiting acquires parked on theirs (park.go), for the server:
-// their count under the connection cap, the wait for them at shutdown,
-// and the way back to net/http for a parked acquire's connection once it
-// is answered (Returned). Give one to a Locks with ServeHoldsOn.
+// for the server: their count under the connection cap, and the wait for
+// them at shutdown. Give one to a Locks with ServeHoldsOn.
 type HoldConns struct {
 	closed func() // a connection closed; may be nil
 
 	mu      sync.Mutex
 	streams map[*holdStream]struct{}
-	parked  map[*parkedConn]struct{}
 	wg      sync.WaitGroup
-
-	sweeping    bool                       // sweep runs (guarded by mu)
-	returned    map[*returnedConn]struct{} // given back, no request begun yet
-	stopped     bool                       // the gateway is stopping: stop ran
-	back        returnListener
-	returning   atomic.Bool   // Returned was called: its connections are served
-	idleTimeout time.Duration // the server's keep-alive idle timeout (Returned's)
 }
 
 // NewHoldConns returns an empty set; closed (may be nil) is called each
 // time one of its connections closes: net/http no longer counts them
 // (server.connLimit).
 func NewHoldConns(closed func()) *HoldConns {
-	return &HoldConns{
-		closed:   closed,
-		streams:  make(map[*holdStream]struct{}),
-		parked:   make(map[*parkedConn]struct{}),
-		returned: make(map[*returnedConn]struct{}),
-		back:     returnListener{conns: make(chan net.Conn), done: make(chan struct{})},
-	}
-}
-
-// Returned is the listener of the connections of parked acquires, once
-// answered: serve it with the server that serves the others
-// (http.Server.Serve), so that their clients' next requests on them are
-// served; idleTimeout is that server's IdleTimeout. Until it is called,
-// those connections close after the answer. Closing it (the server's
-// Shutdown does) ends that. Call it before serving.
-func (c *HoldConns) Returned(idleTimeout time.Duration) net.Listener {
-	c.idleTimeout = idleTimeout
-	c.returning.Store(true)
-	return &c.back
-}
-
-// handBack gives conn to the Returned listener's server; false when the
-// gateway is stopping, or the listener is closed. Until its next request
-// begins, the gateway's stop closes it: net/http's Shutdown would wait
-// for a new connection with no request for 5 s before it did.
-func (c *HoldConns) handBack(conn *returnedConn) bool {
-	c.mu.Lock()
-	if c.stopped {
-		c.mu.Unlock()
-		return false
-	}
-	c.returned[conn] = struct{}{}
-	conn.conns = c
-	c.mu.Unlock()
-	select {
-	case c.back.conns <- conn:
-		return true
-	case <-c.back.done:
-		c.forget(conn)
-		return false
-	}
-}
-
-// stopping: stop ran; an answer says Connection: close.
-func (c *HoldConns) stopping() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.stopped
-}
-
-// forget: conn's next request began, or it closed.
-func (c *HoldConns) forget(conn *returnedConn) {
-	c.mu.Lock()
-	delete(c.returned, conn)
-	c.mu.Unlock()
-}
-
-// returnListener is HoldConns.Returned: connections handed back.
-type returnListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func (l *returnListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *returnListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-// Addr: the connections come from the server's own listener.
-func (l *returnListener) Addr() net.Addr { return returnedAddr{} }
-
-type returnedAddr struct{}
-
-func (returnedAddr) Network() string { return "parked" }
-func (returnedAddr) String() string  { return "parked" }
-
-// addParked lists p, parked (counted since park's wg.Add), for the sweep.
-func (c *HoldConns) addParked(p *parkedConn) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.parked[p] = struct{}{}
-	if !c.sweeping {
-		c.sweeping = true
-		go c.sweep()
-	}
-}
-
-// sweep looks, every parkSweep while any acquire is parked, for parked
-// acquires whose clients have gone (park.go), and ends their waits.
-func (c *HoldConns) sweep() {
-	var parked []*parkedConn
-	for {
-		time.Sleep(parkSweep)
-		c.mu.Lock()
-		if len(c.parked) == 0 {
-			c.sweeping = false
-			c.mu.Unlock()
-			return
-		}
-		parked = parked[:0]
-		for p := range c.parked {
-			parked = append(parked, p)
-		}
-		c.mu.Unlock()
-		for _, p := range parked {
-			p.sweepOnce()
-		}
-		clear(parked)
-	}
-}
-
-// removeParked: p is answered; closed: its connection closed, rather
-// than going back to net/http, which counts it from there on.
-func (c *HoldConns) removeParked(p *parkedConn, closed bool) {
-	c.mu.Lock()
-	delete(c.parked, p)
-	c.mu.Unlock()
-	if closed && c.closed != nil {
-		c.closed()
-	}
-	c.wg.Done()
+	return &HoldConns{closed: closed, streams: make(map[*holdStream]struct{})}
 }
 
 // ServeHoldsOn lets holds take their connections over where they can,
@@ -233,9 +92,6 @@ func (c *HoldConns) Wait(ctx context.Context) error {
 	for s := range c.streams {
 		_ = s.conn.Close()
 	}
-	for p := range c.parked {
-		_ = p.Close()
-	}
 	c.mu.Unlock()
 	return ctx.Err()
 }
@@ -258,21 +114,12 @@ func (c *HoldConns) remove(s *holdStream) {
 	c.wg.Done()
 }
 
-// stop wakes every hold, to see the gateway stopping, and closes the
-// connections given back that no request has begun on (handBack).
+// stop wakes every hold, to see the gateway stopping.
 func (c *HoldConns) stop() {
 	c.mu.Lock()
-	c.stopped = true
+	defer c.mu.Unlock()
 	for s := range c.streams {
 		s.conn.wake()
-	}
-	idle := make([]*returnedConn, 0, len(c.returned))
-	for r := range c.returned {
-		idle = append(idle, r)
-	}
-	c.mu.Unlock()
-	for _, r := range idle {
-		_ = r.Close()
 	}
 }
 

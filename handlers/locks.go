@@ -240,54 +240,24 @@ func (h *Locks) acquireLock(w http.ResponseWriter, r *http.Request) *holdStream 
 		return nil
 	}
 
-	a := lockAnswer{h: h, key: key, token: token, ours: ours, holding: holding, ar: ar, start: time.Now(),
-		hold: holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs), atLeast: millis(req.HoldAtLeastMs)}}
-	if h.parkable(r, ar.Wait, holding) {
-		pa := new(lockAnswer) // a, on the heap only here
-		*pa = a
-		return parkAcquire(h, w, r, "lock wait", ar.Wait, pa.call, pa.answer)
-	}
+	start := time.Now()
 	lease, err := h.acquire(r.Context(), key, ar)
-	return a.answer(w, r, lease, err)
-}
-
-// lockAnswer is an acquire of a lock, from its store call on: what its
-// answer needs.
-type lockAnswer struct {
-	h          *Locks
-	key, token string
-	ours       bool // the gateway chose the token
-	holding    bool
-	ar         lockstore.AcquireRequest
-	start      time.Time
-	hold       holdOptions
-}
-
-// call is the store's acquire, for parkAcquire.
-func (a *lockAnswer) call(ctx context.Context) (lockstore.Lease, error) {
-	return a.h.store.Acquire(ctx, a.key, a.ar)
-}
-
-// answer answers the acquire's outcome, or starts its hold and returns it.
-func (a *lockAnswer) answer(w http.ResponseWriter, r *http.Request, lease lockstore.Lease, err error) *holdStream {
-	h, ar := a.h, a.ar
 	outcome := acquireOutcome(lease, err)
 	// A waiting acquire refused a place to wait never waited.
-	h.obs.Acquired(outcome, time.Since(a.start), ar.Wait > 0 && outcome != "too_many_waiters")
+	h.obs.Acquired(outcome, time.Since(start), ar.Wait > 0 && outcome != "too_many_waiters")
 	if refused, ok := errors.AsType[*lockstore.RefusedError](err); ok {
 		h.obs.Refused("acquire", refused.Reason)
 	}
-	key, token := a.key, a.token
 	release := func(ctx context.Context) error {
 		return h.store.Release(lockstore.WithUser(ctx, ar.Quota.User), key, token)
 	}
-	if h.answered(w, r, err, a.ours, lease.Renewed, token, "lock", release) {
+	if h.answered(w, r, err, ours, lease.Renewed, token, "lock", release) {
 		return nil
 	}
 	h.obs.Granted(token, lease.ExpiresAt)
 	status := grantHeaders(w, LocksPrefix, key, token, lease.Renewed)
-	if a.holding {
-		return h.holdLock(w, r, status, lease, ar.Quota.User, a.hold)
+	if holding {
+		return h.holdLock(w, r, status, lease, ar.Quota.User, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs), atLeast: millis(req.HoldAtLeastMs)})
 	}
 	encodeLease(w, status, newLeaseBody(lease))
 	return nil

@@ -98,44 +98,16 @@ func (h *Semaphores) acquirePermit(w http.ResponseWriter, r *http.Request) *hold
 		WriteError(w, r, h.log, err)
 		return nil
 	}
-	a := permitAnswer{h: h, key: key, token: token, ours: ours, holding: holding, pr: pr, start: time.Now(),
-		hold: holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs)}}
-	if h.parkable(r, pr.Wait, holding) {
-		pa := new(permitAnswer) // a, on the heap only here
-		*pa = a
-		return parkAcquire(h.Locks, w, r, "permit wait", pr.Wait, pa.call, pa.answer)
-	}
+	start := time.Now()
 	p, err := h.acquire(r.Context(), key, pr)
-	return a.answer(w, r, p, err)
-}
-
-// permitAnswer is lockAnswer for a permit.
-type permitAnswer struct {
-	h          *Semaphores
-	key, token string
-	ours       bool // the gateway chose the token
-	holding    bool
-	pr         lockstore.PermitRequest
-	start      time.Time
-	hold       holdOptions
-}
-
-// call is the store's acquire, for parkAcquire.
-func (a *permitAnswer) call(ctx context.Context) (lockstore.Permit, error) {
-	return a.h.sems.SemAcquire(ctx, a.key, a.pr)
-}
-
-// answer answers the acquire's outcome, or starts its hold and returns it.
-func (a *permitAnswer) answer(w http.ResponseWriter, r *http.Request, p lockstore.Permit, err error) *holdStream {
-	h, key, token := a.h, a.key, a.token
-	h.obs.PermitAcquired(permitOutcome(p, err), time.Since(a.start))
+	h.obs.PermitAcquired(permitOutcome(p, err), time.Since(start))
 	release := func(ctx context.Context) error { return h.release(ctx, key, token) }
-	if h.answered(w, r, err, a.ours, p.Renewed, token, "permit", release) {
+	if h.answered(w, r, err, ours, p.Renewed, token, "permit", release) {
 		return nil
 	}
 	status := grantHeaders(w, SemaphoresPrefix, key, token, p.Renewed)
-	if a.holding {
-		return h.holdPermit(w, r, status, p, a.hold)
+	if holding {
+		return h.holdPermit(w, r, status, p, holdOptions{maxHold: millis(req.MaxHoldMs), lockDelay: millis(req.LockDelayMs)})
 	}
 	encode(w, status, "application/json", newPermitBody(p))
 	return nil

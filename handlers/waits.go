@@ -20,10 +20,9 @@ const refusedWaiterRetry = 5 * time.Second
 
 // Waits bounds the acquires that wait at once, of locks and permits
 // together (those with a wait), and refuses the others at once with
-// problem.TooManyWaiters. A waiting acquire holds a connection, a
-// goroutine once parked (park.go; two before, or on HTTP/2 and TLS), and
-// with Redis a place in the key's queue (its gateway's one heartbeat a
-// second keeps them all): about 20 KiB each at 10 000 waiters. 3 000 of them
+// problem.TooManyWaiters. A waiting acquire holds a connection, two
+// goroutines, and with Redis a place in the key's queue (its gateway's one
+// heartbeat a second keeps them all): about 28 KiB each. 3 000 of them
 // past a small memory limit made every other request seven times dearer
 // (issue 13). An acquire that does not wait is never refused here.
 //

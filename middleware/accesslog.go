@@ -37,12 +37,7 @@ func AccessLog(log zerolog.Logger) func(http.Handler) http.Handler {
 					// Its line when it ends, keeping only the line's
 					// fields (not r, nor ww and the connection behind it).
 					kept := l
-					d.atEnd(func(status int, after int64) {
-						if status != 0 {
-							kept.status = status
-						}
-						kept.write(log, after)
-					})
+					d.atEnd(func(after int64) { kept.write(log, after) })
 					return
 				}
 				l.write(log, 0)

@@ -8,11 +8,9 @@ import (
 // A detached request goes on after its handler returns: a hold whose
 // connection the handler took over from net/http (http.Hijacker) and
 // serves on another goroutine, so that net/http's goroutine and buffers
-// for it can go (handlers/hold_conn.go), or a waiting acquire whose
-// answer is written on its connection once the wait ends
-// (handlers/park.go). What AccessLog, Observe and Trace record when the
-// handler returns (a duration, the status, the bytes written, the span's
-// end) would then be the request's start, not its end: for a detached
+// for it can go (handlers/hold_conn.go). What AccessLog, Observe and Trace
+// record when the handler returns (a duration, the bytes written, the
+// span's end) would then be the hold's start, not its end: for a detached
 // request they record it when its handler calls End, once, with the whole
 // duration and everything written.
 
@@ -20,9 +18,8 @@ import (
 type Detached struct {
 	mu      sync.Mutex
 	ended   bool
-	status  int   // the status written after Detach, or 0 (End's)
 	written int64 // the body bytes written after Detach (End's)
-	records []func(status int, written int64)
+	records []func(written int64)
 }
 
 // Detach marks r's request as detached and returns it, or nil when r did
@@ -42,22 +39,18 @@ func Detach(r *http.Request) *Detached {
 // since Detach (the middlewares saw those before it). The middlewares'
 // records run now, those that have yet to register (their handler has
 // not returned) as they do.
-func (d *Detached) End(written int64) { d.EndWith(0, written) }
-
-// EndWith is End for a request whose status was written after Detach
-// (0: the one the middlewares saw when the handler returned).
-func (d *Detached) EndWith(status int, written int64) {
+func (d *Detached) End(written int64) {
 	d.mu.Lock()
 	if d.ended {
 		d.mu.Unlock()
 		return
 	}
-	d.ended, d.status, d.written = true, status, written
+	d.ended, d.written = true, written
 	records := d.records
 	d.records = nil
 	d.mu.Unlock()
 	for _, record := range records {
-		record(status, written)
+		record(written)
 	}
 }
 
@@ -73,7 +66,7 @@ func detached(r *http.Request) *Detached {
 // (the response may end before the middlewares above the handler run).
 // Records run in the order they come, the innermost middleware's first,
 // as they would have when the handler returned.
-func (d *Detached) atEnd(record func(status int, written int64)) {
+func (d *Detached) atEnd(record func(written int64)) {
 	d.mu.Lock()
 	if !d.ended {
 		d.records = append(d.records, record)
@@ -81,5 +74,5 @@ func (d *Detached) atEnd(record func(status int, written int64)) {
 		return
 	}
 	d.mu.Unlock()
-	record(d.status, d.written)
+	record(d.written)
 }

@@ -93,24 +93,3 @@ func TestDetachNeedsRequestID(t *testing.T) {
 	r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("PUT", "/locks/x", nil))
 	assert.Contains(t, logs.String(), `"status":200`)
 }
-
-// TestDetachedRequestAnsweredAfter: a request detached before anything
-// was written (a parked waiting acquire, handlers/park.go) is recorded
-// with the status it was answered with at its end.
-func TestDetachedRequestAnsweredAfter(t *testing.T) {
-	var logs bytes.Buffer
-	var statuses []int
-	r := chi.NewRouter()
-	r.Use(middleware.RequestID, middleware.AccessLog(zerolog.New(&logs)),
-		middleware.Observe(func(_, _ string, status int, _ time.Duration) { statuses = append(statuses, status) }))
-	var d *middleware.Detached
-	r.Put("/locks/*", func(w http.ResponseWriter, r *http.Request) { d = middleware.Detach(r) })
-	r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("PUT", "/locks/jobs/nightly", nil))
-	require.NotNil(t, d)
-	d.EndWith(http.StatusConflict, 42)
-	var line map[string]any
-	require.NoError(t, json.Unmarshal(logs.Bytes(), &line), "exactly one JSON line: %s", logs.String())
-	assert.Equal(t, float64(409), line["status"], "the status written at the end, not net/http's 200 for none")
-	assert.Equal(t, float64(42), line["bytes"])
-	assert.Equal(t, []int{409}, statuses)
-}

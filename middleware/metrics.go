@@ -31,12 +31,7 @@ func Observe(observe func(route, method string, status int, took time.Duration))
 			}
 			route, method := routePattern(r), r.Method
 			if d := detached(r); d != nil { // observed when it ends (detach.go)
-				d.atEnd(func(written int, _ int64) {
-					if written != 0 {
-						status = written
-					}
-					observe(route, method, status, time.Since(start))
-				})
+				d.atEnd(func(int64) { observe(route, method, status, time.Since(start)) })
 				return
 			}
 			observe(route, method, status, time.Since(start))

@@ -65,31 +65,21 @@ func Trace(tp trace.TracerProvider, prop propagation.TextMapPropagator) func(htt
 				span.SetName(method + " " + route)
 				span.SetAttributes(semconv.HTTPRoute(route))
 			}
+			span.SetAttributes(semconv.HTTPResponseStatusCode(status))
+			if status >= 500 {
+				// Server spans fail on 5xx only: a 409 is the lock
+				// service answering, not failing.
+				span.SetStatus(codes.Error, strconv.Itoa(status))
+				span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(status)))
+			}
 			ended = true
 			if d := detached(r); d != nil { // the span ends when the request does (detach.go)
-				d.atEnd(func(written int, _ int64) {
-					if written != 0 {
-						status = written
-					}
-					endServerSpan(span, status)
-				})
+				d.atEnd(func(int64) { span.End() })
 				return
 			}
-			endServerSpan(span, status)
+			span.End()
 		})
 	}
-}
-
-// endServerSpan ends a request's span with its status.
-func endServerSpan(span trace.Span, status int) {
-	span.SetAttributes(semconv.HTTPResponseStatusCode(status))
-	if status >= 500 {
-		// Server spans fail on 5xx only: a 409 is the lock service
-		// answering, not failing.
-		span.SetStatus(codes.Error, strconv.Itoa(status))
-		span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(status)))
-	}
-	span.End()
 }
 
 // SpanProblem records on ctx's span the problem type a request is answered

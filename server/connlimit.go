@@ -109,14 +109,6 @@ func (l *connLimit) track(c net.Conn, state http.ConnState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch state {
-	case http.StateNew:
-		// A parked acquire's connection, answered and given back
-		// (handlers/park.go), is idle until its next request, as any
-		// keep-alive connection after a response.
-		if _, ok := c.(interface{ HandedBack() }); ok {
-			l.idle[c] = time.Now()
-			l.room.Signal()
-		}
 	case http.StateIdle:
 		l.idle[c] = time.Now()
 		l.room.Signal()

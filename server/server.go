@@ -258,9 +258,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer msrv.Close()
 	}
 	go func() { serveErr <- srv.Serve(ln) }()
-	// The connections of waiting acquires that parked (handlers/park.go)
-	// come back through this one once answered; Shutdown closes it too.
-	go func() { _ = srv.Serve(d.holdConns.Returned(cfg.IdleTimeout)) }()
 	logExposure(logger, cfg, ln.Addr().String(), certs != nil)
 	if cfg.Backend != BackendMemory {
 		pingCtx, cancel := context.WithTimeout(ctx, cfg.BackendTimeout)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/lockgateway/lockgateway/internal/sleep"
-	"github.com/lockgateway/lockgateway/lockstore"
 )
 
 // Answer is what one try came to, as the loop needs it.
@@ -89,18 +88,14 @@ const (
 // ends during a pause, when For returns ctx.Err(). wake, when a store
 // tells (or hints) a turn, is buffered: a send while the caller is trying
 // is not lost. A NoAnswer try when ctx has ended also ends the wait, with
-// that try's answer. Before its first pause it tells ctx's
-// lockstore.WithWaitBegun that the wait has begun.
+// that try's answer.
 func For(ctx context.Context, deadline time.Time, wake <-chan struct{}, turns Turns, try func() Try) error {
 	backoff := firstBackoff
-	for first := true; ; first = false {
+	for {
 		t := try()
 		left := time.Until(deadline)
 		if t.Answer == Done || left <= 0 || (t.Answer == NoAnswer && ctx.Err() != nil) {
 			return nil
-		}
-		if first {
-			lockstore.WaitBegun(ctx)
 		}
 		if turns == Raced {
 			next := left
