@@ -316,7 +316,16 @@ func TestHoldCancelsWhenAnotherHolderTakesOver(t *testing.T) {
 		changes, err := c.Watch(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, "acquired", (<-changes).Event)
-		require.NoError(t, srv.Client().Del(ctx, "lockgw:{"+key+"}:lock").Err())
+		// Deleted right after a renewal (the key's TTL back near the
+		// lease's), so that the thief takes the key before the next one:
+		// a renewal in between would find the key free, which the gateway
+		// also takes for a release (seen once on a loaded machine).
+		lockKey := "lockgw:{" + key + "}:lock"
+		require.Eventually(t, func() bool {
+			left, err := srv.Client().PTTL(ctx, lockKey).Result()
+			return err == nil && left > 900*time.Millisecond
+		}, 5*time.Second, 2*time.Millisecond, "a renewal of the hold")
+		require.NoError(t, srv.Client().Del(ctx, lockKey).Err())
 		// Not fn's ctx: the thief's own grant ends it (lost, taken), which
 		// on a loaded run came before the thief's answer was read.
 		thief, err := c.Acquire(t.Context(), key, client.AcquireOptions{TTL: 10 * time.Second})
