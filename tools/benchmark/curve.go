@@ -4,13 +4,18 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // The concurrency curve (row "curve", issue 17): cycles/s and latency of
 // the gateway (Redis backend) and of the bare baseline at each of
 // -curve client counts, each client on a key of its own. At each count
-// the two systems run one after the other, so a burst of other work on
-// the machine lands on both sides of the comparison, not on one level.
+// the two systems take turns, in -rounds rounds that split the point's
+// window, the order reversed in every other round (gateway, baseline,
+// baseline, gateway for two): a machine that speeds up or slows down
+// during a point weighs on both sides alike, where one system always
+// measured first took all of a drift's gain or loss (the ratio at one
+// count moved from 0.91 to 1.09 between runs of the same build).
 
 // curveSystems are the rows the curve loads, by id in rowSpecs.
 var curveSystems = []string{"gateway", "baseline"}
@@ -29,38 +34,56 @@ func (b *bench) runCurve(ctx context.Context) ([]row, error) {
 			b.stopTarget(gw)
 		}
 	}()
+	specs := make([]rowSpec, len(curveSystems))
+	for k, id := range curveSystems {
+		specs[k] = rowSpecs[slices.IndexFunc(rowSpecs, func(s rowSpec) bool { return s.id == id })]
+		if id == "gateway" {
+			specs[k].clients = func(ctx context.Context, b *bench, spec rowSpec, n int, prefix string) ([]client, *target, error) {
+				if gw == nil {
+					addr, err := b.redis(ctx)
+					if err != nil {
+						return nil, nil, err
+					}
+					if gw, err = b.startGateway(ctx, curveGatewayName, "LOCKGW_BACKEND=redis", "LOCKGW_REDIS_URL=redis://"+addr+"/0"); err != nil {
+						return nil, nil, err
+					}
+				}
+				return lockClients(b, spec, n, prefix, gw.addr), gw, nil
+			}
+		}
+	}
+	window := b.cfg.curveWindow / time.Duration(b.cfg.rounds)
 	var out []row
 	for _, n := range b.cfg.curveLevels {
-		for _, id := range curveSystems {
-			i := slices.IndexFunc(rowSpecs, func(s rowSpec) bool { return s.id == id })
-			spec := rowSpecs[i]
-			if id == "gateway" {
-				spec.clients = func(ctx context.Context, b *bench, spec rowSpec, n int, prefix string) ([]client, *target, error) {
-					if gw == nil {
-						addr, err := b.redis(ctx)
-						if err != nil {
-							return nil, nil, err
-						}
-						if gw, err = b.startGateway(ctx, curveGatewayName, "LOCKGW_BACKEND=redis", "LOCKGW_REDIS_URL=redis://"+addr+"/0"); err != nil {
-							return nil, nil, err
-						}
-					}
-					return lockClients(b, spec, n, prefix, gw.addr), gw, nil
+		ms := make([]measurement, len(specs))
+		cpus := make([]cpuUse, len(specs))
+		for round := range b.cfg.rounds {
+			for j := range specs {
+				k := j
+				if round%2 == 1 {
+					k = len(specs) - 1 - j
+				}
+				fmt.Fprintf(b.stderr, "lockbench: 10  curve: %s, %d clients", specs[k].id, n)
+				if b.cfg.rounds > 1 {
+					fmt.Fprintf(b.stderr, " (round %d/%d)", round+1, b.cfg.rounds)
+				}
+				m, cpu, err := b.runRound(ctx, specs[k], n, window)
+				if err != nil {
+					fmt.Fprintln(b.stderr, ": failed")
+					return nil, fmt.Errorf("%s at %d clients: %w", specs[k].id, n, err)
+				}
+				fmt.Fprintf(b.stderr, ": %s/s\n", thousands(float64(m.count)/window.Seconds()))
+				ms[k].add(m)
+				cpus[k].add(cpu)
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
 				}
 			}
-			r := row{ID: id, No: "10", Label: spec.labelFor(b.cfg), Measures: "cycle", Clients: n}
-			fmt.Fprintf(b.stderr, "lockbench: 10  curve: %s, %d clients", id, n)
-			m, cpu, err := b.runRound(ctx, spec, n, b.cfg.curveWindow)
-			if err != nil {
-				fmt.Fprintln(b.stderr, ": failed")
-				return nil, fmt.Errorf("%s at %d clients: %w", id, n, err)
-			}
-			r.fill(m, cpu)
-			fmt.Fprintf(b.stderr, ": %s/s, p99 %s, %d errors\n", thousands(r.PerSecond), fmtMs(r.P99), r.Errors)
+		}
+		for k, spec := range specs {
+			r := row{ID: spec.id, No: "10", Label: spec.labelFor(b.cfg), Measures: "cycle", Clients: n}
+			r.fill(ms[k], cpus[k])
 			out = append(out, r)
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
 		}
 	}
 	return out, nil

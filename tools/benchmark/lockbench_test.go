@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,4 +225,36 @@ func TestHandoffs(t *testing.T) {
 	releases := []time.Time{at(5), at(2)}
 	got := handoffs(grants, releases, at(1), at(100))
 	assert.Equal(t, []time.Duration{time.Millisecond, 4 * time.Millisecond}, got)
+}
+
+// TestCurveTakesTurns: in two rounds, a point of the curve loads the
+// gateway, the baseline, the baseline again, then the gateway (ABBA), and
+// reports each system once, over both rounds' cycles.
+func TestCurveTakesTurns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	out := filepath.Join(t.TempDir(), "results.json")
+	err := run(ctx, []string{
+		"-rows", "curve", "-curve", "1", "-rounds", "2", "-curve-duration", "200ms", "-warmup", "50ms",
+		"-etcd", "none", "-redis-server", redistest.Binary(t), "-out", out,
+	}, &stdout, &stderr)
+	require.NoError(t, err, "stderr:\n%s", stderr.String())
+	var order []string
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if _, rest, ok := strings.Cut(line, "10  curve: "); ok {
+			system, _, _ := strings.Cut(rest, ",")
+			order = append(order, system)
+		}
+	}
+	assert.Equal(t, []string{"gateway", "baseline", "baseline", "gateway"}, order, "stderr:\n%s", stderr.String())
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var res results
+	require.NoError(t, json.Unmarshal(data, &res))
+	require.Len(t, res.Curve, 2, "one point per system")
+	for _, p := range res.Curve {
+		assert.Positive(t, p.Count, p.ID)
+		assert.InEpsilon(t, float64(p.Count)/0.2, p.PerSecond, 0.05, "%s: over both rounds' windows, 100 ms each", p.ID)
+	}
 }

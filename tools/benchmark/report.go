@@ -576,8 +576,8 @@ func printReport(w io.Writer, res results) {
 func printExtras(w io.Writer, res results) {
 	if len(res.Curve) > 0 {
 		counts, gw, base := curvePairs(res.Curve)
-		fmt.Fprintf(w, "\n10  concurrency curve: a key per client, %s per point after %s warm-up, gateway (Redis backend) beside the baseline\n",
-			res.Settings.CurveDuration, res.Settings.Warmup)
+		fmt.Fprintf(w, "\n10  concurrency curve: a key per client, %s per point and system in %d rounds (ABBA), each after %s warm-up, gateway (Redis backend) beside the baseline\n",
+			res.Settings.CurveDuration, res.Settings.Rounds, res.Settings.Warmup)
 		fmt.Fprintf(w, "    %7s %12s %12s %6s %10s %10s %6s %9s %9s %s\n", "clients", "gateway/s", "baseline/s", "ratio",
 			"gw p99", "base p99", "ratio", "gw µs/c", "base µs/c", "errors")
 		for _, n := range counts {
