@@ -38,7 +38,10 @@ import (
 //   - stale-permit: sem_common.lua's mine without its expiry check (rule
 //     S undone): an expired permit counts as a renewal;
 //   - no-deadline: deadline.lua without its time check (rule D undone): a
-//     grant lands after its gateway answered 503.
+//     grant lands after its gateway answered 503;
+//   - no-linger: release.lua deletes before the hold-at-least end T as
+//     after it (rule L undone): another token is granted the key before
+//     the end its first grant asked for.
 
 type simControl struct {
 	scripts map[string]sim.Script
@@ -83,6 +86,9 @@ func init() {
 	noDeadline := sim.MustReplace(script.DeadlineLua, ">= tonumber(deadline_us) then", ">= math.huge then")
 	simControls["no-deadline"].scripts["acquire.lua"] = sim.Script{Src: noDeadline + script.AcquireLua}
 	simControls["no-deadline"].scripts["sem_acquire.lua"] = sim.Script{Src: noDeadline + script.SemCommonLua + script.SemAcquireLua}
+	simControls["no-linger"] = simControl{want: "at-least", scripts: map[string]sim.Script{
+		"release.lua": {Src: script.DeadlineLua + noLinger(script.ReleaseLua)},
+	}}
 	simControls["grant-held"] = simControl{want: "one-holder", scripts: map[string]sim.Script{
 		"acquire.lua": {Src: sim.MustReplace(script.AcquireLua, "if cur then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}",
 			"if cur and string.sub(cur, 1, 64) == ARGV[1] then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}\nend\nif cur then\n  redis.call('DEL', KEYS[1])")},
@@ -101,10 +107,16 @@ func init() {
 	}}
 }
 
+// noLinger is release.lua with rule L undone: it never lingers, so a
+// release before the hold-at-least end frees the key at once.
+func noLinger(release string) string {
+	return sim.MustReplace(release, "if until_ms > now_ms then\n  redis.call('SET', KEYS[1], 'L'", "if false then\n  redis.call('SET', KEYS[1], 'L'")
+}
+
 // TestSimRedisControls runs each control within the short budget and
 // requires the simulator to find it, by the check it is for.
 func TestSimRedisControls(t *testing.T) {
-	for _, name := range []string{"old-ttl", "old-release", "grant-held", "fence-flat", "over-limit", "renew-refence", "stale-permit", "no-deadline"} {
+	for _, name := range []string{"old-ttl", "old-release", "grant-held", "fence-flat", "over-limit", "renew-refence", "stale-permit", "no-deadline", "no-linger"} {
 		ctl := simControls[name]
 		t.Run(name, func(t *testing.T) {
 			cfg := defaultsimConfig()

@@ -132,6 +132,12 @@ func init() {
 	rlControls["transition-early"] = rlControl{want: "transition-settled|one-holder|limit|fence-order", scripts: map[string]string{
 		"nodeset_mark.lua": sim.MustReplace(script.NodesetMarkLua, "    redis.call('SET', KEYS[3], '1', 'PX', math.max(tonumber(ARGV[7]), longest))\n", ""),
 	}}
+	// no-linger: release.lua never lingers (rule L undone): a release
+	// before the hold-at-least end frees the key at once.
+	rlControls["no-linger"] = rlControl{want: "at-least", scripts: map[string]string{
+		"release.lua": script.DeadlineLua + sim.MustReplace(script.ReleaseLua,
+			"if until_ms > now_ms then\n  redis.call('SET', KEYS[1], 'L'", "if false then\n  redis.call('SET', KEYS[1], 'L'"),
+	}}
 	// grant-held: acquire.lua grants a key another token holds (the check).
 	rlControls["grant-held"] = rlControl{want: "one-holder", scripts: map[string]string{
 		"acquire.lua": script.DeadlineLua + sim.MustReplace(script.AcquireLua, "if cur then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}",
@@ -729,7 +735,7 @@ func TestSimRedlock(t *testing.T) {
 // within 20,000 once in a make test on a clean clone: each control gets
 // three times the short budget.
 func TestSimRedlockControls(t *testing.T) {
-	for _, name := range []string{"restart-guard", "nodeset", "grant-held", "transition-early"} {
+	for _, name := range []string{"restart-guard", "nodeset", "grant-held", "transition-early", "no-linger"} {
 		ctl := rlControls[name]
 		t.Run(name, func(t *testing.T) {
 			began := time.Now()

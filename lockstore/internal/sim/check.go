@@ -76,7 +76,7 @@ type traceEvent struct {
 
 // Violation is a checker's finding.
 type Violation struct {
-	Check string // one-holder, limit, fence-unique, fence-order, retry-fence, error
+	Check string // one-holder, limit, fence-unique, fence-order, retry-fence, at-least, error
 	at    int64
 	key   string
 	msg   string
@@ -101,7 +101,15 @@ type Violation struct {
 //     fence;
 //   - "a 204 never removes a later grant" is the one-holder check: a grant
 //     answered after a release was sent is a new holding, which a late
-//     delete that removed it would leave open to a second holder.
+//     delete that removed it would leave open to a second holder;
+//   - hold at least (rule L): a new grant (201) of an acquire with
+//     hold_at_least_ms = M and a TTL of at least M, whose token asked the
+//     same M on every PUT of the key sent before that answer, keeps the
+//     key from every other token until M after the grant, whatever
+//     released it sooner: no other token's
+//     acquire sent after that answer is granted before then (less Grace
+//     and the 1% the nodes' clocks may run fast, A3; the grant's start is
+//     taken as its send, before any of its writes).
 //
 // Clients send a release only when nothing else of theirs is outstanding,
 // so every answer after a release's send is to a request sent after it.
@@ -293,10 +301,11 @@ func (h *History) Short(r Reply) string {
 	return s
 }
 
-// Check runs the interval checks (one holder, limit) over the whole
-// history, after the run: a holding ends at the first release its token
-// sent after it began.
+// Check runs the interval checks (one holder, limit, hold at least) over
+// the whole history, after the run: a holding ends at the first release
+// its token sent after it began.
 func (h *History) Check() {
+	h.checkAtLeast()
 	names := make([]string, 0, len(h.Keys))
 	for n := range h.Keys {
 		names = append(names, n)
@@ -367,6 +376,60 @@ func (h *History) Check() {
 				}
 				h.Violate(check, v.from, n, "%d holders at once, limit %d: %s", len(holders), limit, strings.Join(parts, "; "))
 				break
+			}
+		}
+	}
+}
+
+// checkAtLeast is the hold-at-least check (rule L; see History): a lock's
+// new grant whose acquire asked for hold_at_least_ms keeps the key from
+// every other token's acquire sent after its answer until the grant's
+// start plus that long.
+func (h *History) checkAtLeast() {
+	grants := map[string][]*Request{}           // by key
+	asked := map[string]map[string][]*Request{} // by key, then token: every acquire
+	for _, r := range h.Reqs {
+		if r.Kind != "acquire" || r.Sem {
+			continue
+		}
+		if asked[r.Key] == nil {
+			asked[r.Key] = map[string][]*Request{}
+		}
+		asked[r.Key][r.Token] = append(asked[r.Key][r.Token], r)
+		if r.Answer == "201" || r.Answer == "200" {
+			grants[r.Key] = append(grants[r.Key], r)
+		}
+	}
+	for key, gs := range grants {
+		for _, g := range gs {
+			// Checked where the promise is docs/api.md's: a lease shorter
+			// than M keeps the key only until it ends when its holder lets
+			// it run out; and a PUT answered for a lease another PUT of the
+			// token made (a renewal, or on Redlock a 201 for the lease an
+			// earlier PUT left, its answer lost, or a twin's) keeps that
+			// lease's end, so the promise is a 201's own only where every
+			// PUT of its token on the key sent before its answer asked the
+			// same (the workload draws each PUT's apart, twins' and
+			// retries' too).
+			if g.Answer != "201" || g.AtLeast <= 0 || g.TTL < g.AtLeast {
+				continue
+			}
+			mixed := false
+			for _, r := range asked[key][g.Token] {
+				mixed = mixed || r.Sent < g.answered && r.AtLeast != g.AtLeast
+			}
+			if mixed {
+				continue
+			}
+			// The grant's writes come after its send, each node's end T
+			// after them by M of that node's clock.
+			until := g.Sent + g.AtLeast.Microseconds() - Grace - g.AtLeast.Microseconds()/100
+			for _, o := range gs {
+				if o.Token != g.Token && o.Sent > g.answered && o.answered < until {
+					h.Violate("at-least", o.answered, key, "#%d (tok %s) granted %s before the end of #%d's hold_at_least_ms %v (tok %s, fence %d): %s early",
+						o.ID, o.Token, o.Answer, g.ID, g.AtLeast, g.Token, g.Fence, Dur(until-o.answered))
+					break
+				}
 			}
 		}
 	}
