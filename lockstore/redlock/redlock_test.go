@@ -223,13 +223,19 @@ func TestRedlockTwoOfFiveDown(t *testing.T) {
 		}
 		now := time.Now()
 		rec.addUntil(l, now, now)
+		// A release answered unavailable is tried again as an acquire is
+		// (a live node that missed the timeout is skipped until its
+		// prober hears it, so an immediate retry can meet the same; seen
+		// once in a make test run).
 		err = s.Release(ctx, key, l.Token)
-		if errors.Is(err, lockstore.ErrUnavailable) {
+		for try := 0; try < 2 && errors.Is(err, lockstore.ErrUnavailable); try++ {
+			t.Logf("release of %s: %v; again", key, err)
+			time.Sleep(50 * time.Millisecond)
 			if err = s.Release(ctx, key, l.Token); errors.Is(err, lockstore.ErrNotHeld) {
 				err = nil // the attempt answered unavailable did release it
 			}
 		}
-		assert.NoError(t, err)
+		assert.NoError(t, err, "release of %s with 3 of 5 nodes up", key)
 	}
 	t.Logf("%d of %d acquires granted at the first try with 2 of 5 nodes down, %d tried again", firstTry, n, retried)
 	assert.Empty(t, rec.violations())
