@@ -87,7 +87,7 @@ func init() {
 	simControls["no-deadline"].scripts["acquire.lua"] = sim.Script{Src: noDeadline + script.AcquireLua}
 	simControls["no-deadline"].scripts["sem_acquire.lua"] = sim.Script{Src: noDeadline + script.SemCommonLua + script.SemAcquireLua}
 	simControls["no-linger"] = simControl{want: "at-least", scripts: map[string]sim.Script{
-		"release.lua": {Src: script.DeadlineLua + noLinger(script.ReleaseLua)},
+		"release.lua": {Src: sim.NoLinger()},
 	}}
 	simControls["grant-held"] = simControl{want: "one-holder", scripts: map[string]sim.Script{
 		"acquire.lua": {Src: sim.MustReplace(script.AcquireLua, "if cur then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}",
@@ -105,12 +105,6 @@ func init() {
 		"acquire.lua": {Src: sim.MustReplace(script.AcquireLua, "  redis.call(publish, ARGV[7], '!extended') -- for watchers (watch.go)\n  return {2, value, at}",
 			"  return {2, (string.gsub(value, ':(%d+)%+', function(f) return ':' .. string.format('%.0f', tonumber(f) + 1) .. '+' end)), at}")},
 	}}
-}
-
-// noLinger is release.lua with rule L undone: it never lingers, so a
-// release before the hold-at-least end frees the key at once.
-func noLinger(release string) string {
-	return sim.MustReplace(release, "if until_ms > now_ms then\n  redis.call('SET', KEYS[1], 'L'", "if false then\n  redis.call('SET', KEYS[1], 'L'")
 }
 
 // TestSimRedisControls runs each control within the short budget and

@@ -135,8 +135,7 @@ func init() {
 	// no-linger: release.lua never lingers (rule L undone): a release
 	// before the hold-at-least end frees the key at once.
 	rlControls["no-linger"] = rlControl{want: "at-least", scripts: map[string]string{
-		"release.lua": script.DeadlineLua + sim.MustReplace(script.ReleaseLua,
-			"if until_ms > now_ms then\n  redis.call('SET', KEYS[1], 'L'", "if false then\n  redis.call('SET', KEYS[1], 'L'"),
+		"release.lua": sim.NoLinger(),
 	}}
 	// grant-held: acquire.lua grants a key another token holds (the check).
 	rlControls["grant-held"] = rlControl{want: "one-holder", scripts: map[string]string{

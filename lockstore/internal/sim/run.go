@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 )
 
 // MustReplace is src with its one occurrence of old replaced by new: how a
@@ -24,6 +25,14 @@ func MustReplace(src, old, new string) string {
 		panic("sim control: the script no longer contains " + old)
 	}
 	return strings.Replace(src, old, new, 1)
+}
+
+// NoLinger is release.lua as the gateway sends it with rule L undone, the
+// control of the at-least check on both backends: it never lingers, so a
+// release before the hold-at-least end frees the key at once.
+func NoLinger() string {
+	return script.DeadlineLua + MustReplace(script.ReleaseLua,
+		"if until_ms > now_ms then\n  redis.call('SET', KEYS[1], 'L'", "if false then\n  redis.call('SET', KEYS[1], 'L'")
 }
 
 // Seed, First, Ops, Duration and Control are the flags -sim.seed,
