@@ -31,9 +31,13 @@ func TestRedlockRateLimitBurst(t *testing.T) {
 	// The admitted request's own lock acquire is not what is judged here,
 	// only that it gets one: on a busy CI machine, with a browser test
 	// beside it, three of five nodes once took over the usual 500 ms to
-	// answer its vote (503). The limiter's checks are bounded by their own
-	// 100 ms deadline, below either node timeout, so they run as before.
+	// answer its vote (503). The acquire as a whole is bounded by the
+	// backend timeout (1 s by default), which once ran out too with two
+	// busy loops beside make test: it is raised with the node timeout. The
+	// limiter's checks are bounded by their own 100 ms deadline, below
+	// either, so they run as before.
 	env["LOCKGW_REDLOCK_NODE_TIMEOUT"] = "2s"
+	env["LOCKGW_BACKEND_TIMEOUT"] = "5s"
 	// Fail open and the default check timeout: the configuration of the
 	// report. The identity is the client address, 127.0.0.1 for every
 	// request.
