@@ -407,7 +407,17 @@ func TestRedlockNodeListTransition(t *testing.T) {
 	transLease, err := trans.Acquire(ctx(), "during", lockstore.AcquireRequest{Token: "trans-holder", TTL: time.Minute})
 	require.NoError(t, err)
 	assert.Greater(t, transLease.Fence, oldLease.Fence)
-	require.NoError(t, trans.Release(ctx(), "before", "old-holder"), "a lease of the old list is released through the transition gateway")
+	// The old lease lasts MaxTTL only, so that the transition finishes
+	// soon: a release answered before its conservative end must have
+	// found it; one answered after (the steps above on a loaded machine)
+	// may find it gone.
+	err = trans.Release(ctx(), "before", "old-holder")
+	if time.Now().Before(oldLease.ExpiresAt) {
+		require.NoError(t, err, "a lease of the old list is released through the transition gateway")
+	} else if err != nil {
+		require.ErrorIs(t, err, lockstore.ErrNotHeld, "the old lease ran out before its release")
+		t.Logf("the old lease ran out before its release (%v after its end)", time.Since(oldLease.ExpiresAt))
+	}
 
 	// The new gateway waits for the finish. (On a loaded machine the
 	// steps above can take longer than the settle: what was answered while
