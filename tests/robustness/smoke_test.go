@@ -48,9 +48,16 @@ func TestChaosSmoke(t *testing.T) {
 	// emulated on the one lease: H holds "jump" on nodes 0-2 only (gateway
 	// 0 is cut off from 3 and 4), the step ends it early on node 2, and Q
 	// wins nodes 2-4 through gateway 1 while H's lease is still valid.
-	var jumped bool
-	for try := 0; try < 3 && !jumped; try++ {
-		jumped = doubleGrant(t, c, 0, 1, "jump", 1500*time.Millisecond, func() {
+	// H's acquire (which may wait out the node timeout on 3 and 4), the
+	// step and Q's acquires all come out of H's lease, and on a loaded
+	// machine one of Q's acquires alone can use up the gateways' backend
+	// timeout (1 s) and answer 503 while nodes miss their timeout. So H's
+	// lease is the longest the gateways grant, and a try that misses its
+	// stage (Q not granted before H's lease ends) is staged again until one
+	// sets it: three tries were not always enough.
+	jumped, tries := false, 0
+	for until := time.Now().Add(time.Minute); !jumped && time.Now().Before(until); tries++ {
+		jumped = doubleGrant(t, c, 0, 1, "jump", maxTTL, func() {
 			require.NoError(t, c.Links[0][3].Blackhole())
 			require.NoError(t, c.Links[0][4].Blackhole())
 		}, func() {
@@ -59,7 +66,8 @@ func TestChaosSmoke(t *testing.T) {
 			c.Links[0][4].Clear()
 		})
 	}
-	require.True(t, jumped, "the staged clock step never produced a second holder")
+	require.True(t, jumped, "the staged clock step never produced a second holder (%d tries)", tries)
+	t.Logf("the clock step's stage was set on try %d", tries)
 	staleWrite(t, c, registers["n"], "n", ttl)
 	persistLock(t, c, "p", ttl)
 
