@@ -742,7 +742,10 @@ func (r *Store) openSet() {
 }
 
 // checkSet is Ping's part for node i: an error unless the gateway is open
-// and the node serves its list.
+// and the node serves its list and keeps no quarantine of its own. It
+// reads what nodeset.lua reads before a grant, in the same order: a node
+// quarantined on itself (rule Q) refuses every grant, so Ping counts it
+// as quarantined, as a request's vote does, and Nodes shows until when.
 func (r *Store) checkSet(ctx context.Context, i int, n *redlockNode) error {
 	if why := r.set.closedWhy(); why != "" {
 		return r.set.refusal(why)
@@ -756,6 +759,13 @@ func (r *Store) checkSet(ctx context.Context, i int, n *redlockNode) error {
 	}
 	if !r.set.accepts(have) {
 		return r.set.refused(i, have)
+	}
+	left, err := n.client.PTTL(ctx, script.QuarantineKey).Result()
+	if err != nil {
+		return script.RedisErr(err)
+	}
+	if left != -2 { // -2: no key; nodeset.lua refuses on anything else
+		return r.set.quarantined(i, max(left, 0))
 	}
 	return nil
 }
