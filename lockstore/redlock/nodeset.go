@@ -742,10 +742,10 @@ func (r *Store) openSet() {
 }
 
 // checkSet is Ping's part for node i: an error unless the gateway is open
-// and the node serves its list and keeps no quarantine of its own. It
-// reads what nodeset.lua reads before a grant, in the same order: a node
-// quarantined on itself (rule Q) refuses every grant, so Ping counts it
-// as quarantined, as a request's vote does, and Nodes shows until when.
+// and the node serves its list and keeps no quarantine of its own: a node
+// quarantined on itself (rule Q) refuses every grant (nodeset.lua reads
+// the same key), so Ping counts it as quarantined, as a request's vote
+// does, and Nodes shows until when.
 func (r *Store) checkSet(ctx context.Context, i int, n *redlockNode) error {
 	if why := r.set.closedWhy(); why != "" {
 		return r.set.refusal(why)
