@@ -4,18 +4,15 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 )
 
 // The concurrency curve (row "curve", issue 17): cycles/s and latency of
 // the gateway (Redis backend) and of the bare baseline at each of
 // -curve client counts, each client on a key of its own. At each count
-// the two systems take turns, in -rounds rounds that split the point's
-// window, the order reversed in every other round (gateway, baseline,
-// baseline, gateway for two): a machine that speeds up or slows down
-// during a point weighs on both sides alike, where one system always
-// measured first took all of a drift's gain or loss (the ratio at one
-// count moved from 0.91 to 1.09 between runs of the same build).
+// the two systems take turns in -rounds rounds, the order reversed in
+// every other round (takeTurns): one system always measured first took
+// all of a drift's gain or loss (the ratio at one count moved from 0.91
+// to 1.09 between runs of the same build).
 
 // curveSystems are the rows the curve loads, by id in rowSpecs.
 var curveSystems = []string{"gateway", "baseline"}
@@ -52,33 +49,15 @@ func (b *bench) runCurve(ctx context.Context) ([]row, error) {
 			}
 		}
 	}
-	window := b.cfg.curveWindow / time.Duration(b.cfg.rounds)
 	var out []row
 	for _, n := range b.cfg.curveLevels {
-		ms := make([]measurement, len(specs))
-		cpus := make([]cpuUse, len(specs))
-		for round := range b.cfg.rounds {
-			for j := range specs {
-				k := j
-				if round%2 == 1 {
-					k = len(specs) - 1 - j
-				}
-				fmt.Fprintf(b.stderr, "lockbench: 10  curve: %s, %d clients", specs[k].id, n)
-				if b.cfg.rounds > 1 {
-					fmt.Fprintf(b.stderr, " (round %d/%d)", round+1, b.cfg.rounds)
-				}
-				m, cpu, err := b.runRound(ctx, specs[k], n, window)
-				if err != nil {
-					fmt.Fprintln(b.stderr, ": failed")
-					return nil, fmt.Errorf("%s at %d clients: %w", specs[k].id, n, err)
-				}
-				fmt.Fprintf(b.stderr, ": %s/s\n", thousands(float64(m.count)/window.Seconds()))
-				ms[k].add(m)
-				cpus[k].add(cpu)
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-			}
+		turns := make([]turn, len(specs))
+		for k, spec := range specs {
+			turns[k] = turn{spec: spec, clients: n, label: fmt.Sprintf("10  curve: %s, %d clients", spec.id, n)}
+		}
+		ms, cpus, err := b.takeTurns(ctx, turns, b.cfg.curveWindow, true)
+		if err != nil {
+			return nil, err
 		}
 		for k, spec := range specs {
 			r := row{ID: spec.id, No: "10", Label: spec.labelFor(b.cfg), Measures: "cycle", Clients: n}

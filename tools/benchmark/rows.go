@@ -97,9 +97,8 @@ func (s rowSpec) key(prefix string, i int) string {
 	return fmt.Sprintf("%s/%d", prefix, i)
 }
 
-// runRows measures every row. Rounds interleave the rows in time, so that
-// a burst of other work on the machine spreads over all of them instead of
-// sinking one.
+// runRows measures every row but the floods, in rounds that interleave
+// them (takeTurns), then the floods.
 func (b *bench) runRows(ctx context.Context, all []rowSpec) ([]row, error) {
 	var specs, floodSpecs []rowSpec
 	for _, spec := range all {
@@ -110,45 +109,23 @@ func (b *bench) runRows(ctx context.Context, all []rowSpec) ([]row, error) {
 		}
 	}
 	rows := make([]row, len(specs))
-	ms := make([]measurement, len(specs))
-	cpus := make([]cpuUse, len(specs))
+	var turns []turn
+	var measured []int // turns[j] is rows[measured[j]]'s
 	for i, spec := range specs {
 		rows[i] = b.newRow(spec)
 		if rows[i].Skipped != "" {
 			fmt.Fprintf(b.stderr, "lockbench: %-3s %s: %s\n", spec.no, rows[i].Label, rows[i].Skipped)
+			continue
 		}
+		turns = append(turns, turn{spec: spec, clients: rows[i].Clients, label: fmt.Sprintf("%-3s %s", spec.no, rows[i].Label)})
+		measured = append(measured, i)
 	}
-	window := b.cfg.duration / time.Duration(b.cfg.rounds)
-	for round := range b.cfg.rounds {
-		for i, spec := range specs {
-			if rows[i].Skipped != "" {
-				continue
-			}
-			fmt.Fprintf(b.stderr, "lockbench: %-3s %s", spec.no, rows[i].Label)
-			if b.cfg.rounds > 1 {
-				fmt.Fprintf(b.stderr, " (round %d/%d)", round+1, b.cfg.rounds)
-			}
-			m, cpu, err := b.runRound(ctx, spec, rows[i].Clients, window)
-			if err != nil {
-				fmt.Fprintln(b.stderr, ": failed")
-				return nil, fmt.Errorf("row %s (%s): %w", spec.no, rows[i].Label, err)
-			}
-			errs := 0
-			for _, n := range m.errors {
-				errs += n
-			}
-			fmt.Fprintf(b.stderr, ": %s/s, %d errors\n", thousands(float64(m.count)/window.Seconds()), errs)
-			ms[i].add(m)
-			cpus[i].add(cpu)
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-		}
+	ms, cpus, err := b.takeTurns(ctx, turns, b.cfg.duration, false)
+	if err != nil {
+		return nil, fmt.Errorf("row %w", err)
 	}
-	for i := range rows {
-		if rows[i].Skipped == "" {
-			rows[i].fill(ms[i], cpus[i])
-		}
+	for j, i := range measured {
+		rows[i].fill(ms[j], cpus[j])
 	}
 	for _, spec := range floodSpecs {
 		fr, err := b.floodRows(ctx, spec)
@@ -158,6 +135,55 @@ func (b *bench) runRows(ctx context.Context, all []rowSpec) ([]row, error) {
 		rows = append(rows, fr...)
 	}
 	return rows, nil
+}
+
+// turn is one system a series of rounds measures: its row, its clients,
+// and what the progress lines call it.
+type turn struct {
+	spec    rowSpec
+	clients int
+	label   string
+}
+
+// takeTurns measures each of turns once a round, in b.cfg.rounds rounds
+// that split total between them, and returns each one's measurement and
+// CPU use over all rounds. Rounds interleave the systems in time, so that
+// a burst of other work on the machine spreads over all of them instead of
+// sinking one; with abba the order is reversed in every other round
+// (gateway, baseline, baseline, gateway), so that a drift of the machine's
+// speed weighs on both sides of a comparison alike.
+func (b *bench) takeTurns(ctx context.Context, turns []turn, total time.Duration, abba bool) ([]measurement, []cpuUse, error) {
+	ms := make([]measurement, len(turns))
+	cpus := make([]cpuUse, len(turns))
+	window := total / time.Duration(b.cfg.rounds)
+	for round := range b.cfg.rounds {
+		for j := range turns {
+			k := j
+			if abba && round%2 == 1 {
+				k = len(turns) - 1 - j
+			}
+			fmt.Fprintf(b.stderr, "lockbench: %s", turns[k].label)
+			if b.cfg.rounds > 1 {
+				fmt.Fprintf(b.stderr, " (round %d/%d)", round+1, b.cfg.rounds)
+			}
+			m, cpu, err := b.runRound(ctx, turns[k].spec, turns[k].clients, window)
+			if err != nil {
+				fmt.Fprintln(b.stderr, ": failed")
+				return nil, nil, fmt.Errorf("%s: %w", turns[k].label, err)
+			}
+			errs := 0
+			for _, n := range m.errors {
+				errs += n
+			}
+			fmt.Fprintf(b.stderr, ": %s/s, %d errors\n", thousands(float64(m.count)/window.Seconds()), errs)
+			ms[k].add(m)
+			cpus[k].add(cpu)
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+		}
+	}
+	return ms, cpus, nil
 }
 
 // newRow is the table line for spec, before any load.
