@@ -208,9 +208,9 @@ type HeldByStream = bool
 // Example: {"expires_at":"2026-11-20T22:30:30.123Z","fence":1795213800123456,"key":"jobs/nightly","owner":"worker-7","token":"q3kVf1xZ8uQm2Rb7Lw0TnA","ttl_ms":30000}
 type APILease struct {
 	// ExpiresAt Conservative end of validity, RFC 3339 UTC with milliseconds: never later
-	// than the moment the store lets the lease go (for Redlock, after subtracting
-	// the quorum round and the clock-drift allowance). Stop using the lock before
-	// it.
+	// than the moment the store lets the lease go (on the Redis backends, after
+	// subtracting the clock-drift allowance, 1% of the TTL + 2 ms, and for
+	// Redlock the quorum round too). Stop using the lock before it.
 	//
 	//
 	// Example: 2026-11-20T22:30:30.123Z

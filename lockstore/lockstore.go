@@ -187,8 +187,11 @@ type Lease struct {
 	// Left is, from Inspect, the time the lease had left when the store
 	// answered; 0 from Acquire and Extend, whose lease has Granted left.
 	Left time.Duration
-	// ExpiresAt is a conservative end of validity: never later than the
-	// moment the store lets the lease go.
+	// ExpiresAt, from Acquire and Extend, is a conservative end of
+	// validity: never later than the moment the store lets the lease go,
+	// whatever rate within A3 its clocks run at (docs/safety.md, rule E).
+	// From Inspect it is the end the store read (Redlock: its majority's,
+	// less the same allowance).
 	ExpiresAt time.Time
 	// Renewed is true when Acquire found the key already held by the same
 	// token and reset its TTL rather than granting it anew.

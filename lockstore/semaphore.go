@@ -63,7 +63,7 @@ type Permit struct {
 	Fence     int64
 	Granted   time.Duration
 	Left      time.Duration // from SemInspect only
-	ExpiresAt time.Time
+	ExpiresAt time.Time     // as Lease.ExpiresAt
 	Renewed   bool
 }
 

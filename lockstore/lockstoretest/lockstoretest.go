@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockgateway/lockgateway/lockstore"
+	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 )
 
 // Run runs the suite against the store newStore returns. newStore may
@@ -338,9 +339,10 @@ func testInspect(t *testing.T, s lockstore.Store, key string) {
 	sent := time.Now()
 	granted, err := s.Acquire(ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second, Owner: "checkout-3"})
 	require.NoError(t, err)
-	// Both ends are conservative, each from when its own request was
-	// sent; the grant's, from before its write reached the store, may be
-	// earlier than the inspect's by up to the grant's round trip.
+	// The grant's end is conservative (docs/safety.md, rule E): from
+	// before its write reached the store, less the allowance for the
+	// store's clock. The inspect's is what the store read: later than the
+	// grant's by up to that allowance and the grant's round trip.
 	rtt := time.Since(sent)
 	time.Sleep(50 * time.Millisecond)
 	got, err := s.Inspect(ctx(t), key)
@@ -352,7 +354,8 @@ func testInspect(t *testing.T, s lockstore.Store, key string) {
 	assert.Equal(t, 10*time.Second, got.Granted, "the length it was granted with")
 	assert.Less(t, got.Left, 10*time.Second-40*time.Millisecond, "Left is the time left")
 	assert.Greater(t, got.Left, 8*time.Second)
-	assert.False(t, got.ExpiresAt.After(granted.ExpiresAt.Add(rtt+5*time.Millisecond)), "inspect's expiry is at most the grant's round trip after the grant's")
+	assert.False(t, got.ExpiresAt.After(granted.ExpiresAt.Add(script.Drift(10*time.Second)+rtt+5*time.Millisecond)),
+		"inspect's expiry is at most the clock allowance and the grant's round trip after the grant's")
 }
 
 func testFences(t *testing.T, s lockstore.Store, key string) {

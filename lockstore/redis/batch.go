@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,7 +17,7 @@ var _ lockstore.BatchExtender = (*Store)(nil)
 // runs as a plain Extend, all of those at once.
 func (s *Store) ExtendBatch(ctx context.Context, exts []lockstore.Extension) []lockstore.Extended {
 	out := make([]lockstore.Extended, len(exts))
-	start := time.Now()
+	start := s.now()
 	alone := s.pipelined(ctx, exts, func(i int, err error) { out[i].Err = err }, func(e lockstore.Extension) (string, []string, []any) {
 		keys, args := script.ExtendArgs{Digest: script.DigestHex(e.Token), TTL: e.TTL, Holder: script.EscapeUser(e.User)}.Call(e.Key)
 		return script.ExtendScript.Hash(), keys, args

@@ -155,7 +155,7 @@ func (s *Store) prepare(ctx context.Context, key string, req *lockstore.AcquireR
 		return a, start, err
 	}
 	a = script.AcquireArgs{Digest: script.DigestHex(req.Token), Ttl: req.TTL, Owner: req.Owner, Quota: script.NewCounting(ctx, req.Quota), Publish: s.publish, HoldAtLeast: req.HoldAtLeast}
-	return a, time.Now(), nil
+	return a, s.now(), nil
 }
 
 // acquire runs acquire.lua, again with the right quota set when the lock
@@ -189,7 +189,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
 		return lockstore.Lease{}, err
 	}
-	start := time.Now()
+	start := s.now()
 	if s.onCluster() {
 		return s.clusterExtend(ctx, key, token, ttl, start)
 	}
@@ -340,14 +340,12 @@ var errRecount = errors.New("lockstore: the lock's quota user kept changing")
 
 // Inspect implements Store.
 func (s *Store) Inspect(ctx context.Context, key string) (lockstore.Lease, error) {
-	start := time.Now()
+	start := s.now()
 	v, remaining, err := script.Inspect(ctx, s.scripts, key)
 	if err != nil {
 		return lockstore.Lease{}, err
 	}
-	l := v.Lease(key, "", remaining, start)
-	l.Granted, l.Left = v.Length, remaining
-	return l, nil
+	return v.Found(key, remaining, start), nil
 }
 
 // Ping implements Store with a write, so a Redis that answers but refuses
@@ -384,3 +382,8 @@ func (s *Store) Close() error {
 // counter lives until Redis TIME has passed it by FenceMargin
 // (script.FenceMargin, docs/safety.md, "Fences").
 const FenceMargin = script.FenceMargin
+
+// now is the gateway's clock, as rule D's samples read it: a grant's start
+// and its told expires_at are on it (the simulator's virtual clock in its
+// tests).
+func (s *Store) now() time.Time { return s.clocks.Now() }

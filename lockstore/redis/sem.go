@@ -20,7 +20,7 @@ func (s *Store) SemAcquire(ctx context.Context, key string, req lockstore.Permit
 	if err := lockstore.CheckPermit(key, req); err != nil {
 		return lockstore.Permit{}, err
 	}
-	start := time.Now()
+	start := s.now()
 	a := script.SemArgs{Digest: script.DigestHex(req.Token), Ttl: req.TTL, Owner: req.Owner, Limit: req.Limit, Publish: s.publish}
 	r, err := s.semAcquire(ctx, key, a)
 	if err != nil {
@@ -92,7 +92,7 @@ func (s *Store) semWait(ctx context.Context, key string, a script.SemArgs, req l
 	var p lockstore.Permit
 	var err error
 	try := func() wait.Try {
-		attempt := time.Now()
+		attempt := s.now()
 		rm.trying(w)
 		r, rerr := s.semAcquire(ctx, key, a)
 		rm.tried(w, rerr == nil && r.Code == script.SemRefused, false)
@@ -126,7 +126,7 @@ func (s *Store) SemExtend(ctx context.Context, key, token string, ttl time.Durat
 	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
 		return lockstore.Permit{}, err
 	}
-	start := time.Now()
+	start := s.now()
 	var c = s.scripts
 	var conn *redis.Conn
 	if s.acks.replicas > 0 {
@@ -178,16 +178,14 @@ func (s *Store) SemForceRelease(ctx context.Context, key string, fence int64) (l
 
 // SemInspect implements Semaphores.
 func (s *Store) SemInspect(ctx context.Context, key string) (lockstore.SemaphoreState, error) {
-	start := time.Now()
+	start := s.now()
 	limit, vs, err := script.SemInspect(ctx, s.scripts, key)
 	if err != nil {
 		return lockstore.SemaphoreState{}, err
 	}
 	st := lockstore.SemaphoreState{Key: key, Limit: limit}
 	for _, v := range vs {
-		p := v.Permit(key, "", limit, start)
-		p.Left, p.ExpiresAt = v.Left, start.Add(v.Left)
-		st.Holders = append(st.Holders, p)
+		st.Holders = append(st.Holders, v.Found(key, limit, start))
 	}
 	lockstore.SortHolders(st.Holders)
 	return st, nil

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"time"
 
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/script"
@@ -15,7 +14,7 @@ var _ lockstore.BatchSemExtender = (*Store)(nil)
 // (pipelined).
 func (s *Store) SemExtendBatch(ctx context.Context, exts []lockstore.Extension) []lockstore.SemExtended {
 	out := make([]lockstore.SemExtended, len(exts))
-	start := time.Now()
+	start := s.now()
 	alone := s.pipelined(ctx, exts, func(i int, err error) { out[i].Err = err }, func(e lockstore.Extension) (string, []string, []any) {
 		keys, args := script.SemExtendArgs(e.Key, script.DigestHex(e.Token), e.TTL, false, s.publish)
 		return script.SemExtendScript.Hash(), keys, args

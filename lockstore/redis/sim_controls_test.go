@@ -42,11 +42,16 @@ import (
 //   - no-linger: release.lua deletes before the hold-at-least end T as
 //     after it (rule L undone): another token is granted the key before
 //     the end its first grant asked for.
+//   - no-drift: the client is told s + ttl, as the redis backend told
+//     before rule E, not s + ttl − (1% + 2 ms): with its node's clock
+//     running fast (A3), a second holder is granted the key before that
+//     end (seed 2 found it before the fix).
 
 type simControl struct {
 	scripts map[string]sim.Script
 	want    string // the check that must find it
 	latest  bool   // check holdings by the latest answer (sim.History.Latest)
+	noDrift bool   // clients are told start + ttl, without rule E's allowance
 }
 
 var simControls = map[string]simControl{"": {}}
@@ -89,6 +94,7 @@ func init() {
 	simControls["no-linger"] = simControl{want: "at-least", scripts: map[string]sim.Script{
 		"release.lua": {Src: sim.NoLinger()},
 	}}
+	simControls["no-drift"] = simControl{want: "one-holder|limit", noDrift: true}
 	simControls["grant-held"] = simControl{want: "one-holder", scripts: map[string]sim.Script{
 		"acquire.lua": {Src: sim.MustReplace(script.AcquireLua, "if cur then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}",
 			"if cur and string.sub(cur, 1, 64) == ARGV[1] then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}\nend\nif cur then\n  redis.call('DEL', KEYS[1])")},
@@ -110,7 +116,7 @@ func init() {
 // TestSimRedisControls runs each control within the short budget and
 // requires the simulator to find it, by the check it is for.
 func TestSimRedisControls(t *testing.T) {
-	for _, name := range []string{"old-ttl", "old-release", "grant-held", "fence-flat", "over-limit", "renew-refence", "stale-permit", "no-deadline", "no-linger"} {
+	for _, name := range []string{"old-ttl", "old-release", "grant-held", "fence-flat", "over-limit", "renew-refence", "stale-permit", "no-deadline", "no-linger", "no-drift"} {
 		ctl := simControls[name]
 		t.Run(name, func(t *testing.T) {
 			cfg := defaultsimConfig()

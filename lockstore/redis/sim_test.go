@@ -124,9 +124,18 @@ func (c *simClient) step() {
 		held = append(held, k)
 	}
 	sort.Strings(held)
+	lapsed := false
 	for _, k := range held { // mostly work on what it holds
 		if c.holds[k] > w.Now && r.Float64() < 0.7 {
 			key = k
+			sem, limit = c.w.Hist.Keys[k].Sem, c.w.Hist.Keys[k].Limit
+			break
+		}
+		// Or take again, with the same token, what it let lapse: a renewal
+		// that came too late (rule S, and E's allowance from the other
+		// side: the node may still hold what the client let go).
+		if c.holds[k] > 0 && c.holds[k] <= w.Now && r.Float64() < 0.3 {
+			key, lapsed = k, true
 			sem, limit = c.w.Hist.Keys[k].Sem, c.w.Hist.Keys[k].Limit
 			break
 		}
@@ -156,7 +165,7 @@ func (c *simClient) step() {
 		key, sem, kind = c.last.Key, c.last.Sem, "release"
 		limit = c.w.Hist.Keys[key].Limit
 	default:
-		if r.Float64() < 0.3 {
+		if !lapsed && r.Float64() < 0.3 {
 			c.newToken()
 		}
 	}
@@ -181,7 +190,12 @@ func (c *simClient) answered(op *sim.Op) {
 	r.Answer = sim.AnswerOf(r.Kind, op.Result, op.Err)
 	if r.Answer == "201" || r.Answer == "200" {
 		r.Fence = op.Result.Fence
-		r.Expires = r.Sent + op.Result.Granted.Microseconds()
+		// The expires_at the client was told (rule E), on the gateway's
+		// clock, which is the world's.
+		r.Expires = op.Result.ExpiresAt.UnixMicro()
+		if simControls[c.cfg.control].noDrift {
+			r.Expires += script.Drift(op.Result.Granted).Microseconds()
+		}
 		if c.holds[r.Key] < w.Now {
 			c.holds[r.Key] = 0
 		}

@@ -152,7 +152,7 @@ func (q *waiting) tryAside() wait.Try {
 
 // try runs acquire.lua with the caller's ticket.
 func (q *waiting) try() wait.Try {
-	attempt := time.Now()
+	attempt := q.s.now()
 	ctx := q.ctx
 	if p := q.r.trying(q.w); p != nil { // sent behind a release of this gateway (handoff.go)
 		ctx = script.WithPair(ctx, p, false)

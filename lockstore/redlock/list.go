@@ -96,7 +96,7 @@ func readLease(key string, start time.Time, hs []script.NodeListed) (_ lockstore
 		waiters = max(waiters, h.Waiters)
 	}
 	v := lockValues.majority(values)
-	ttl := max(remaining-drift(remaining), 0)
+	ttl := max(remaining-script.Drift(remaining), 0)
 	return lockstore.Listed{
 		Lease:   lockstore.Lease{Key: key, Owner: v.Owner, Fence: v.Fence, Granted: v.Length, Left: ttl, ExpiresAt: start.Add(ttl)},
 		Waiters: waiters,

@@ -250,7 +250,7 @@ func (r *Store) confirmGrant(ctx context.Context, c *acquireCall, a script.Acqui
 		Owner:     g.ownerOr(req.Owner),
 		Fence:     g.fence,
 		Granted:   req.TTL,
-		ExpiresAt: start.Add(req.TTL - drift(req.TTL)),
+		ExpiresAt: script.GrantEnd(start, req.TTL),
 		Renewed:   g.renewal,
 	}, true, nil
 }
@@ -294,7 +294,7 @@ func (r *Store) Extend(ctx context.Context, key, token string, ttl time.Duration
 	}
 	return lockstore.Lease{
 		Key: key, Token: token, Owner: v.Owner, Fence: v.Fence, Granted: granted,
-		ExpiresAt: start.Add(granted - drift(granted)),
+		ExpiresAt: script.GrantEnd(start, granted),
 	}, nil
 }
 
@@ -342,7 +342,7 @@ func extend[V any](ctx context.Context, r *Store, k valueKind[V], key, token str
 			}
 		}
 	}
-	validity := ttl - time.Since(start) - drift(ttl)
+	validity := ttl - time.Since(start) - script.Drift(ttl)
 	switch {
 	case r.q().all(t.okAt) && validity > 0:
 		return k.majority(t.ok), ttl, start, nil
@@ -532,7 +532,7 @@ var _ lockstore.Spreader = (*Store)(nil)
 
 // EndSpread implements Spreader: the drift allowance, by which ExpiresAt
 // is conservative.
-func (r *Store) EndSpread(ttl time.Duration) time.Duration { return drift(ttl) }
+func (r *Store) EndSpread(ttl time.Duration) time.Duration { return script.Drift(ttl) }
 
 // InspectSpread implements Spreader: Inspect, and the lease's latest end
 // on the nodes read (watchLate).
@@ -641,5 +641,5 @@ func released[T any](ctx context.Context, r *Store, t ownedTally[T], dels []node
 // their time left at some moment within it), every counted node's expiry
 // lies in [expiresAt, expiresAt+round trip+watchLate] on this clock.
 func watchLate(start time.Time, longest time.Duration, expiresAt time.Time) time.Duration {
-	return max(start.Add(longest+drift(longest)).Sub(expiresAt), 0)
+	return max(start.Add(longest+script.Drift(longest)).Sub(expiresAt), 0)
 }

@@ -287,7 +287,7 @@ func New(nodes []*redis.Options, opts Options) (*Store, error) {
 	r := &Store{
 		nodeTimeout: cmp.Or(opts.NodeTimeout, DefaultNodeTimeout),
 		maxTTL:      maxTTL,
-		quarantine:  maxTTL + drift(maxTTL),
+		quarantine:  maxTTL + script.Drift(maxTTL),
 		log:         opts.Logger,
 		onVote:      opts.OnVote,
 		stop:        make(chan struct{}),
@@ -391,10 +391,6 @@ func New(nodes []*redis.Options, opts Options) (*Store, error) {
 	r.bg.Go(r.keepSet)
 	return r, nil
 }
-
-// drift is Redlock's allowance for the clocks of the Redis hosts running
-// at different rates: 1% of the TTL, plus 2 ms for timer granularity.
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 // background runs f unless the store is closing; Close waits for it.
 func (r *Store) background(f func()) {

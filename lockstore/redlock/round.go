@@ -148,7 +148,7 @@ func confirmVotes[V any](ctx context.Context, r *Store, values []roundValue, rou
 		}
 		return code, err
 	})
-	validity := ttl - time.Since(start) - drift(ttl)
+	validity := ttl - time.Since(start) - script.Drift(ttl)
 	if !r.q().all(g.confirmed) || validity <= 0 || ctx.Err() != nil {
 		return roundGrant{}, false, made
 	}

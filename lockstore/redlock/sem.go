@@ -209,7 +209,7 @@ func (r *Store) semConfirm(ctx context.Context, key string, a script.SemArgs, re
 		return lockstore.Permit{}, false, made
 	}
 	return lockstore.Permit{Key: key, Token: req.Token, Owner: g.ownerOr(req.Owner), Limit: req.Limit, Fence: g.fence,
-		Granted: req.TTL, ExpiresAt: start.Add(req.TTL - drift(req.TTL)), Renewed: g.renewal}, true, nil
+		Granted: req.TTL, ExpiresAt: script.GrantEnd(start, req.TTL), Renewed: g.renewal}, true, nil
 }
 
 // semDiscard is G1's clean-up of a failed permit round (cleanup), with
@@ -239,7 +239,7 @@ func (r *Store) SemExtend(ctx context.Context, key, token string, ttl time.Durat
 		return lockstore.Permit{}, err
 	}
 	return lockstore.Permit{Key: key, Token: token, Owner: v.Owner, Limit: v.Limit, Fence: v.Fence,
-		Granted: granted, ExpiresAt: start.Add(granted - drift(granted))}, nil
+		Granted: granted, ExpiresAt: script.GrantEnd(start, granted)}, nil
 }
 
 // SemRelease implements Semaphores with Release's two steps: read every
@@ -364,7 +364,7 @@ func (r *Store) semInspect(ctx context.Context, key string) (lockstore.Semaphore
 			longest = max(longest, v.Left)
 		}
 		v := semValues.majority(vs)
-		left = max(left-drift(left), 0)
+		left = max(left-script.Drift(left), 0)
 		p := lockstore.Permit{Key: key, Owner: v.Owner, Limit: st.Limit, Fence: v.Fence,
 			Granted: v.Length, Left: left, ExpiresAt: start.Add(left)}
 		st.Holders = append(st.Holders, p)

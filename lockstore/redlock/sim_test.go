@@ -301,7 +301,7 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) sim.Run {
 	}
 	for i := range total {
 		w.nodes = append(w.nodes, &rlNode{id: i, addr: nodeAddr(i), srv: luaredis.New(), runID: fmt.Sprintf("%040x", w.r.Uint64()),
-			offset: w.r.Int64N(2*cfg.net.offsetMax+1) - cfg.net.offsetMax, rate: (w.r.Float64()*2 - 1) * cfg.net.rateMax, loaded: map[string]bool{}})
+			offset: w.r.Int64N(2*cfg.net.offsetMax+1) - cfg.net.offsetMax, rate: (w.r.Float64()*2 - 1) * cfg.net.RateMax, loaded: map[string]bool{}})
 	}
 	// A4: the nodes may not all lose their data. One node of both lists
 	// never crashes.

@@ -62,7 +62,6 @@ type rlNet struct {
 	downMax    int64   // how long a crashed node stays down at most
 	pGWRestart float64 // per client request, a gateway process is replaced
 	offsetMax  int64   // node clock offsets: uniform in ±offsetMax
-	rateMax    float64 // node clock rates: uniform in 1 ± rateMax
 }
 
 var defaultRLNet = rlNet{
@@ -71,11 +70,12 @@ var defaultRLNet = rlNet{
 		PSlow: 0.02, SlowMax: 400_000, PLoss: 0.004,
 		PSlowGW: 0.002, SlowGWFor: 300_000,
 		PPause: 0.001, PauseMax: 150_000,
+		// A3: rates within 1% of each other. Gateways run at the true
+		// rate, so nodes within ±0.45% keep every pair within 0.9%.
+		RateMax: 0.0045,
 	},
 	pCrash: 0.0015, downMax: 400_000, pGWRestart: 0.001,
-	// A3: rates within 1% of each other. Gateways run at the true rate, so
-	// nodes within ±0.45% keep every pair within 0.9%.
-	offsetMax: 3_000_000, rateMax: 0.0045,
+	offsetMax: 3_000_000,
 }
 
 type rlWorld struct {

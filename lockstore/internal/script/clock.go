@@ -46,6 +46,16 @@ const (
 	ClockReply = "LOCKGW_CLOCK"
 )
 
+// Drift is rule E's allowance (docs/safety.md) for a lease or permit of
+// ttl: a node's clock may run up to 1% faster than the gateway's (A3), and
+// keeps expiries in whole milliseconds.
+func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// GrantEnd is the expires_at a holder is told for a grant, a renewal or
+// an extend of ttl whose first script was sent after start (rule E): never
+// later than the moment a node lets it go.
+func GrantEnd(start time.Time, ttl time.Duration) time.Time { return start.Add(ttl - Drift(ttl)) }
+
 // clockSample is one reading of a server's clock: its run id and TIME
 // (µs), and the gateway's clock when the reply arrived.
 type ClockSample struct {

@@ -100,9 +100,7 @@ type NodeListed struct {
 }
 
 func (n NodeListed) Listed() lockstore.Listed {
-	l := n.Value.Lease(n.key, "", n.Remaining, n.start)
-	l.Granted, l.Left = n.Value.Length, n.Remaining
-	return lockstore.Listed{Lease: l, Waiters: n.Waiters}
+	return lockstore.Listed{Lease: n.Value.Found(n.key, n.Remaining, n.start), Waiters: n.Waiters}
 }
 
 // readListed runs list.lua for each key in one pipeline (split by slot on

@@ -496,17 +496,18 @@ const atLeastMark = "\x01"
 // in place of digest (release.lua): a digest no token has.
 func Lingering(digest string) string { return "L" + digest[1:] }
 
+// Lease is the lease a grant, a renewal or an extend of ttl left, as its
+// holder is told it: start was read before the script ran (rule E).
 func (v LockValue) Lease(key, token string, ttl time.Duration, start time.Time) lockstore.Lease {
-	return lockstore.Lease{
-		Key:     key,
-		Token:   token,
-		Owner:   v.Owner,
-		Fence:   v.Fence,
-		Granted: ttl,
-		// start was read before the script ran, so start+ttl is never later
-		// than the expiry Redis applies.
-		ExpiresAt: start.Add(ttl),
-	}
+	return lockstore.Lease{Key: key, Token: token, Owner: v.Owner, Fence: v.Fence, Granted: ttl, ExpiresAt: GrantEnd(start, ttl)}
+}
+
+// Found is the lease as a read found it, remaining left by the node's
+// clock when the read ran after start: what the node said, no allowance
+// (rule E: a read promises nothing to a holder, and two reads of one
+// lease must agree on its end for a watch).
+func (v LockValue) Found(key string, remaining time.Duration, start time.Time) lockstore.Lease {
+	return lockstore.Lease{Key: key, Owner: v.Owner, Fence: v.Fence, Granted: v.Length, Left: remaining, ExpiresAt: start.Add(remaining)}
 }
 
 // pttlDuration turns a pttlDuration reply into a duration. pttlDuration answers -1 for a key

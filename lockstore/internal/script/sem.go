@@ -376,10 +376,18 @@ func ParseSemValue(slot int, reply any) (SemValue, error) {
 		Confirmed: strings.HasPrefix(length, "0"), Length: time.Duration(ms) * time.Millisecond, Owner: parts[4]}, nil
 }
 
-// permit: ttl 0 means the value's recorded length (an extend without a
-// TTL). start was read before the script ran, so start+length is never
-// later than the expiry Redis applied.
+// Permit is the permit a grant, a renewal or an extend left, of the
+// value's recorded length, as its holder is told it: start was read before
+// the script ran (rule E).
 func (v SemValue) Permit(key, token string, limit int, start time.Time) lockstore.Permit {
 	return lockstore.Permit{Key: key, Token: token, Owner: v.Owner, Limit: limit, Fence: v.Fence,
-		Granted: v.Length, ExpiresAt: start.Add(v.Length)}
+		Granted: v.Length, ExpiresAt: GrantEnd(start, v.Length)}
+}
+
+// Found is the permit as a read found it, Left left by the node's clock
+// when the read ran after start: what the node said, no allowance (as
+// LockValue.Found).
+func (v SemValue) Found(key string, limit int, start time.Time) lockstore.Permit {
+	return lockstore.Permit{Key: key, Owner: v.Owner, Limit: limit, Fence: v.Fence,
+		Granted: v.Length, Left: v.Left, ExpiresAt: start.Add(v.Left)}
 }

@@ -30,7 +30,7 @@ type Request struct {
 	answered int64
 	Answer   string // 201, 200, 204, 404, 409 …, 503, 500 …
 	Fence    int64
-	Expires  int64 // start + granted, for 201/200
+	Expires  int64 // for 201/200: until when the client may rely on its answer, µs
 
 	// Snapshots at the send, for the fence checks.
 	otherFence  int64  // the highest fence answered to another token
@@ -87,8 +87,9 @@ type Violation struct {
 // trace):
 //
 //   - one holder: a client holds a lock from an answer that granted or
-//     extended it (201/200) until the expires_at it was given (the
-//     gateway's start + ttl, less Grace) or until it sends a release,
+//     extended it (201/200) until the expires_at it was given (Request's
+//     Expires: on the redis model the told one, rule E; on Redlock the
+//     stronger send + ttl), less Grace, or until it sends a release,
 //     whichever comes first; two tokens never hold one lock at once;
 //   - the limit: at most limit tokens hold permits of one semaphore at once;
 //   - fences unique: permits held at once by two tokens carry two fences;

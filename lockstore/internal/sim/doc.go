@@ -1,8 +1,8 @@
 // Package sim is the deterministic protocol simulator of the Redis and
 // Redlock backends (issue 26; docs/safety.md): one goroutine at a time, a
 // seeded PRNG, virtual time in µs, and every fault (delay, loss,
-// duplication, reordering, a paused node; on Redlock also crashes that lose
-// a node's data, clock offsets and rates, gateway restarts) drawn from the
+// duplication, reordering, a paused node, a node's clock offset and rate;
+// on Redlock also crashes that lose a node's data, gateway restarts) drawn from the
 // seed, so that a failing seed replays exactly. Gateways run the backends'
 // real Go code and nodes the real Lua scripts, in internal/luaredis (the
 // differential test TestLuaredisMatchesRedis in lockstore/internal/script

@@ -89,24 +89,24 @@ func CallFor(s Store, r *Request, limit int) func(context.Context) (Result, erro
 	case !r.Sem && r.Kind == "acquire":
 		return func(ctx context.Context) (Result, error) {
 			l, err := s.Acquire(ctx, r.Key, lockstore.AcquireRequest{Token: r.Token, TTL: r.TTL, Owner: owner, HoldAtLeast: r.AtLeast})
-			return Result{Fence: l.Fence, Granted: l.Granted, renewed: l.Renewed}, err
+			return Result{Fence: l.Fence, Granted: l.Granted, ExpiresAt: l.ExpiresAt, renewed: l.Renewed}, err
 		}
 	case !r.Sem && r.Kind == "extend":
 		return func(ctx context.Context) (Result, error) {
 			l, err := s.Extend(ctx, r.Key, r.Token, r.TTL)
-			return Result{Fence: l.Fence, Granted: l.Granted}, err
+			return Result{Fence: l.Fence, Granted: l.Granted, ExpiresAt: l.ExpiresAt}, err
 		}
 	case !r.Sem:
 		return func(ctx context.Context) (Result, error) { return Result{}, s.Release(ctx, r.Key, r.Token) }
 	case r.Kind == "acquire":
 		return func(ctx context.Context) (Result, error) {
 			p, err := s.SemAcquire(ctx, r.Key, lockstore.PermitRequest{Token: r.Token, TTL: r.TTL, Owner: owner, Limit: limit})
-			return Result{Fence: p.Fence, Granted: p.Granted, renewed: p.Renewed}, err
+			return Result{Fence: p.Fence, Granted: p.Granted, ExpiresAt: p.ExpiresAt, renewed: p.Renewed}, err
 		}
 	case r.Kind == "extend":
 		return func(ctx context.Context) (Result, error) {
 			p, err := s.SemExtend(ctx, r.Key, r.Token, r.TTL)
-			return Result{Fence: p.Fence, Granted: p.Granted}, err
+			return Result{Fence: p.Fence, Granted: p.Granted, ExpiresAt: p.ExpiresAt}, err
 		}
 	}
 	return func(ctx context.Context) (Result, error) { return Result{}, s.SemRelease(ctx, r.Key, r.Token) }

@@ -27,6 +27,10 @@ type Net struct {
 	SlowGWFor int64   // how long such a stretch lasts at most
 	PPause    float64 // per request, the node pauses
 	PauseMax  int64
+	// RateMax bounds the nodes' clock rates: each node's clock runs at a
+	// rate uniform in 1 ± RateMax of true time, as gateways' do exactly. A3
+	// allows 1% between any two hosts (docs/safety.md).
+	RateMax float64
 }
 
 // DefaultNet is the `redis` model's network.
@@ -35,6 +39,9 @@ var DefaultNet = Net{
 	PSlow: 0.03, SlowMax: 400_000, PLoss: 0.01, pDup: 0.005,
 	PSlowGW: 0.002, SlowGWFor: 300_000,
 	PPause: 0.001, PauseMax: 150_000,
+	// One node: A3 allows it 1% from each gateway; rule E's allowance
+	// (1% + 2 ms) is what a holder is told it may not rely on.
+	RateMax: 0.0099,
 }
 
 // Event is something that happens at a virtual time. Events run in the
@@ -98,6 +105,7 @@ type World struct {
 	R        *rand.Rand
 	net      Net
 	Now      int64
+	start    int64 // Now when the world began
 	seq      uint64
 	queue    Queue
 	park     chan parked
@@ -115,7 +123,8 @@ type World struct {
 type node struct {
 	id          int
 	srv         *luaredis.Server
-	offset      int64 // the node's clock minus true time, µs
+	offset      int64   // the node's clock minus true time at the world's start, µs
+	rate        float64 // the node's clock runs at 1+rate of true time (A3)
 	pausedUntil int64
 	loaded      map[string]bool // SCRIPT LOAD / EVAL seen since the last restart
 }
@@ -142,7 +151,11 @@ type Op struct {
 type Result struct {
 	Fence   int64
 	Granted time.Duration
-	renewed bool
+	// ExpiresAt is the expires_at the client was told (rule E), on the
+	// gateway's clock: the world's on the redis model, the bubble's on
+	// Redlock.
+	ExpiresAt time.Time
+	renewed   bool
 }
 
 // scriptCall is one script call a gateway made, as a message.
@@ -177,8 +190,10 @@ func NewWorld(seed uint64, nodes, gateways int, net Net, scripts map[string]Scri
 	w := &World{seed: seed, R: rand.New(rand.NewPCG(seed, 0x51a7)), net: net, park: make(chan parked),
 		scripts: scripts, Hist: hist, pending: map[*Op]bool{}}
 	w.Now = startOf(seed)
+	w.start = w.Now
 	for i := range nodes {
-		n := &node{id: i, srv: luaredis.New(), offset: w.R.Int64N(2_000_000) - 1_000_000, loaded: map[string]bool{}}
+		n := &node{id: i, srv: luaredis.New(), offset: w.R.Int64N(2_000_000) - 1_000_000,
+			rate: (w.R.Float64()*2 - 1) * net.RateMax, loaded: map[string]bool{}}
 		w.nodes = append(w.nodes, n)
 	}
 	for i := range gateways {
@@ -295,6 +310,12 @@ func (w *World) send(c *scriptCall) {
 	}
 }
 
+// nodeClock is node n's clock now, µs: its offset, and its rate since the
+// world began.
+func (w *World) nodeClock(n *node) int64 {
+	return w.start + n.offset + int64(float64(w.Now-w.start)*(1+n.rate))
+}
+
 // deliver runs a call on a node, which answers it (unless the answer is
 // lost) over the same kind of link.
 func (w *World) deliver(c *scriptCall, n *node) {
@@ -307,7 +328,7 @@ func (w *World) deliver(c *scriptCall, n *node) {
 	if !ok {
 		panic(fmt.Sprintf("sim: the gateway called an unknown script %s", c.sha))
 	}
-	n.srv.SetTime(w.Now + n.offset)
+	n.srv.SetTime(w.nodeClock(n))
 	var r Reply
 	if c.src == "" && !n.loaded[c.sha] {
 		r.Err = luaredis.Error("NOSCRIPT No matching script. Please use EVAL.")
