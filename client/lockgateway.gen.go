@@ -145,8 +145,9 @@ type AcquireRequest struct {
 	LockDelayMs *int64 `json:"lock_delay_ms,omitempty"`
 
 	// MaxHoldMs A hold only (`Accept: text/event-stream`; `422` otherwise): end the hold after
-	// this long (event `ended`, `reason` `max-hold`; the lease is released). The
-	// server caps every hold (`LOCKGW_MAX_HOLD`, default 24 h).
+	// this long (event `ended`, `reason` `max-hold`; the lease is released once the
+	// client closed the stream). The server caps every hold (`LOCKGW_MAX_HOLD`,
+	// default 24 h).
 	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
 
 	// Owner Free-form label of the holder, shown by `GET`; at most 128 printable characters.

@@ -22,7 +22,8 @@ import (
 //	renewed   each renewal, with the new expires_at (no token)
 //	released  the end: the holder's DELETE (through any gateway: through
 //	          this one at once, through another at the next renewal)
-//	ended     the end: reason max-hold or shutdown; the gateway released it
+//	ended     the end: reason max-hold or shutdown; the gateway releases
+//	          the lease once the client closed the stream (endByGateway)
 //	lost      the end: reason backend-unavailable, expired, taken, or
 //	          forced (an administrator's forced release); sent before the
 //	          last expires_at the holder was told, never after
@@ -195,6 +196,9 @@ type holdStream struct {
 	// takingOver: the stream is to be served on its connection, taken
 	// over from net/http (hold_conn.go), as the response's headers say.
 	takingOver bool
+	// releaseOnClose: the gateway ended the hold (endByGateway), and
+	// hangUp releases the lease once the client closed the connection.
+	releaseOnClose bool
 }
 
 // hold starts streaming the life of a lease or a permit to the client
@@ -270,8 +274,7 @@ func (s *holdStream) run() {
 			s.end(s.open.freed())
 			return
 		case <-s.h.stopping:
-			s.h.releaseHeld(s.lease)
-			s.end("ended", holdShutdown)
+			s.endByGateway(holdShutdown)
 			return
 		case <-done:
 			s.h.letGo(s.lease, s.opts.lockDelay)
@@ -332,6 +335,32 @@ func (s *holdStream) end(event, reason string) {
 	}
 	l := s.lease
 	s.write(event, holdEnd{Key: l.key, Reason: reason, Fence: l.fence, ExpiresAt: timestamp(l.expiresAt)})
+}
+
+// endByGateway ends a hold the gateway ends (max-hold, shutdown): the
+// holder is told first, and the lease is let go only once the client has
+// closed its end of the stream, which says it heard and let go, as a
+// client that closes the stream does. Released before that, another
+// client could be granted the key while the holder, told nothing yet,
+// still held it by everything it had heard (found by review). A stream
+// still open lostMargin after the event leaves the lease to end at its
+// TTL, as lost does. On a connection taken over, hangUp waits for the
+// close (releaseOnClose); here, the request's context ends with it.
+//
+//go:noinline
+func (s *holdStream) endByGateway(reason string) {
+	s.end("ended", reason)
+	if s.conn != nil {
+		s.releaseOnClose = true
+		return
+	}
+	t := time.NewTimer(lostMargin(s.lease.ttl))
+	defer t.Stop()
+	select {
+	case <-s.r.Context().Done():
+		s.h.releaseHeld(s.lease)
+	case <-t.C:
+	}
 }
 
 // renew asks for the next renewal at at, under a span of its own.
@@ -413,8 +442,7 @@ func (s *holdStream) due() bool {
 		s.end("lost", holdUnavailable)
 		return false
 	case !s.cap.IsZero() && !now.Before(s.cap):
-		s.h.releaseHeld(s.lease)
-		s.end("ended", holdMaxHold)
+		s.endByGateway(holdMaxHold)
 		return false
 	case !now.Before(s.beatAt):
 		if !s.write("", nil) {

@@ -253,8 +253,7 @@ func (s *holdStream) poll() bool {
 			s.end(s.open.freed())
 			return false
 		case <-s.h.stopping:
-			s.h.releaseHeld(s.lease)
-			s.end("ended", holdShutdown)
+			s.endByGateway(holdShutdown)
 			return false
 		default:
 			return true
@@ -283,18 +282,42 @@ func (s *holdStream) hangUp() {
 		c.detached.End(c.written)
 	}
 	if !gone {
-		if cw, ok := closeWriter(c.Conn); ok && cw.CloseWrite() == nil {
-			_ = c.SetReadDeadline(time.Now().Add(linger))
-			var buf [64]byte
-			for {
-				if _, err := c.Read(buf[:]); err != nil {
-					break
-				}
-			}
+		if s.lingerForClose(c) && s.releaseOnClose {
+			// The client closed its end: after the gateway's end, that
+			// is the holder letting go (endByGateway).
+			s.h.releaseHeld(s.lease)
 		}
 	}
 	_ = c.Close()
 	s.h.conns.remove(s)
+}
+
+// lingerForClose closes the writing half of c and reads what the client
+// still sends until it closes its end, or for linger (after the gateway
+// ended the hold, at least lostMargin: endByGateway): closed with the
+// client's bytes unread, the connection would be reset, which can discard
+// the final event before the client reads it. It reports whether the
+// client closed (or the connection broke) within that time; false when it
+// was still open, or when c cannot close half of itself.
+func (s *holdStream) lingerForClose(c *holdConn) bool {
+	cw, ok := closeWriter(c.Conn)
+	if !ok {
+		return false
+	}
+	if cw.CloseWrite() != nil {
+		return true // broken already: the client is gone
+	}
+	wait := linger
+	if s.releaseOnClose {
+		wait = max(linger, lostMargin(s.lease.ttl))
+	}
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	var buf [64]byte
+	for {
+		if _, err := c.Read(buf[:]); err != nil {
+			return !errors.Is(err, os.ErrDeadlineExceeded)
+		}
+	}
 }
 
 // closeWriter is the connection under c's wrappers that can close its
