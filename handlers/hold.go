@@ -102,8 +102,10 @@ type held struct {
 	// releases are.
 	permit bool
 	// renew asks for a renewal at at (hold_renewer.go), and calls wake
-	// (when not nil) once its outcome is on the channel.
-	renew func(at time.Time, wake func()) <-chan renewal
+	// (when not nil) once its outcome is on the channel; dropRenewal, the
+	// last one's cancel, drops it unless it went out (stopRenewing).
+	renew       func(at time.Time, wake func()) (<-chan renewal, func())
+	dropRenewal func()
 	// release lets the lease go; extend sets it to ttl from now.
 	release func(ctx context.Context) error
 	extend  func(ctx context.Context, ttl time.Duration) error
@@ -119,7 +121,7 @@ func (h *Locks) holdLock(w http.ResponseWriter, r *http.Request, status int, lea
 	return h.hold(w, r, status, &held{
 		key: lease.Key, token: lease.Token, fence: lease.Fence, owner: lease.Owner,
 		ttl: lease.Granted, expiresAt: lease.ExpiresAt, grant: newLeaseBody(lease),
-		renew: func(at time.Time, wake func()) <-chan renewal { return h.renewer.renew(at, ext, wake) },
+		renew: func(at time.Time, wake func()) (<-chan renewal, func()) { return h.renewer.renew(at, ext, wake) },
 		release: func(c context.Context) error {
 			return h.store.Release(userContext(c, user), lease.Key, lease.Token)
 		},
@@ -137,7 +139,7 @@ func (h *Semaphores) holdPermit(w http.ResponseWriter, r *http.Request, status i
 	return h.hold(w, r, status, &held{
 		key: p.Key, token: p.Token, fence: p.Fence, owner: p.Owner,
 		ttl: p.Granted, expiresAt: p.ExpiresAt, grant: newPermitBody(p), permit: true,
-		renew:   func(at time.Time, wake func()) <-chan renewal { return h.permits.renew(at, ext, wake) },
+		renew:   func(at time.Time, wake func()) (<-chan renewal, func()) { return h.permits.renew(at, ext, wake) },
 		release: func(c context.Context) error { return h.release(c, p.Key, p.Token) },
 		extend: func(c context.Context, ttl time.Duration) error {
 			_, err := h.extend(c, p.Key, p.Token, ttl)
@@ -287,6 +289,7 @@ func (s *holdStream) run() {
 //
 //go:noinline
 func (s *holdStream) finish() {
+	s.lease.stopRenewing()
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -370,7 +373,18 @@ func (s *holdStream) renew(at time.Time) {
 	if s.conn != nil {
 		wake = s.conn.wakeFn
 	}
-	s.renewed = s.lease.renew(at, wake)
+	s.renewed, s.lease.dropRenewal = s.lease.renew(at, wake)
+}
+
+// stopRenewing drops the hold's queued renewal unless it went out: a hold
+// that ended renews nothing (its lock delay's extend, which never
+// shortens a lease, kept the key a whole TTL longer when the queued
+// renewal went out after it: found by review). A renewal already on its
+// way may still land; the lease then lasts until that renewal's end.
+func (l *held) stopRenewing() {
+	if l.dropRenewal != nil {
+		l.dropRenewal()
+	}
 }
 
 // setLost sets when a hold whose renewals failed says lost: its lease's
@@ -515,6 +529,7 @@ type renewal struct {
 // shortened), so that nobody else takes the key while a holder that
 // vanished may still be at work.
 func (h *Locks) letGo(lease *held, lockDelay time.Duration) {
+	lease.stopRenewing()
 	if lockDelay <= 0 {
 		h.releaseHeld(lease)
 		return
@@ -533,6 +548,7 @@ func (h *Locks) letGo(lease *held, lockDelay time.Duration) {
 // releaseHeld releases a hold's lease with a context of its own (the
 // request's may be what ended).
 func (h *Locks) releaseHeld(lease *held) {
+	lease.stopRenewing()
 	ctx, cancel := context.WithTimeout(context.Background(), h.backendTimeout())
 	defer cancel()
 	err := lease.release(ctx)

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgateway/lockgateway/lockstore"
@@ -35,6 +36,9 @@ type renewRequest struct {
 	ext  lockstore.Extension
 	done chan<- renewal
 	wake func() // nil, or called once the outcome is on done
+	// dropped: the hold ended before the renewal went out (renew's
+	// cancel); fire leaves it out.
+	dropped *atomic.Bool
 }
 
 // newRenewer renews leases of store.
@@ -65,13 +69,15 @@ func newPermitRenewer(sems lockstore.Semaphores, timeout time.Duration, obs Obse
 // the outcome on the returned channel, which has room for it: a hold that
 // stopped waiting leaves nothing blocked. wake, when not nil, is called
 // once the outcome is there: a hold served on its connection
-// (hold_conn.go) waits in a read, not on the channel.
-func (r *renewer) renew(at time.Time, ext lockstore.Extension, wake func()) <-chan renewal {
+// (hold_conn.go) waits in a read, not on the channel. cancel drops the
+// renewal unless it went out already; its channel then gets nothing.
+func (r *renewer) renew(at time.Time, ext lockstore.Extension, wake func()) (outcome <-chan renewal, cancel func()) {
 	done := make(chan renewal, 1)
+	dropped := new(atomic.Bool)
 	slot := at.UnixNano() / int64(renewSlot)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pending[slot] = append(r.pending[slot], renewRequest{ext, done, wake})
+	r.pending[slot] = append(r.pending[slot], renewRequest{ext, done, wake, dropped})
 	if r.next == 0 || slot < r.next {
 		r.next = slot
 		wait := time.Until(time.Unix(0, slot*int64(renewSlot)))
@@ -81,7 +87,7 @@ func (r *renewer) renew(at time.Time, ext lockstore.Extension, wake func()) <-ch
 			r.timer.Reset(wait)
 		}
 	}
-	return done
+	return done, func() { dropped.Store(true) }
 }
 
 // fire sends every renewal whose slot has come, and sets the timer for the
@@ -93,7 +99,11 @@ func (r *renewer) fire() {
 	r.next = 0
 	for slot, reqs := range r.pending {
 		if slot <= now {
-			batch = append(batch, reqs...)
+			for _, req := range reqs {
+				if !req.dropped.Load() {
+					batch = append(batch, req)
+				}
+			}
 			delete(r.pending, slot)
 		} else if r.next == 0 || slot < r.next {
 			r.next = slot

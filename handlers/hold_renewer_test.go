@@ -43,7 +43,8 @@ func TestRenewerBatches(t *testing.T) {
 	due := time.Now().Add(2 * renewSlot)
 	var chans []<-chan renewal
 	for _, e := range exts {
-		chans = append(chans, r.renew(due, e, nil))
+		ch, _ := r.renew(due, e, nil)
+		chans = append(chans, ch)
 	}
 	for i, ch := range chans {
 		got := <-ch
@@ -58,6 +59,37 @@ func TestRenewerBatches(t *testing.T) {
 	store.mu.Lock()
 	defer store.mu.Unlock()
 	assert.Equal(t, []int{101}, store.batches, "one batch for the slot")
+}
+
+// TestRenewerDropsCancelled: a renewal cancelled before its slot (its
+// hold ended) is not sent, and its channel gets nothing; the others of its
+// slot go out as before.
+func TestRenewerDropsCancelled(t *testing.T) {
+	store := &batchCounter{Store: memory.New()}
+	ctx := context.Background()
+	var exts []lockstore.Extension
+	for _, key := range []string{"k/kept", "k/dropped"} {
+		l, err := store.Acquire(ctx, key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		require.NoError(t, err)
+		exts = append(exts, lockstore.Extension{Key: l.Key, Token: l.Token, TTL: 2 * time.Minute})
+	}
+	r := newRenewer(store, time.Second)
+	due := time.Now().Add(2 * renewSlot)
+	kept, _ := r.renew(due, exts[0], nil)
+	dropped, cancel := r.renew(due, exts[1], nil)
+	cancel()
+	require.NoError(t, (<-kept).err)
+	select {
+	case got := <-dropped:
+		t.Fatalf("a cancelled renewal was sent: %+v", got)
+	case <-time.After(2 * renewSlot):
+	}
+	l, err := store.Inspect(ctx, "k/dropped")
+	require.NoError(t, err)
+	assert.Less(t, l.Left, time.Minute, "its lease was not extended")
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	assert.Equal(t, []int{1}, store.batches, "the slot's batch without it")
 }
 
 // semBatchCounter is a memory store that counts the permit batches it is
@@ -107,7 +139,8 @@ func TestPermitRenewerBatches(t *testing.T) {
 	due := time.Now().Add(renewSlot)
 	var chans []<-chan renewal
 	for _, e := range exts {
-		chans = append(chans, r.renew(due, e, nil))
+		ch, _ := r.renew(due, e, nil)
+		chans = append(chans, ch)
 	}
 	for i, ch := range chans {
 		got := <-ch

@@ -235,3 +235,37 @@ func TestHoldLostBeforeExpiry(t *testing.T) {
 	r := c.Do(t, "PUT", path, []byte(`{"ttl_ms":1000}`), apitest.JSON...)
 	require.Equal(t, http.StatusCreated, r.Status, "the key is free once the lost lease ran out")
 }
+
+// TestHoldLockDelayNotRenewedAfterClose: a hold with lock_delay_ms whose
+// client closes the stream before its first renewal is due keeps the
+// key until the later of its last expires_at and the close + the lock
+// delay, no longer: the renewal it had queued is dropped. Before, the
+// renewal went out after the hold ended and kept the key a whole TTL more,
+// held by nobody (found by review).
+func TestHoldLockDelayNotRenewedAfterClose(t *testing.T) {
+	srv := redistest.Start(t)
+	g := apitest.Start(t, map[string]string{"LOCKGW_BACKEND": "redis", "LOCKGW_REDIS_URL": srv.URL()})
+	c := apitest.NewClient(g.URL)
+	path := lockPath(apitest.Key(t))
+	const ttl = 3 * time.Second
+	events, resp := c.Hold(t, path, []byte(`{"ttl_ms":3000,"lock_delay_ms":100}`))
+	require.Nil(t, resp)
+	acq, _ := nextEvent(t, events, 2*time.Second)
+	require.Equal(t, "acquired", acq.Name)
+	told, err := time.Parse(time.RFC3339Nano, acq.Data["expires_at"].(string))
+	require.NoError(t, err)
+	granted := told.Add(-ttl)
+	// Close at once: the first renewal, queued for TTL/3 after the grant,
+	// is a second away.
+	events.Close()
+	closed := time.Now()
+	end := told // no renewal came: the grant's end, or close + lock delay if later
+	if d := closed.Add(100 * time.Millisecond); d.After(end) {
+		end = d
+	}
+	time.Sleep(time.Until(end.Add(400 * time.Millisecond)))
+	r := c.Do(t, "GET", path, nil)
+	require.NotEqual(t, http.StatusOK, r.Status,
+		"closed at %v (lock delay 100ms, last expires_at %v): still held %v after that end: %s",
+		closed.Sub(granted), told.Sub(granted), time.Since(end), r.Body)
+}
