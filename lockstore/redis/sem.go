@@ -86,7 +86,7 @@ func (s *Store) semWait(ctx context.Context, key string, a script.SemArgs, req l
 	defer func() {
 		s.part(rm, w) // first, so the heartbeat does not take the leave for a lost queue
 		if !granted {
-			s.semLeave(key, a.Ticket.Id)
+			s.semLeave(ctx, key, a.Ticket.Id)
 		}
 	}()
 	var p lockstore.Permit
@@ -113,12 +113,10 @@ func (s *Store) semWait(ctx context.Context, key string, a script.SemArgs, req l
 	return p, err
 }
 
-// semLeave takes a waiter out of the queue under a context of its own; if
+// semLeave takes a waiter out of the queue as leave does (leaveBy); if
 // it fails, the heartbeat drops the entry within waitHeartbeat.
-func (s *Store) semLeave(key, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = script.SemLeave(ctx, s.client, key, id, s.publish)
+func (s *Store) semLeave(req context.Context, key, id string) {
+	leaveBy(req, func(ctx context.Context) { _ = script.SemLeave(ctx, s.client, key, id, s.publish) })
 }
 
 // SemExtend implements Semaphores.

@@ -41,7 +41,7 @@ func (s *Store) semBeat(r *room) {
 		} else if strings.HasPrefix(ticket, s.rooms.gateway+".") {
 			// Our ticket, of a waiter that has gone without leaving (its
 			// leave failed): take it out of the line.
-			go s.semLeave(r.key, ticket)
+			go s.semLeave(context.Background(), r.key, ticket)
 		}
 	}
 }

@@ -196,7 +196,7 @@ func (q *waiting) leave() {
 	if q.r != nil {
 		q.s.part(q.r, q.w) // first, so the heartbeat does not take the leave for a lost queue
 		if !q.granted {
-			q.s.leave(q.key, id)
+			q.s.leave(q.ctx, q.key, id)
 		}
 	}
 	q.s.notifier.Stop(script.Channel(q.key), id)
@@ -205,8 +205,34 @@ func (q *waiting) leave() {
 // leave takes a waiter out of the queue with a context of its own: the
 // request's may be why the wait ended. If it fails, the heartbeat drops the
 // entry within waitHeartbeat.
-func (s *Store) leave(key, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = script.Leave(ctx, s.client, key, id, s.publish)
+func (s *Store) leave(req context.Context, key, id string) {
+	leaveBy(req, func(ctx context.Context) { _ = script.Leave(ctx, s.client, key, id, s.publish) })
+}
+
+// leaveBy runs a waiter's leave (call), with a second for it, before its
+// caller answers: a caller who did not wait then finds the line as the
+// waiter left it. But never past the request's deadline (req's), which an
+// answer must not pass (http-api.md): with Redis unreachable, that second
+// kept a 503 past it (found by review). Cut short by the deadline, the
+// leave is sent again after the answer (it is idempotent).
+func leaveBy(req context.Context, call func(context.Context)) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(req), time.Second)
+	d, ok := req.Deadline()
+	if !ok || errors.Is(req.Err(), context.Canceled) { // nobody waits for the answer
+		defer cancel()
+		call(ctx)
+		return
+	}
+	before, stop := context.WithDeadline(ctx, d)
+	call(before)
+	late := before.Err() != nil && ctx.Err() == nil
+	stop()
+	if !late {
+		cancel()
+		return
+	}
+	go func() {
+		defer cancel()
+		call(ctx)
+	}()
 }

@@ -256,7 +256,7 @@ func (s *Store) beat(r *room) {
 	} else if len(head) > len(s.rooms.gateway) && head[:len(s.rooms.gateway)+1] == s.rooms.gateway+"." {
 		// Our ticket, of a waiter that has gone without leaving (its
 		// leave failed): take it out of the line.
-		go s.leave(r.key, head)
+		go s.leave(context.Background(), r.key, head)
 	}
 }
 
