@@ -226,7 +226,13 @@ func (h *Locks) acquireLock(w http.ResponseWriter, r *http.Request) *holdStream 
 		}
 		ar.Quota = lockstore.Quota{User: user, Max: h.limits.MaxLocksPerUser}
 	}
-	ours := token == "" // a token the client cannot learn unless we answer
+	// ours: a token the client cannot learn unless we answer. No other
+	// request has it, so the store finding it already held (Renewed) can
+	// only mean one of this request's own tries was granted and its answer
+	// lost, then tried again (a waiting acquire's try past the backend
+	// timeout): a new grant, 201, which abandonment must release
+	// (found by review: it was answered 200, with no Location).
+	ours := token == ""
 	if ours {
 		token = lockstore.NewToken()
 	}
@@ -242,6 +248,9 @@ func (h *Locks) acquireLock(w http.ResponseWriter, r *http.Request) *holdStream 
 
 	start := time.Now()
 	lease, err := h.acquire(r.Context(), key, ar)
+	if ours {
+		lease.Renewed = false // a token of ours is new (above)
+	}
 	outcome := acquireOutcome(lease, err)
 	// A waiting acquire refused a place to wait never waited.
 	h.obs.Acquired(outcome, time.Since(start), ar.Wait > 0 && outcome != "too_many_waiters")

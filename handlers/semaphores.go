@@ -100,6 +100,9 @@ func (h *Semaphores) acquirePermit(w http.ResponseWriter, r *http.Request) *hold
 	}
 	start := time.Now()
 	p, err := h.acquire(r.Context(), key, pr)
+	if ours {
+		p.Renewed = false // a token of ours is new, as a lock's (Locks.acquireLock)
+	}
 	h.obs.PermitAcquired(permitOutcome(p, err), time.Since(start))
 	release := func(ctx context.Context) error { return h.release(ctx, key, token) }
 	if h.answered(w, r, err, ours, p.Renewed, token, "permit", release) {
