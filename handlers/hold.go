@@ -87,6 +87,15 @@ type renewedBody struct {
 // at least 20 ms.
 func lostMargin(ttl time.Duration) time.Duration { return max(ttl/10, 20*time.Millisecond) }
 
+// closeWait is how long a hold the gateway ended waits for its client to
+// close the stream before it leaves the lease to its TTL (endByGateway):
+// lostMargin, as long as a stream's connection lingers for the client's
+// close at least, and at most 5 s, so that a client that keeps a stream of
+// a long TTL open does not hold the gateway's shutdown up for long.
+func closeWait(ttl time.Duration) time.Duration {
+	return min(max(lostMargin(ttl), linger), 5*time.Second)
+}
+
 // held is what a hold keeps, a lock's lease or a permit, and how the
 // hold acts on it.
 type held struct {
@@ -346,7 +355,7 @@ func (s *holdStream) end(event, reason string) {
 // client that closes the stream does. Released before that, another
 // client could be granted the key while the holder, told nothing yet,
 // still held it by everything it had heard (found by review). A stream
-// still open lostMargin after the event leaves the lease to end at its
+// still open closeWait after the event leaves the lease to end at its
 // TTL, as lost does. On a connection taken over, hangUp waits for the
 // close (releaseOnClose); here, the request's context ends with it.
 //
@@ -357,7 +366,7 @@ func (s *holdStream) endByGateway(reason string) {
 		s.releaseOnClose = true
 		return
 	}
-	t := time.NewTimer(lostMargin(s.lease.ttl))
+	t := time.NewTimer(closeWait(s.lease.ttl))
 	defer t.Stop()
 	select {
 	case <-s.r.Context().Done():

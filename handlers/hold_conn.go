@@ -294,7 +294,7 @@ func (s *holdStream) hangUp() {
 
 // lingerForClose closes the writing half of c and reads what the client
 // still sends until it closes its end, or for linger (after the gateway
-// ended the hold, at least lostMargin: endByGateway): closed with the
+// ended the hold, closeWait: endByGateway): closed with the
 // client's bytes unread, the connection would be reset, which can discard
 // the final event before the client reads it. It reports whether the
 // client closed (or the connection broke) within that time; false when it
@@ -309,7 +309,7 @@ func (s *holdStream) lingerForClose(c *holdConn) bool {
 	}
 	wait := linger
 	if s.releaseOnClose {
-		wait = max(linger, lostMargin(s.lease.ttl))
+		wait = closeWait(s.lease.ttl)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(wait))
 	var buf [64]byte

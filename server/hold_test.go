@@ -157,7 +157,7 @@ func TestHoldEnds(t *testing.T) {
 				}
 			}
 			// The gateway waits for the close a tenth of the TTL, at
-			// least half a second (linger), then leaves the lease to end
+			// least half a second (linger; closeWait), then leaves the lease to end
 			// by itself: the holder that never closed may not have read
 			// the end, and holds the key by everything else it heard.
 			time.Sleep(800 * time.Millisecond)
