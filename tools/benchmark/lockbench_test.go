@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,17 +17,31 @@ import (
 	"github.com/lockgateway/lockgateway/internal/redistest"
 )
 
+// built builds a gateway and a baseline and answers lockbench's flags for
+// them. A test calls it before its deadline starts: on a cold build cache,
+// beside the other packages' tests, lockbench's own build took most of
+// TestSmoke's two minutes, and its first gateway then missed the rest.
+func built(t *testing.T) []string {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := exec.CommandContext(t.Context(), "go", "build", "-o", dir+string(filepath.Separator),
+		"github.com/lockgateway/lockgateway/cmd/lockgateway", "github.com/lockgateway/lockgateway/tools/benchmark/baseline").CombinedOutput()
+	require.NoError(t, err, "go build\n%s", out)
+	return []string{"-gateway-bin", filepath.Join(dir, "lockgateway"), "-baseline-bin", filepath.Join(dir, "baseline")}
+}
+
 // TestSmoke runs every row briefly with a few clients. It checks that each
 // row produced numbers and no errors, and that the report, the JSON and
 // the chart were written — never how fast anything was.
 func TestSmoke(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
+	bins := built(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
 	var stdout, stderr bytes.Buffer
-	err := run(ctx, []string{
+	err := run(ctx, append(bins,
 		"-duration", "300ms", "-warmup", "50ms", "-rounds", "1",
 		"-c", "4", "-contended-clients", "4",
 		// The floods' plumbing, at a size that costs nothing.
@@ -42,7 +57,7 @@ func TestSmoke(t *testing.T) {
 		// packages' tests, Redlock's 50 ms per node could run out.
 		"-gateway-env", "LOCKGW_REDLOCK_NODE_TIMEOUT=1s",
 		"-out", out,
-	}, &stdout, &stderr)
+	), &stdout, &stderr)
 	require.NoError(t, err, "stderr:\n%s", stderr.String())
 	t.Logf("\n%s", stdout.String())
 
@@ -230,6 +245,9 @@ func TestHandoffs(t *testing.T) {
 // TestCurveTakesTurns: in two rounds, a point of the curve loads the
 // gateway, the baseline, the baseline again, then the gateway (ABBA), and
 // reports each system once, over both rounds' cycles.
+//
+// It leaves the build to lockbench, as make bench does; TestSmoke, before
+// it, built the same packages, so only their link is left.
 func TestCurveTakesTurns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
