@@ -242,9 +242,11 @@ func TestSimRedis(t *testing.T) {
 // simSweep runs seeds from first until the budget (or -sim.duration) is
 // spent or a seed fails; it returns the runs and the first failure.
 func simSweep(t testing.TB, cfg simConfig, first uint64, budget int, duration time.Duration, stopAt func(sim.Run) bool) ([]sim.Run, *sim.Run) {
-	// One goroutine runs at a time, handing control over channels. (Not
-	// GOMAXPROCS(1), though a hand-over would be cheaper on one P: it is
-	// the whole test binary's, and the package's other tests run beside.)
+	// One goroutine runs at a time, handing control over channels. A
+	// hand-over is cheaper on one P, so make test and make sim run the
+	// simulator with -cpu 1; the test does not set GOMAXPROCS itself: it
+	// is the whole test binary's, and go test -short runs the package's
+	// other tests in the same binary.
 	var runs []sim.Run
 	began := time.Now()
 	ops := 0
