@@ -173,6 +173,9 @@ func (q *waiting) try() wait.Try {
 		return wait.Try{Answer: wait.Done}
 	}
 	q.err = &lockstore.HeldError{Remaining: res.Remaining}
+	if res.NoExpiry { // a first waiter woken at Remaining (0) would try every millisecond
+		return wait.Queued(false, 0)
+	}
 	return wait.Queued(res.Head, res.Remaining)
 }
 

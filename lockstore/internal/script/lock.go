@@ -112,11 +112,15 @@ const (
 
 type AcquireResult struct {
 	Code      acquireCode
-	Value     LockValue           // when granted or renewed
-	Remaining time.Duration       // when held by another
-	Head      bool                // when held: the caller is first in the wait queue
-	User      string              // when elsewhere: whom the lock counts against
-	CapErr    *lockstore.CapError // when over quota
+	Value     LockValue     // when granted or renewed
+	Remaining time.Duration // when held by another
+	Head      bool          // when held: the caller is first in the wait queue
+	// NoExpiry, when held: the key has no expiry (PTTL -1), which no
+	// script of the gateway's leaves, so a hand-made one: nothing to wake
+	// a waiter but its release.
+	NoExpiry bool
+	User     string              // when elsewhere: whom the lock counts against
+	CapErr   *lockstore.CapError // when over quota
 }
 
 // waitTicket places a waiting caller in a key's queue; the zero value is a
@@ -196,7 +200,7 @@ func AcquireReply(reply []any, a AcquireArgs) (AcquireResult, error) {
 	case AcquireHeld:
 		pttl, _ := reply[1].(int64)
 		head := len(reply) == 3 && reply[2] == int64(1)
-		return AcquireResult{Code: AcquireHeld, Remaining: pttlDuration(pttl), Head: head}, nil
+		return AcquireResult{Code: AcquireHeld, Remaining: pttlDuration(pttl), Head: head, NoExpiry: pttl == -1}, nil
 	case AcquireNew, AcquireRenewed:
 		v, err := ParseLockValue(reply[1])
 		if len(reply) == 3 { // the expiry the script left (rule V3)

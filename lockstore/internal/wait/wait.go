@@ -47,11 +47,14 @@ type Try struct {
 // first waiter (head) also wakes once the holder's lease (a semaphore's
 // first permit) has run out, remaining from the try, in case it is not
 // released (its holder died); the others sleep until told. A millisecond
-// more: the stores count in whole milliseconds.
+// more: the stores count in whole milliseconds. A remaining of 0 is a
+// lease with under a millisecond left (Redis's PTTL rounds down), not
+// none: without its bound the first waiter slept on until its room's
+// heartbeat, about a second, when that lease then ran out unreleased.
 func Queued(head bool, remaining time.Duration) Try {
 	t := Try{Answer: Busy}
-	if head && remaining > 0 {
-		t.Due = remaining + time.Millisecond
+	if head {
+		t.Due = max(remaining, 0) + time.Millisecond
 	}
 	return t
 }

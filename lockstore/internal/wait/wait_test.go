@@ -32,6 +32,18 @@ func TestDoneEndsAtOnce(t *testing.T) {
 	}
 }
 
+// The first waiter whose try found under a millisecond left (Redis's PTTL
+// rounds it down to 0) tries again a millisecond later, in case that lease
+// runs out unreleased. It had no bound: only a wake-up, or its room's
+// heartbeat (about a second), woke it; here the wait's end, 2 s.
+func TestToldHeadWakesWithUnderAMillisecondLeft(t *testing.T) {
+	at, err := tries(t, context.Background(), 2*time.Second, make(chan struct{}, 1), wait.Told,
+		wait.Queued(true, 0), wait.Try{Answer: wait.Done})
+	require.NoError(t, err)
+	require.Len(t, at, 2)
+	assert.Less(t, at[1]-at[0], 500*time.Millisecond, "tried again only %v after a try that found under a millisecond left", at[1]-at[0])
+}
+
 // A told waiter that is not first tries nothing until it is woken; then at
 // once.
 // (The second try is compared with when the wake was sent, both read from
