@@ -69,6 +69,45 @@ func TestRedlockPausedNodeCountsAgain(t *testing.T) {
 	}
 }
 
+// Nodes that lost every connection of the store (each call that misses
+// its timeout closes its own; a restarted proxy or Redis's idle timeout
+// closes them all), at a round trip under half the node timeout: every
+// command fits in it, but opening a connection inside a request's timeout
+// does not (HELLO and the restart guard's INFO before the command). They
+// must count again. Before the prober refilled a down node's pool outside
+// the requests' timeouts they never did: every acquire answered "3 of 3
+// Redlock nodes did not answer" for all 20 s, each closing the connections
+// it had half opened (TestRedlockSemRetryAfterUnavailable's warm-up, through
+// proxies in a race binary on a loaded machine, the same for 20 s in make
+// test). The proxies' delay is a floor: no machine fits the handshake in.
+func TestRedlockNodesWithoutConnectionsCountAgain(t *testing.T) {
+	t.Parallel()
+	// A round trip of 80 ms: a command fits in 200 ms with room for a
+	// loaded machine; a new connection's three round trips never do.
+	const timeout, oneWay = 200 * time.Millisecond, 40 * time.Millisecond
+	srvs := backendtest.StartNodes(t, 3)
+	urls, proxies := proxied(t, srvs, 0, 1, 2)
+	s := backendtest.OpenRedlock(t, urls, redlock.Options{NodeTimeout: timeout, NodeNames: namesOf(srvs)})
+	ready(t, s)
+	for _, p := range proxies {
+		p.SetDelay(oneWay)
+	}
+	acquire := func() error {
+		_, err := s.Acquire(backendtest.Ctx(t), "k-"+lockstore.NewToken(), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second})
+		return err
+	}
+	_, err := retryUnavailable(acquire)
+	require.NoError(t, err, "granted over the warm connections, at a round trip of %v; nodes %s", 2*oneWay, nodesOf(s))
+
+	for _, srv := range srvs {
+		require.NoError(t, srv.Client().ClientKillByFilter(backendtest.Ctx(t), "TYPE", "normal").Err())
+	}
+	start := time.Now()
+	_, err = retryUnavailable(acquire)
+	require.NoError(t, err, "granted once the nodes answer, at a round trip of %v, after their connections were closed; nodes %s", 2*oneWay, nodesOf(s))
+	t.Logf("granted %v after the connections were closed", time.Since(start).Round(time.Millisecond))
+}
+
 // A waiting acquire sees nodes miss rounds while it waits (two nodes paused
 // in turn, each past the node timeout), then one node dies and the holder
 // releases: the three nodes that answer are a majority, and the waiter must

@@ -34,7 +34,7 @@ type redlockNode struct {
 	// delete (script/clock.go).
 	writes, semWrites script.Clocked
 
-	warmMu sync.Mutex // one warm-up at a time: two would share the pool
+	warmMu sync.Mutex // one warm-up or refill (fill) at a time: two would share the pool
 
 	mu               sync.Mutex
 	up               bool
@@ -95,6 +95,17 @@ func (r *Store) quarantineReason(seen, until time.Time) string {
 // accept queue when the call times out, until the queue is full and dials
 // fail; go-redis then stops dialing for a second at a time, and the node,
 // resumed, would not count for that second.
+//
+// Every call that times out also closes its connection (go-redis cannot
+// tell a late reply from the next one's), so a node that missed its
+// timeout for a while may have none left in client's pool. A request then
+// opens one inside its NodeTimeout: HELLO and the restart guard's INFO
+// before its own command, three round trips where the command alone is
+// one. Where a round trip takes more than a third of NodeTimeout (a loaded
+// machine, a distant node), that never fits though the command would, each
+// attempt closes the connection it half opened, and the node never counted
+// again. So the prober lets a node count again only once client's pool has
+// connections, opened outside any request's NodeTimeout (fill).
 func (r *Store) observe(ctx context.Context, n *redlockNode, err error) {
 	if ctx.Err() != nil {
 		return
@@ -120,16 +131,27 @@ func (n *redlockNode) isDown() bool {
 	return n.down
 }
 
-// probeUntilUp PINGs a down node until it answers, then lets it count
-// again, or until the store closes.
+// probeUntilUp PINGs a down node until it answers and refills its pool
+// (see observe), then lets it count again, or until the store closes.
 func (r *Store) probeUntilUp(n *redlockNode) {
+	stopped, cancelStopped := r.untilStop()
+	defer cancelStopped()
 	every := max(r.nodeTimeout/2, 5*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), r.nodeTimeout)
+		ctx, cancel := context.WithTimeout(stopped, r.nodeTimeout)
 		err := n.probe.Ping(ctx).Err()
 		cancel()
+		if err == nil {
+			// Fails at once while go-redis's dial breaker is open (client's
+			// failed dials): the node could serve no request yet either.
+			ctx, cancel := context.WithTimeout(stopped, r.warmTimeout())
+			n.warmMu.Lock()
+			err = r.fill(ctx, n)
+			n.warmMu.Unlock()
+			cancel()
+		}
 		if err == nil {
 			n.mu.Lock()
 			n.down, n.up, n.lastOK = false, true, time.Now()
@@ -166,18 +188,11 @@ var redlockScripts = []*redis.Script{script.AcquireScript, script.ExtendScript, 
 // succeeds or the store closes. Its deadlines are generous: warming up is
 // not a request.
 func (r *Store) warmUp(n *redlockNode) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := r.untilStop()
 	defer cancel()
-	go func() {
-		select {
-		case <-r.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	backoff := 50 * time.Millisecond
 	for !n.isWarm() {
-		wctx, wcancel := context.WithTimeout(ctx, max(2*time.Second, 20*r.nodeTimeout))
+		wctx, wcancel := context.WithTimeout(ctx, r.warmTimeout())
 		err := r.warm(wctx, n)
 		wcancel()
 		if err == nil {
@@ -190,15 +205,25 @@ func (r *Store) warmUp(n *redlockNode) {
 	}
 }
 
-// warm opens most of n's connection pool (a burst of requests then waits for no
-// dial and no handshake inside its NodeTimeout; each connection goes
-// through OnConnect, so the restart guard knows the node's run_id before
-// the first request) and loads the scripts, then marks n warm. It dials one
-// connection at a time, holding each until the pool is full: dials made all
-// at once queue behind one another inside their DialTimeout (NodeTimeout),
-// time out, and count towards go-redis's dial breaker. A few are left for
-// the requests that arrive meanwhile. Opening connections is best
-// effort: n is warm once the scripts are loaded and one connection
+// untilStop is a context that ends when the store closes.
+func (r *Store) untilStop() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// warmTimeout bounds one warm-up of a node, or one refill of its pool:
+// generous, as neither is a request.
+func (r *Store) warmTimeout() time.Duration { return max(2*time.Second, 20*r.nodeTimeout) }
+
+// warm opens most of n's connection pool (fill) and loads the scripts, then
+// marks n warm. n is warm once the scripts are loaded and one connection
 // answered.
 func (r *Store) warm(ctx context.Context, n *redlockNode) error {
 	n.warmMu.Lock()
@@ -212,14 +237,37 @@ func (r *Store) warm(ctx context.Context, n *redlockNode) error {
 		}
 	}
 	n.functions.LoadAside() // the warm-up does not wait: calls go as scripts meanwhile
-	conns := make([]*redis.Conn, 0, max(n.client.Options().PoolSize-16, 1))
+	if err := r.fill(ctx, n); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.warm, n.up, n.lastOK = true, true, time.Now()
+	n.mu.Unlock()
+	return nil
+}
+
+// fill opens connections in n's client pool until it holds most of a full
+// pool (a burst of requests then waits for no dial and no handshake inside
+// its NodeTimeout; each connection goes through OnConnect, so the restart
+// guard knows the node's run_id before the first request). It dials one
+// connection at a time, holding each until the pool is full: dials made all
+// at once queue behind one another inside their DialTimeout (NodeTimeout),
+// time out, and count towards go-redis's dial breaker. A few are left for
+// the requests that arrive meanwhile. Idle connections are taken (and
+// PINGed) first, so a pool that is full already costs one round trip, and
+// dead ones, which go-redis drops when it takes them, are replaced.
+// Opening connections is best effort: fill fails only when no connection
+// answered.
+func (r *Store) fill(ctx context.Context, n *redlockNode) error {
+	want := max(n.client.Options().PoolSize-16, 1)
+	conns := make([]*redis.Conn, 0, want)
 	defer func() {
 		for _, c := range conns {
 			_ = c.Close() // back to the pool
 		}
 	}()
 	var errs []error
-	for range cap(conns) {
+	for len(conns) == 0 || len(conns)+int(n.client.PoolStats().IdleConns) < want {
 		c := n.client.Conn()
 		if err := c.Ping(ctx).Err(); err != nil {
 			_ = c.Close()
@@ -234,9 +282,6 @@ func (r *Store) warm(ctx context.Context, n *redlockNode) error {
 	if len(conns) == 0 {
 		return script.RedisErr(errors.Join(errs...))
 	}
-	n.mu.Lock()
-	n.warm, n.up, n.lastOK = true, true, time.Now()
-	n.mu.Unlock()
 	return nil
 }
 
