@@ -148,7 +148,7 @@ func (r *Store) probeUntilUp(n *redlockNode) {
 			// failed dials): the node could serve no request yet either.
 			ctx, cancel := context.WithTimeout(stopped, r.warmTimeout())
 			n.warmMu.Lock()
-			err = r.fill(ctx, n)
+			err = r.fill(ctx, n, refillConns)
 			n.warmMu.Unlock()
 			cancel()
 		}
@@ -218,6 +218,17 @@ func (r *Store) untilStop() (context.Context, context.CancelFunc) {
 	return ctx, cancel
 }
 
+// refillConns is how many connections the prober opens in a down node's
+// pool before the node counts again: the batch's senders and a few calls
+// beside them (script.Batch sends a node's calls on at most BatchSenders
+// connections at a time, and queues the rest into their pipelines);
+// requests open more as they need them. The warm-up's most of a pool, one
+// connection after another, kept a node out of every request until the
+// refill's deadline where round trips are slow: at an 80 ms one
+// (TestRedlockNodesWithoutConnectionsCountAgain) it counted again 4.6 to
+// 4.9 s after its connections were closed, with refillConns 0.83 s.
+const refillConns = script.BatchSenders + 2
+
 // warmTimeout bounds one warm-up of a node, or one refill of its pool:
 // generous, as neither is a request.
 func (r *Store) warmTimeout() time.Duration { return max(2*time.Second, 20*r.nodeTimeout) }
@@ -237,7 +248,7 @@ func (r *Store) warm(ctx context.Context, n *redlockNode) error {
 		}
 	}
 	n.functions.LoadAside() // the warm-up does not wait: calls go as scripts meanwhile
-	if err := r.fill(ctx, n); err != nil {
+	if err := r.fill(ctx, n, n.client.Options().PoolSize-16); err != nil {
 		return err
 	}
 	n.mu.Lock()
@@ -246,20 +257,20 @@ func (r *Store) warm(ctx context.Context, n *redlockNode) error {
 	return nil
 }
 
-// fill opens connections in n's client pool until it holds most of a full
-// pool (a burst of requests then waits for no dial and no handshake inside
-// its NodeTimeout; each connection goes through OnConnect, so the restart
-// guard knows the node's run_id before the first request). It dials one
-// connection at a time, holding each until the pool is full: dials made all
-// at once queue behind one another inside their DialTimeout (NodeTimeout),
-// time out, and count towards go-redis's dial breaker. A few are left for
-// the requests that arrive meanwhile. Idle connections are taken (and
-// PINGed) first, so a pool that is full already costs one round trip, and
-// dead ones, which go-redis drops when it takes them, are replaced.
-// Opening connections is best effort: fill fails only when no connection
+// fill opens connections in n's client pool until it holds want (the
+// warm-up: most of a full pool, so that a burst of requests waits for no
+// dial and no handshake inside its NodeTimeout; each connection goes
+// through OnConnect, so the restart guard knows the node's run_id before
+// the first request). It dials one connection at a time, holding each
+// until the pool is full: dials made all at once queue behind one another
+// inside their DialTimeout (NodeTimeout), time out, and count towards
+// go-redis's dial breaker. Idle connections are taken (and PINGed) first,
+// so a pool that holds want already costs one round trip, and dead ones,
+// which go-redis drops when it takes them, are replaced. Opening
+// connections is best effort: fill fails only when no connection
 // answered.
-func (r *Store) fill(ctx context.Context, n *redlockNode) error {
-	want := max(n.client.Options().PoolSize-16, 1)
+func (r *Store) fill(ctx context.Context, n *redlockNode, want int) error {
+	want = max(want, 1)
 	conns := make([]*redis.Conn, 0, want)
 	defer func() {
 		for _, c := range conns {
