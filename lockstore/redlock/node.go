@@ -34,7 +34,7 @@ type redlockNode struct {
 	// delete (script/clock.go).
 	writes, semWrites script.Clocked
 
-	warmMu sync.Mutex // one warm-up or refill (fill) at a time: two would share the pool
+	warmMu sync.Mutex // one warm-up at a time: two would share the pool
 
 	mu               sync.Mutex
 	up               bool
@@ -144,13 +144,7 @@ func (r *Store) probeUntilUp(n *redlockNode) {
 		err := n.probe.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			// Fails at once while go-redis's dial breaker is open (client's
-			// failed dials): the node could serve no request yet either.
-			ctx, cancel := context.WithTimeout(stopped, r.warmTimeout())
-			n.warmMu.Lock()
-			err = r.fill(ctx, n, refillConns)
-			n.warmMu.Unlock()
-			cancel()
+			err = r.refill(stopped, n)
 		}
 		if err == nil {
 			n.mu.Lock()
@@ -164,6 +158,20 @@ func (r *Store) probeUntilUp(n *redlockNode) {
 		case <-t.C:
 		}
 	}
+}
+
+// refill opens refillConns connections in a node the prober heard. It
+// does not take warmMu: a warm-up may be opening connections beside it,
+// which only opens a few more, while waiting for it would keep a node that
+// answers out of every request until the warm-up's deadline (and, in the
+// simulator, a goroutine blocked on a mutex keeps a testing/synctest
+// bubble's clock from moving while the warm-up waits on it: TestSimRedlock
+// hung). fill fails at once while go-redis's dial breaker is open
+// (client's failed dials): the node could serve no request yet either.
+func (r *Store) refill(stopped context.Context, n *redlockNode) error {
+	ctx, cancel := context.WithTimeout(stopped, r.warmTimeout())
+	defer cancel()
+	return r.fill(ctx, n, refillConns)
 }
 
 func (n *redlockNode) quarantined(now time.Time) bool {
