@@ -24,6 +24,15 @@ func redisEnv(srv *redistest.Server, extra ...string) map[string]string {
 	return env
 }
 
+// exactEnv is redisEnv for a test that counts on every refusal: failing
+// closed, with a roomy deadline. The default fails open after a short one,
+// a policy that trades exactness for availability (TestFailOpenAndClosed):
+// on a loaded test machine a slow store must show up as a 503, not as a
+// silent admission (TestForgedHeadersStillLimited got a 201 so in make test).
+func exactEnv(srv *redistest.Server, extra ...string) map[string]string {
+	return redisEnv(srv, append([]string{"LOCKGW_RATE_LIMIT_FAIL", "closed", "LOCKGW_RATE_LIMIT_TIMEOUT", "2s"}, extra...)...)
+}
+
 // TestExactAcrossReplicas: four gateways share one Redis; in each of 20
 // bursts, 25 concurrent requests per gateway race for one user's window.
 // Each burst admits exactly one request (unless the burst itself outlasted
@@ -41,12 +50,7 @@ func TestExactAcrossReplicas(t *testing.T) {
 	var clients []*apitest.Client
 	var gateways []*apitest.Gateway
 	for range 4 {
-		// Fail closed, with a roomy deadline: failing open is a policy that
-		// trades exactness for availability (TestFailOpenAndClosed), and a
-		// slow store on a loaded test machine must show up as a 503 here,
-		// not as a silent admission.
-		g := apitest.Start(t, redisEnv(srv, "LOCKGW_RATE_LIMIT_WINDOW", window.String(),
-			"LOCKGW_RATE_LIMIT_FAIL", "closed", "LOCKGW_RATE_LIMIT_TIMEOUT", "2s",
+		g := apitest.Start(t, exactEnv(srv, "LOCKGW_RATE_LIMIT_WINDOW", window.String(),
 			"LOCKGW_USER_HEADER", "X-User", "LOCKGW_TRUSTED_PROXIES", "127.0.0.1/32"))
 		gateways = append(gateways, g)
 		c := apitest.NewClient(g.URL)
@@ -140,7 +144,7 @@ func TestExactAcrossReplicas(t *testing.T) {
 // user header, from an address that is not a trusted proxy, is one user.
 func TestForgedHeadersStillLimited(t *testing.T) {
 	srv := redistest.Start(t)
-	g := apitest.Start(t, redisEnv(srv, "LOCKGW_RATE_LIMIT_WINDOW", "10s",
+	g := apitest.Start(t, exactEnv(srv, "LOCKGW_RATE_LIMIT_WINDOW", "10s",
 		"LOCKGW_USER_HEADER", "X-User", "LOCKGW_TRUSTED_PROXIES", "10.0.0.0/8"))
 	c := apitest.NewClient(g.URL)
 	r := c.Do(t, "PUT", "/locks/"+apitest.Key(t), nil)
@@ -157,7 +161,7 @@ func TestForgedHeadersStillLimited(t *testing.T) {
 // refused user costs Redis nothing.
 func TestRefusalCacheSparesRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	g := apitest.Start(t, redisEnv(srv, "LOCKGW_RATE_LIMIT_WINDOW", "30s"))
+	g := apitest.Start(t, exactEnv(srv, "LOCKGW_RATE_LIMIT_WINDOW", "30s"))
 	c := apitest.NewClient(g.URL)
 	ctx := context.Background()
 
