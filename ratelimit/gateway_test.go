@@ -24,11 +24,13 @@ func redisEnv(srv *redistest.Server, extra ...string) map[string]string {
 	return env
 }
 
-// exactEnv is redisEnv for a test that counts on every refusal: failing
+// exactEnv is redisEnv for a test that counts on every check's answer (a
+// refusal, the headers a check sends): failing
 // closed, with a roomy deadline. The default fails open after a short one,
 // a policy that trades exactness for availability (TestFailOpenAndClosed):
 // on a loaded test machine a slow store must show up as a 503, not as a
-// silent admission (TestForgedHeadersStillLimited got a 201 so in make test).
+// silent admission without headers (TestForgedHeadersStillLimited got a
+// 201 so in make test, TestShadowNeverRefuses no RateLimit-Policy).
 func exactEnv(srv *redistest.Server, extra ...string) map[string]string {
 	return redisEnv(srv, append([]string{"LOCKGW_RATE_LIMIT_FAIL", "closed", "LOCKGW_RATE_LIMIT_TIMEOUT", "2s"}, extra...)...)
 }
@@ -207,7 +209,7 @@ func TestFailOpenAndClosed(t *testing.T) {
 
 func TestShadowNeverRefuses(t *testing.T) {
 	srv := redistest.Start(t)
-	g := apitest.Start(t, redisEnv(srv, "LOCKGW_RATE_LIMIT_WINDOW", "10s", "LOCKGW_RATE_LIMIT_SHADOW", "true"))
+	g := apitest.Start(t, exactEnv(srv, "LOCKGW_RATE_LIMIT_WINDOW", "10s", "LOCKGW_RATE_LIMIT_SHADOW", "true"))
 	c := apitest.NewClient(g.URL)
 	for i := range 5 {
 		r := c.Do(t, "GET", "/ratelimit/check", nil)
