@@ -377,6 +377,23 @@ func waitFile(t testing.TB, path string) {
 	t.Fatalf("%s did not appear in 10s", path)
 }
 
+// waitStarted waits for COMMAND's file at path, unless lockctl (its
+// result on done) ends first: then it fails with lockctl's output.
+func waitStarted(t testing.TB, path string, done <-chan result) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("lockctl exited %d before COMMAND started:\n%s", r.code, r.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s did not appear in 10s", path)
+}
+
 // TestSignals runs the built binary: SIGTERM and SIGINT reach the command,
 // whose status lockctl passes on, and the lock is released; a signal while
 // waiting for the lock ends lockctl with 128+signal.
@@ -701,10 +718,12 @@ func TestRunStopsTheCommandWhenLost(t *testing.T) {
 
 	done := make(chan result, 1)
 	go func() {
-		done <- lockctl(t, g.URL, "run", "--ttl", ttl.String(), key, "--",
+		// --wait: a 503 from the short backend timeout, on a loaded
+		// machine, is retried as the acquire of a lockctl user would be.
+		done <- lockctl(t, g.URL, "run", "--ttl", ttl.String(), "--wait", "10s", key, "--",
 			"sh", "-c", `sleep 30 & echo "$$ $!" > "$1"; : > "$2"; wait`, "sh", pids, ready)
 	}()
-	waitFile(t, ready)
+	waitStarted(t, ready, done)
 	srv.Pause()
 	defer srv.Resume()
 	paused := time.Now()
@@ -743,7 +762,7 @@ func TestRunStopsTheCommandWhenTheGatewayDies(t *testing.T) {
 	go func() {
 		done <- lockctl(t, g.URL, "run", "--ttl", ttl.String(), key, "--", "sh", "-c", `: > "$1"; exec sleep 30`, "sh", ready)
 	}()
-	waitFile(t, ready)
+	waitStarted(t, ready, done)
 	g.Kill()
 	killed := time.Now()
 	var r result
