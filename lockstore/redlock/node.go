@@ -134,8 +134,7 @@ func (n *redlockNode) isDown() bool {
 // probeUntilUp PINGs a down node until it answers and refills its pool
 // (see observe), then lets it count again, or until the store closes.
 func (r *Store) probeUntilUp(n *redlockNode) {
-	stopped, cancelStopped := r.untilStop()
-	defer cancelStopped()
+	stopped := r.stopped
 	every := max(r.nodeTimeout/2, 5*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -153,7 +152,7 @@ func (r *Store) probeUntilUp(n *redlockNode) {
 			return
 		}
 		select {
-		case <-r.stop:
+		case <-stopped.Done():
 			return
 		case <-t.C:
 		}
@@ -196,8 +195,7 @@ var redlockScripts = []*redis.Script{script.AcquireScript, script.ExtendScript, 
 // succeeds or the store closes. Its deadlines are generous: warming up is
 // not a request.
 func (r *Store) warmUp(n *redlockNode) {
-	ctx, cancel := r.untilStop()
-	defer cancel()
+	ctx := r.stopped
 	backoff := 50 * time.Millisecond
 	for !n.isWarm() {
 		wctx, wcancel := context.WithTimeout(ctx, r.warmTimeout())
@@ -211,19 +209,6 @@ func (r *Store) warmUp(n *redlockNode) {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
-}
-
-// untilStop is a context that ends when the store closes.
-func (r *Store) untilStop() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-r.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
 }
 
 // refillConns is how many connections the prober opens in a down node's

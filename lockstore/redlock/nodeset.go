@@ -455,12 +455,12 @@ func (r *Store) keepSet() {
 	pause := max(r.nodeTimeout, 100*time.Millisecond)
 	for {
 		select {
-		case <-r.stop:
+		case <-r.stopped.Done():
 			return
 		case <-time.After(pause): // at most one pass per pause, kicked or not
 		}
 		select {
-		case <-r.stop:
+		case <-r.stopped.Done():
 			return
 		case <-r.set.kick:
 		case <-time.After(time.Second - pause):

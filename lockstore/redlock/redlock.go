@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -216,8 +217,11 @@ type Store struct {
 	mu     sync.Mutex // guards closed, and bg.Add against Close's bg.Wait
 	closed bool
 	bg     sync.WaitGroup // background deletes on nodes that did not answer, warm-ups
-	stop   chan struct{}  // closed by Close: ends the warm-ups
-	spawn  func(func())   // Options.spawn
+	// stopped ends when Close calls stop: the warm-ups, the probers and
+	// the node list's keeper end with it.
+	stopped context.Context
+	stop    context.CancelFunc
+	spawn   func(func()) // Options.spawn
 }
 
 var _ lockstore.Store = (*Store)(nil)
@@ -290,9 +294,9 @@ func New(nodes []*redis.Options, opts Options) (*Store, error) {
 		quarantine:  maxTTL + script.Drift(maxTTL),
 		log:         opts.Logger,
 		onVote:      opts.OnVote,
-		stop:        make(chan struct{}),
 		spawn:       opts.spawn,
 	}
+	r.stopped, r.stop = context.WithCancel(context.Background())
 	if r.spawn == nil {
 		r.spawn = aside.Go
 	}
@@ -407,7 +411,7 @@ func (r *Store) Close() error {
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
-		close(r.stop)
+		r.stop()
 	}
 	r.mu.Unlock()
 	r.bg.Wait()
