@@ -156,7 +156,7 @@ bench-smoke:
 # The fault-injection suite (tests/robustness/, build tag chaos; the harness
 # and checkers are in tools/chaos/): real redis-server and gateway processes
 # (the binary is built from the tree) through kills, pauses, restarts, clock
-# steps, latency and dropped connections, about 13 minutes, one scenario at
+# steps, latency and dropped connections, about 21 minutes on 2 cores, one scenario at
 # a time. It prints a table and writes it to docs/chaos-report.md.
 # CHAOS_RUNS=N runs each scenario N times (default 2).
 # Needs what make test needs: redis-server, and a C compiler for the clock
