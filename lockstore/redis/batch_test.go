@@ -22,11 +22,13 @@ func TestRedisExtendBatch(t *testing.T) {
 	ctx := context.Background()
 	var exts []lockstore.Extension
 	for i := range 50 {
-		l, err := s.Acquire(ctx, "batch/"+string(rune('a'+i%26))+string(rune('a'+i/26)), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second})
+		// 10 s: the 52 acquires before the batch took over a second
+		// under make test's load, and the first leases ran out.
+		l, err := s.Acquire(ctx, "batch/"+string(rune('a'+i%26))+string(rune('a'+i/26)), lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second})
 		require.NoError(t, err)
 		exts = append(exts, lockstore.Extension{Key: l.Key, Token: l.Token, TTL: time.Minute})
 	}
-	counted, err := s.Acquire(ctx, "batch/counted", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Second, Quota: lockstore.Quota{User: "u1", Max: 5}})
+	counted, err := s.Acquire(ctx, "batch/counted", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second, Quota: lockstore.Quota{User: "u1", Max: 5}})
 	require.NoError(t, err)
 	held, err := s.Acquire(ctx, "batch/held", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
 	require.NoError(t, err)

@@ -111,12 +111,20 @@ func Plant(t testing.TB, srv *redistest.Server, key, token string, ttl time.Dura
 // the test ends.
 func NewRedis(t testing.TB, srv *redistest.Server) *lockredis.Store {
 	t.Helper()
+	return NewRedisTimeout(t, srv, time.Second)
+}
+
+// NewRedisTimeout is NewRedis with the client's timeouts at timeout: for
+// a test of many calls at once whose subject is not how fast they are
+// answered (under make test's load, a second was not always enough).
+func NewRedisTimeout(t testing.TB, srv *redistest.Server, timeout time.Duration) *lockredis.Store {
+	t.Helper()
 	s := lockredis.New(redis.NewClient(&redis.Options{
 		Addr:                  srv.Addr(),
 		MaxRetries:            -1,
-		DialTimeout:           time.Second,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
+		DialTimeout:           timeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
 		ContextTimeoutEnabled: true,
 	}))
 	t.Cleanup(func() { _ = s.Close() })
