@@ -100,7 +100,11 @@ func testQuotaConcurrent(t *testing.T, a, b lockstore.Store, key, user string) {
 			s = b
 		}
 		wg.Go(func() {
-			_, err := take(ctx(t), s, key+"/"+string(rune('a'+i)), user, max, 10*time.Second)
+			req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: 10 * time.Second, Quota: lockstore.Quota{User: user, Max: max}}
+			err := whileUnavailable(func() error {
+				_, err := s.Acquire(ctx(t), key+"/"+string(rune('a'+i)), req)
+				return err
+			})
 			switch {
 			case err == nil:
 				won.Add(1)

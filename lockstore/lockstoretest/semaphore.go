@@ -61,11 +61,11 @@ func permit(c context.Context, s lockstore.Semaphores, key string, limit int, tt
 func mustPermit(t *testing.T, s lockstore.Semaphores, key string, limit int, ttl time.Duration) lockstore.Permit {
 	t.Helper()
 	req := lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: ttl, Limit: limit, Owner: "w"}
-	p, err := s.SemAcquire(ctx(t), key, req)
-	for deadline := time.Now().Add(20 * time.Second); errors.Is(err, lockstore.ErrUnavailable) && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
+	var p lockstore.Permit
+	err := whileUnavailable(func() (err error) {
 		p, err = s.SemAcquire(ctx(t), key, req)
-	}
+		return err
+	})
 	require.NoError(t, err)
 	require.NotEmpty(t, p.Token)
 	return p

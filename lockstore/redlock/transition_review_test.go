@@ -96,7 +96,11 @@ func TestRedlockTransitionRetryOfOldLease(t *testing.T) {
 	topts := opts
 	topts.PreviousURLs = oldURLs
 	trans := backendtest.OpenRedlock(t, newURLs, topts)
-	l, err := trans.Inspect(ctx(), "k")
+	var l lockstore.Lease
+	_, err = retryUnavailable(func() (err error) { // a read, retried as a client would under load
+		l, err = trans.Inspect(ctx(), "k")
+		return err
+	})
 	require.NoError(t, err)
 	require.Equal(t, x.Fence, l.Fence, "the transition gateway reads X's lease")
 
