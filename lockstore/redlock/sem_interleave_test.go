@@ -178,10 +178,10 @@ func TestRedlockSemTwinsShareOnePermit(t *testing.T) {
 		{"TwoGateways", []*redlock.Store{a, b}},
 	} {
 		t.Run(gw.name, func(t *testing.T) {
-			ctx := backendtest.Ctx(t)
 			const pairs = 100
 			split := 0
 			for i := range pairs {
+				ctx := backendtest.Ctx(t) // a deadline per pair: 100 took over 10 s under make test's load
 				key := gw.name + strconv.Itoa(i)
 				req := lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 5 * time.Second, Limit: 1 + i%3}
 				fences := twinFences(t, len(gw.via), func(j int) (int64, error) {

@@ -129,6 +129,11 @@ func TestChaosSmokeValkey(t *testing.T) {
 			defer cancel()
 			wait := w.Start(ctx)
 			time.Sleep(500 * time.Millisecond)
+			// The faults come once the clients were granted something: under
+			// make test's load a run's first seconds passed without a grant
+			// (every answer a 503), and it then drew none at all.
+			require.Eventually(t, func() bool { return chaos.Count(w.History.Ops(), chaos.Acquire, chaos.Granted) > 0 },
+				20*time.Second, 50*time.Millisecond, "a first grant before the faults")
 			if backend == chaos.Redlock {
 				c.Nodes[1].Kill()
 				time.Sleep(300 * time.Millisecond)
