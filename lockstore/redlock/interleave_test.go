@@ -67,6 +67,19 @@ func retryUnavailable(op func() error) (retried bool, err error) {
 	return retried, err
 }
 
+// releasedEverywhere releases a key and reads it back, each retried as a
+// client would while unavailable: the release must succeed (or, retried,
+// find its first attempt's work done) and the read find nothing held.
+func releasedEverywhere(t *testing.T, key string, release, read func() error) {
+	t.Helper()
+	retried, err := retryUnavailable(release)
+	if !retried || !errors.Is(err, lockstore.ErrNotHeld) {
+		require.NoError(t, err, "%s: release", key)
+	}
+	_, err = retryUnavailable(read)
+	require.ErrorIs(t, err, lockstore.ErrNotHeld, "%s: released on every node", key)
+}
+
 // warm opens connections in s's pools with a burst of acquires on keys of
 // their own, so that no staged request waits for a new connection's
 // handshake (which a slow link would time out). An acquire or release
@@ -403,15 +416,9 @@ func TestRedlockTwinsShareOneFence(t *testing.T) {
 					require.NoError(t, err)
 					assert.True(t, fences[l.Fence], "%s: the lock carries the fence answered (%d, answered %v)", key, l.Fence, fences)
 				}
-				retried, err := retryUnavailable(func() error { return b.Release(ctx, key, req.Token) })
-				if !retried || !errors.Is(err, lockstore.ErrNotHeld) { // a retry may find its first attempt's work done
-					require.NoError(t, err)
-				}
-				_, err = retryUnavailable(func() error {
-					_, err := a.Inspect(ctx, key)
-					return err
-				})
-				require.ErrorIs(t, err, lockstore.ErrNotHeld, "%s: released", key)
+				releasedEverywhere(t, key,
+					func() error { return b.Release(ctx, key, req.Token) },
+					func() error { _, err := a.Inspect(ctx, key); return err })
 			}
 			t.Logf("%d of %d twin sets split (%d granted)", split, sets, granted)
 		})
