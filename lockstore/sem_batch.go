@@ -21,7 +21,7 @@ type SemExtended struct {
 
 // SemExtendAll extends exts' permits through s: in one batch when s is a
 // BatchSemExtender, else each with SemExtend, all at once (Memory, whose
-// calls cost no round trip; Redlock, which extends each on every node).
+// calls cost no round trip).
 func SemExtendAll(ctx context.Context, s Semaphores, exts []Extension) []SemExtended {
 	return extendAll(ctx, s, exts, BatchSemExtender.SemExtendBatch, extendPermit(s))
 }

@@ -68,6 +68,9 @@ func runSimRedis(seed uint64, cfg simConfig) sim.Run {
 		if r.Sem {
 			kind = "sem " + kind
 		}
+		if r.Batch {
+			kind += " (batch)"
+		}
 		run.Answers[kind+" "+r.Answer]++
 	}
 	if v := hist.First(); v != nil {
@@ -178,7 +181,7 @@ func (c *simClient) step() {
 	first := r.IntN(len(w.Gateways))
 	for i := range n {
 		gw := w.Gateways[(first+i)%len(w.Gateways)]
-		req := &sim.Request{Client: c.id, Gw: gw.ID, Kind: kind, Key: key, Sem: sem, Token: c.token, TTL: ttl, AtLeast: sim.HoldAtLeast(w.R, kind, sem, ttl)}
+		req := &sim.Request{Client: c.id, Gw: gw.ID, Kind: kind, Key: key, Sem: sem, Token: c.token, TTL: ttl, AtLeast: sim.HoldAtLeast(w.R, kind, sem, ttl), Batch: sim.Batched(w.R, kind)}
 		w.Hist.Sent(w.Now, req, limit)
 		c.outstanding++
 		w.Start(&sim.Op{Req: req, Gw: gw, Call: sim.CallFor(gw.Store, req, limit), Done: c.answered})

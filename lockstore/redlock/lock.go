@@ -286,25 +286,25 @@ func (r *Store) discard(ctx context.Context, key, digest, round string, votes []
 // Extend implements Store. On a node it only ever lengthens the lease, so
 // an extend that lands after its answer cannot cut short a later grant.
 func (r *Store) Extend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Lease, error) {
-	v, granted, start, err := extend(ctx, r, lockValues, key, token, ttl, func(ctx context.Context, n *redlockNode, digest string) (script.LockValue, error) {
-		return script.Extend(ctx, n.writes, key, script.ExtendArgs{Digest: digest, TTL: ttl, Longer: true})
-	})
+	v, granted, start, err := extend(ctx, r, lockValues, lockExtends, key, token, ttl)
 	if err != nil {
 		return lockstore.Lease{}, err
 	}
+	return lockLease(key, token, v, granted, start), nil
+}
+
+// lockLease is the lease an extend that began at start answers.
+func lockLease(key, token string, v script.LockValue, granted time.Duration, start time.Time) lockstore.Lease {
 	return lockstore.Lease{
 		Key: key, Token: token, Owner: v.Owner, Fence: v.Fence, Granted: granted,
 		ExpiresAt: script.GrantEnd(start, granted),
-	}, nil
+	}
 }
 
-// extend is G3 for a lease or a permit: E on every node (call, with the
-// token's digest), and the answer: the value most of the nodes that
-// extended it carry, the length granted, and the start of the extend,
-// from which its expiry counts.
-func extend[V any](ctx context.Context, r *Store, k valueKind[V], key, token string, ttl time.Duration,
-	call func(ctx context.Context, n *redlockNode, digest string) (V, error),
-) (_ V, granted time.Duration, start time.Time, _ error) {
+// extend is G3 for a lease or a permit: E on every node (c), and the
+// answer: the value most of the nodes that extended it carry, the length
+// granted, and the start of the extend, from which its expiry counts.
+func extend[V any](ctx context.Context, r *Store, k valueKind[V], c extendCall[V], key, token string, ttl time.Duration) (_ V, granted time.Duration, start time.Time, _ error) {
 	var none V
 	if err := lockstore.CheckExtend(key, token, ttl); err != nil {
 		return none, 0, start, err
@@ -312,11 +312,20 @@ func extend[V any](ctx context.Context, r *Store, k valueKind[V], key, token str
 	digest := script.DigestHex(token)
 	start = time.Now()
 	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (V, error) {
-		return call(ctx, n, digest)
+		return c.on(ctx, n, key, digest, ttl)
 	})
+	v, granted, err := judgeExtend(ctx, r, k, votes, ttl, start)
+	return v, granted, start, err
+}
+
+// judgeExtend is G3's answer from the nodes' answers to E (votes) of an
+// extend asking for ttl that began at start: the value most of the nodes
+// that extended it carry and the length granted, or why not.
+func judgeExtend[V any](ctx context.Context, r *Store, k valueKind[V], votes []nodeResult[V], ttl time.Duration, start time.Time) (_ V, granted time.Duration, _ error) {
+	var none V
 	t := tallyOwned(votes)
 	if err := ctx.Err(); err != nil {
-		return none, 0, start, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
+		return none, 0, fmt.Errorf("%w: %w", lockstore.ErrUnavailable, err)
 	}
 	// Only the slot most nodes extended counts (another is a leftover of
 	// the token's; a lock's values are all in one).
@@ -345,14 +354,14 @@ func extend[V any](ctx context.Context, r *Store, k valueKind[V], key, token str
 	validity := ttl - time.Since(start) - script.Drift(ttl)
 	switch {
 	case r.q().all(t.okAt) && validity > 0:
-		return k.majority(t.ok), ttl, start, nil
+		return k.majority(t.ok), ttl, nil
 	case r.q().all(t.okAt):
-		return none, 0, start, fmt.Errorf("%w: redlock extended the %s on a majority too slowly to vouch for it", lockstore.ErrUnavailable, k.what)
+		return none, 0, fmt.Errorf("%w: redlock extended the %s on a majority too slowly to vouch for it", lockstore.ErrUnavailable, k.what)
 	}
 	// What it found of the token's on a minority is left to expire: an
 	// acquire round of the same token may have just written it, and
 	// deleting it could cut that grant's majority.
-	return none, 0, start, t.decide(r)
+	return none, 0, t.decide(r)
 }
 
 // Release implements Store, in two steps. It reads every node first and

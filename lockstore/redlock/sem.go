@@ -232,14 +232,17 @@ func (r *Store) semDiscard(ctx context.Context, key string, a script.SemArgs, vo
 // ever lengthens on a node, and succeeds when a majority extended one
 // slot.
 func (r *Store) SemExtend(ctx context.Context, key, token string, ttl time.Duration) (lockstore.Permit, error) {
-	v, granted, start, err := extend(ctx, r, semValues, key, token, ttl, func(ctx context.Context, n *redlockNode, digest string) (script.SemValue, error) {
-		return script.SemExtend(ctx, n.semWrites, key, digest, ttl, true, script.PublishAll)
-	})
+	v, granted, start, err := extend(ctx, r, semValues, semExtends, key, token, ttl)
 	if err != nil {
 		return lockstore.Permit{}, err
 	}
+	return semPermit(key, token, v, granted, start), nil
+}
+
+// semPermit is the permit an extend that began at start answers.
+func semPermit(key, token string, v script.SemValue, granted time.Duration, start time.Time) lockstore.Permit {
 	return lockstore.Permit{Key: key, Token: token, Owner: v.Owner, Limit: v.Limit, Fence: v.Fence,
-		Granted: granted, ExpiresAt: script.GrantEnd(start, granted)}, nil
+		Granted: granted, ExpiresAt: script.GrantEnd(start, granted)}
 }
 
 // SemRelease implements Semaphores with Release's two steps: read every

@@ -105,6 +105,9 @@ type rlControl struct {
 	// crashes multiplies the nodes' crash rate: a control of the restart
 	// rules needs restarts to show within the short budget.
 	crashes float64
+	// batchAll sends every extend as a hold renewer's batch, so that what
+	// the control finds, it finds through the batch's answers.
+	batchAll bool
 }
 
 var rlControls = map[string]rlControl{"": {}}
@@ -136,6 +139,12 @@ func init() {
 	// before the hold-at-least end frees the key at once.
 	rlControls["no-linger"] = rlControl{want: "at-least", scripts: map[string]string{
 		"release.lua": sim.NoLinger(),
+	}}
+	// extend-other: extend.lua lengthens the key whatever token holds it,
+	// and answers it extended; every extend goes as a batch (ExtendBatch,
+	// SemExtendBatch), so the checks must find it in the batch's answers.
+	rlControls["extend-other"] = rlControl{want: "one-holder|limit", batchAll: true, scripts: map[string]string{
+		"extend.lua": sim.MustReplace(script.ExtendLua, "if string.sub(cur, 1, 64) ~= ARGV[1] then\n  return gone(-1)", "if false then\n  return gone(-1)"),
 	}}
 	// grant-held: acquire.lua grants a key another token holds (the check).
 	rlControls["grant-held"] = rlControl{want: "one-holder", scripts: map[string]string{
@@ -293,7 +302,7 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) sim.Run {
 	hist := sim.NewHistory()
 	hist.OwnFences = !cfg.strictRetry
 	w := &rlWorld{seed: seed, r: rand.New(rand.NewPCG(seed, 0x7ed1)), net: cfg.net, t0: time.Now(), hist: hist,
-		scripts: rlScripts(ctl.scripts), conns: map[string]int{}, closed: map[*Store]bool{}, wake: make(chan struct{}, 1), pending: map[*rlOp]bool{}}
+		scripts: rlScripts(ctl.scripts), batchAll: ctl.batchAll, conns: map[string]int{}, closed: map[*Store]bool{}, wake: make(chan struct{}, 1), pending: map[*rlOp]bool{}}
 	total := cfg.nodes
 	shift := cfg.nodes / 2
 	if cfg.altList || cfg.transition {
@@ -425,6 +434,9 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) sim.Run {
 		kind := r.Kind
 		if r.Sem {
 			kind = "sem " + kind
+		}
+		if r.Batch {
+			kind += " (batch)"
 		}
 		run.Answers[kind+" "+r.Answer]++
 	}
@@ -633,7 +645,7 @@ func (c *rlClient) step() {
 	first := r.IntN(len(gws))
 	for i := range n {
 		gw := gws[(first+i)%len(gws)]
-		req := &sim.Request{Client: c.id, Gw: gw.id, Kind: kind, Key: key, Sem: sem, Token: c.token, TTL: ttl, AtLeast: sim.HoldAtLeast(w.r, kind, sem, ttl)}
+		req := &sim.Request{Client: c.id, Gw: gw.id, Kind: kind, Key: key, Sem: sem, Token: c.token, TTL: ttl, AtLeast: sim.HoldAtLeast(w.r, kind, sem, ttl), Batch: w.batchAll && kind == "extend" || sim.Batched(w.r, kind)}
 		w.hist.Sent(now, req, limit)
 		c.outstanding++
 		w.start(&rlOp{req: req, gw: gw, call: sim.CallFor(gw.store, req, limit), done: c.answered})
@@ -734,7 +746,7 @@ func TestSimRedlock(t *testing.T) {
 // within 20,000 once in a make test on a clean clone: each control gets
 // three times the short budget.
 func TestSimRedlockControls(t *testing.T) {
-	for _, name := range []string{"restart-guard", "nodeset", "grant-held", "transition-early", "no-linger"} {
+	for _, name := range []string{"restart-guard", "nodeset", "grant-held", "transition-early", "no-linger", "extend-other"} {
 		ctl := rlControls[name]
 		t.Run(name, func(t *testing.T) {
 			began := time.Now()

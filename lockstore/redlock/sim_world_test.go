@@ -88,6 +88,9 @@ type rlWorld struct {
 	nodes []*rlNode
 	gws   []*rlGateway
 	hist  *sim.History
+	// batchAll: every extend goes as a hold renewer's batch (a control's
+	// rlControl.batchAll), not half of them.
+	batchAll bool
 
 	scripts map[string]sim.Script // by SHA-1 of what the gateway sends
 

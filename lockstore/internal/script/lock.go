@@ -271,7 +271,12 @@ func extendRefusal(reply []any) (err error, ok bool) {
 // Extend resets the TTL of the lease of a.Digest.
 func Extend(ctx context.Context, c redis.Scripter, key string, a ExtendArgs) (LockValue, error) {
 	keys, args := a.Call(key)
-	reply, err := ExtendScript.Run(ctx, c, keys, args...).Slice()
+	return ExtendRead(ExtendScript.Run(ctx, c, keys, args...))
+}
+
+// ExtendRead reads the answer to extend.lua: cmd's reply, or its error.
+func ExtendRead(cmd *redis.Cmd) (LockValue, error) {
+	reply, err := cmd.Slice()
 	if err != nil {
 		return LockValue{}, RedisErr(err)
 	}

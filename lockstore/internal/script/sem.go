@@ -200,7 +200,13 @@ func SemAcquire(ctx context.Context, c Clocked, key string, a SemArgs) (SemResul
 // it only ever lengthens it.
 func SemExtend(ctx context.Context, c redis.Scripter, key, digest string, ttl time.Duration, longer bool, publish string) (SemValue, error) {
 	keys, args := SemExtendArgs(key, digest, ttl, longer, publish)
-	reply, err := SemExtendScript.Run(ctx, c, keys, args...).Slice()
+	return SemExtendRead(SemExtendScript.Run(ctx, c, keys, args...))
+}
+
+// SemExtendRead reads the answer to sem_extend.lua: cmd's reply, or its
+// error.
+func SemExtendRead(cmd *redis.Cmd) (SemValue, error) {
+	reply, err := cmd.Slice()
 	if err != nil {
 		return SemValue{}, RedisErr(err)
 	}

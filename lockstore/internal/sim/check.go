@@ -26,6 +26,7 @@ type Request struct {
 	Token    string
 	TTL      time.Duration
 	AtLeast  time.Duration // a lock acquire's HoldAtLeast (rule L)
+	Batch    bool          // an extend sent as a hold renewer's batch (Batched)
 	Sent     int64
 	answered int64
 	Answer   string // 201, 200, 204, 404, 409 …, 503, 500 …

@@ -93,6 +93,10 @@ func CallFor(s Store, r *Request, limit int) func(context.Context) (Result, erro
 		}
 	case !r.Sem && r.Kind == "extend":
 		return func(ctx context.Context) (Result, error) {
+			if b, ok := s.(lockstore.BatchExtender); ok && r.Batch {
+				e := b.ExtendBatch(ctx, []lockstore.Extension{{Key: r.Key, Token: r.Token, TTL: r.TTL}})[0]
+				return Result{Fence: e.Lease.Fence, Granted: e.Lease.Granted, ExpiresAt: e.Lease.ExpiresAt}, e.Err
+			}
 			l, err := s.Extend(ctx, r.Key, r.Token, r.TTL)
 			return Result{Fence: l.Fence, Granted: l.Granted, ExpiresAt: l.ExpiresAt}, err
 		}
@@ -105,6 +109,10 @@ func CallFor(s Store, r *Request, limit int) func(context.Context) (Result, erro
 		}
 	case r.Kind == "extend":
 		return func(ctx context.Context) (Result, error) {
+			if b, ok := s.(lockstore.BatchSemExtender); ok && r.Batch {
+				e := b.SemExtendBatch(ctx, []lockstore.Extension{{Key: r.Key, Token: r.Token, TTL: r.TTL}})[0]
+				return Result{Fence: e.Permit.Fence, Granted: e.Permit.Granted, ExpiresAt: e.Permit.ExpiresAt}, e.Err
+			}
 			p, err := s.SemExtend(ctx, r.Key, r.Token, r.TTL)
 			return Result{Fence: p.Fence, Granted: p.Granted, ExpiresAt: p.ExpiresAt}, err
 		}
@@ -215,6 +223,13 @@ type Store interface {
 // HoldAtLeast is a lock acquire's HoldAtLeast: one in ten asks the key to
 // stay held at least the lease's length after the grant, so that its
 // releases leave lingering values (docs/safety.md, rule L).
+// Batched picks whether an extend goes as a hold renewer's batch (of one:
+// ExtendBatch, SemExtendBatch), where the store has one: half of them, so
+// both paths meet every fault.
+func Batched(r *rand.Rand, kind string) bool {
+	return kind == "extend" && r.Float64() < 0.5
+}
+
 func HoldAtLeast(r *rand.Rand, kind string, sem bool, ttl time.Duration) time.Duration {
 	if kind != "acquire" || sem || r.Float64() >= 0.1 {
 		return 0

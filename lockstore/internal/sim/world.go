@@ -408,6 +408,39 @@ func (c redisClient) do(ctx context.Context, sha, src string, keys []string, arg
 	return cmd
 }
 
+// Pipeline is the hold renewer's batch (ExtendBatch, SemExtendBatch): its
+// script calls go out when Exec runs, in order, each a call of its own, so
+// each may be late, lost or answered on its own. That covers what one
+// pipeline on a connection can meet, and more.
+func (c redisClient) Pipeline() redis.Pipeliner { return &redisPipe{c: c} }
+
+type redisPipe struct {
+	redis.Pipeliner // only EvalSha and Exec are used
+	c               redisClient
+	calls           []func() error
+}
+
+func (p *redisPipe) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	p.calls = append(p.calls, func() error {
+		r := p.c.do(ctx, sha, "", keys, args)
+		cmd.SetVal(r.Val())
+		cmd.SetErr(r.Err())
+		return r.Err()
+	})
+	return cmd
+}
+
+func (p *redisPipe) Exec(context.Context) ([]redis.Cmder, error) {
+	var first error
+	for _, call := range p.calls {
+		if err := call(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return nil, first
+}
+
 // RedisScripts are the scripts the `redis` gateway runs, by SHA-1, with the
 // substitutions a control makes (by name: the source to run instead, and
 // how many arguments it reads).
