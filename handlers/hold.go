@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -268,7 +269,7 @@ func (h *Locks) hold(w http.ResponseWriter, r *http.Request, status int, lease *
 // here for the whole hold.
 func (s *holdStream) run() {
 	defer s.finish()
-	s.renew(time.Now().Add(s.interval))
+	s.renew(time.Now().Add(spread(s.interval)))
 	s.timer = time.NewTimer(time.Until(s.next()))
 	done := s.r.Context().Done()
 	for {
@@ -396,6 +397,15 @@ func (l *held) stopRenewing() {
 	}
 }
 
+// spread is d less up to an eighth of it, at random: when the next
+// renewal is asked for. Holds whose renewals were answered together (one
+// batch) would otherwise renew together for good, and clumps that meet
+// merge: with 5 000 holds on Redlock, batches grew to 1 400 leases, which
+// the nodes could not answer in time, and every hold of such a batch
+// failed with it. Renewing up to an eighth early costs at most that many
+// more renewals.
+func spread(d time.Duration) time.Duration { return d - rand.N(d/8+1) }
+
 // setLost sets when a hold whose renewals failed says lost: its lease's
 // safe end less lostMargin.
 func (s *holdStream) setLost() {
@@ -434,7 +444,7 @@ func (s *holdStream) renewal(got renewal) bool {
 		}
 		s.setLost()
 		s.rearm()
-		s.renew(time.Now().Add(s.interval))
+		s.renew(time.Now().Add(spread(s.interval)))
 		if !lease.permit {
 			s.h.obs.Extended(lease.token, lease.expiresAt)
 		}
@@ -446,7 +456,7 @@ func (s *holdStream) renewal(got renewal) bool {
 		s.end(leaseGone(lease, got.err, s.open))
 		return false
 	default: // try again soon, while the lease lasts
-		s.renew(time.Now().Add(max(s.interval/4, 10*time.Millisecond)))
+		s.renew(time.Now().Add(spread(max(s.interval/4, 10*time.Millisecond))))
 	}
 	return true
 }

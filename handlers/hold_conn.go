@@ -212,7 +212,7 @@ func (s *holdStream) serve() {
 				Msg("hold panicked; its stream ends, its lease at its TTL")
 		}
 	}()
-	s.renew(time.Now().Add(s.interval))
+	s.renew(time.Now().Add(spread(s.interval)))
 	var buf [64]byte
 	for {
 		// The deadline first, then a look at the channels: a wake

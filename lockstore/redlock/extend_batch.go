@@ -87,11 +87,45 @@ type batchAnswer[V any] struct {
 	err error
 }
 
-// extendBatch runs G3 for each of exts at once: on every node, the E
-// scripts of all of them in one pipeline; then each judged from its own
-// answers (judgeExtend), its validity from the batch's start. It tells
-// answer the outcome of each.
+// extendChunkMax is the most extensions one pipeline to a node carries. Each
+// pipeline has one NodeTimeout, as a single call does, and a node runs its
+// scripts one after another: holds that renew together (a slot's, and the
+// retries of a batch that failed, which fall in one slot again) made
+// batches of 400 to 800 leases that a node could not answer within 50 ms,
+// so every lease of the batch failed together, again and again. Chunks go
+// out at once, each judged on its own.
+const extendChunkMax = 32
+
+// extendBatch runs G3 for each of exts, extendChunkMax of them at a time, all
+// chunks at once (extendChunk), and tells answer the outcome of each.
 func extendBatch[V any](ctx context.Context, r *Store, k valueKind[V], c extendCall[V], exts []lockstore.Extension,
+	answer func(i int, v V, granted time.Duration, start time.Time, err error),
+) {
+	var wg sync.WaitGroup
+	for from := 0; from < len(exts); from += extendChunkMax {
+		to := min(from+extendChunkMax, len(exts))
+		chunk := func() {
+			extendChunk(ctx, r, k, c, exts[from:to], func(i int, v V, granted time.Duration, start time.Time, err error) {
+				answer(from+i, v, granted, start, err)
+			})
+		}
+		if to == len(exts) { // the last on the caller's goroutine
+			chunk()
+			break
+		}
+		wg.Add(1)
+		r.spawn(func() {
+			defer wg.Done()
+			chunk()
+		})
+	}
+	wg.Wait()
+}
+
+// extendChunk runs G3 for each of exts at once: on every node, the E
+// scripts of all of them in one pipeline; then each judged from its own
+// answers (judgeExtend), its validity from the chunk's start.
+func extendChunk[V any](ctx context.Context, r *Store, k valueKind[V], c extendCall[V], exts []lockstore.Extension,
 	answer func(i int, v V, granted time.Duration, start time.Time, err error),
 ) {
 	digests := make([]string, len(exts))
