@@ -220,9 +220,6 @@ type Store interface {
 	lockstore.Semaphores
 }
 
-// HoldAtLeast is a lock acquire's HoldAtLeast: one in ten asks the key to
-// stay held at least the lease's length after the grant, so that its
-// releases leave lingering values (docs/safety.md, rule L).
 // Batched picks whether an extend goes as a hold renewer's batch (of one:
 // ExtendBatch, SemExtendBatch), where the store has one: half of them, so
 // both paths meet every fault.
@@ -230,6 +227,9 @@ func Batched(r *rand.Rand, kind string) bool {
 	return kind == "extend" && r.Float64() < 0.5
 }
 
+// HoldAtLeast is a lock acquire's HoldAtLeast: one in ten asks the key to
+// stay held at least the lease's length after the grant, so that its
+// releases leave lingering values (docs/safety.md, rule L).
 func HoldAtLeast(r *rand.Rand, kind string, sem bool, ttl time.Duration) time.Duration {
 	if kind != "acquire" || sem || r.Float64() >= 0.1 {
 		return 0
