@@ -27,16 +27,10 @@ import (
 // three and extend nothing.
 func TestRedlockExtendBatch(t *testing.T) {
 	t.Parallel()
-	srvs := backendtest.StartNodes(t, 3)
-	s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: time.Second})
-	ready(t, s)
+	srvs, s := batchNodes(t)
 	ctx := backendtest.Ctx(t)
 
-	var exts []lockstore.Extension
-	for i := range 40 {
-		l := mustAcquire(t, s, fmt.Sprintf("batch/%d", i), 10*time.Second)
-		exts = append(exts, lockstore.Extension{Key: l.Key, Token: l.Token, TTL: time.Minute})
-	}
+	exts := leasesToExtend(t, s, "batch", 40)
 	reused := mustAcquire(t, s, "batch/reused", 20*time.Second)
 	held := mustAcquire(t, s, "batch/held", time.Minute)
 	exts = append(exts,
@@ -92,9 +86,7 @@ func TestRedlockExtendBatch(t *testing.T) {
 // does, on every node.
 func TestRedlockSemExtendBatch(t *testing.T) {
 	t.Parallel()
-	srvs := backendtest.StartNodes(t, 3)
-	s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: time.Second})
-	ready(t, s)
+	srvs, s := batchNodes(t)
 	ctx := backendtest.Ctx(t)
 	var exts []lockstore.Extension
 	for range 3 {
@@ -128,15 +120,9 @@ func TestRedlockSemExtendBatch(t *testing.T) {
 // unavailable and promises nothing.
 func TestRedlockExtendBatchNodesDown(t *testing.T) {
 	t.Parallel()
-	srvs := backendtest.StartNodes(t, 3)
-	s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: time.Second})
-	ready(t, s)
+	srvs, s := batchNodes(t)
 	ctx := backendtest.Ctx(t)
-	var exts []lockstore.Extension
-	for i := range 10 {
-		l := mustAcquire(t, s, fmt.Sprintf("down/%d", i), 10*time.Second)
-		exts = append(exts, lockstore.Extension{Key: l.Key, Token: l.Token, TTL: time.Minute})
-	}
+	exts := leasesToExtend(t, s, "down", 10)
 	srvs[0].Kill()
 	for i, e := range s.ExtendBatch(ctx, exts) {
 		if assert.NoError(t, e.Err, exts[i].Key) {
@@ -148,6 +134,28 @@ func TestRedlockExtendBatchNodesDown(t *testing.T) {
 		assert.ErrorIs(t, e.Err, lockstore.ErrUnavailable, exts[i].Key)
 		assert.Zero(t, e.Lease, exts[i].Key)
 	}
+}
+
+// batchNodes is a Redlock over three nodes of its own, ready, with a node
+// timeout roomy enough for a loaded machine.
+func batchNodes(t *testing.T) ([]*redistest.Server, *redlock.Store) {
+	t.Helper()
+	srvs := backendtest.StartNodes(t, 3)
+	s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: time.Second})
+	ready(t, s)
+	return srvs, s
+}
+
+// leasesToExtend acquires n leases of 10 s (prefix/0 …) and asks to extend
+// each to a minute.
+func leasesToExtend(t *testing.T, s *redlock.Store, prefix string, n int) []lockstore.Extension {
+	t.Helper()
+	exts := make([]lockstore.Extension, 0, n)
+	for i := range n {
+		l := mustAcquire(t, s, fmt.Sprintf("%s/%d", prefix, i), 10*time.Second)
+		exts = append(exts, lockstore.Extension{Key: l.Key, Token: l.Token, TTL: time.Minute})
+	}
+	return exts
 }
 
 func mustAcquire(t *testing.T, s *redlock.Store, key string, ttl time.Duration) lockstore.Lease {
