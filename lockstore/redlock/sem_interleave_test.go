@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgateway/lockgateway/lockstore/internal/backendtest"
 
+	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/redlock"
 	"github.com/stretchr/testify/assert"
@@ -223,27 +224,29 @@ func TestRedlockSemRetryKeepsConfirmedFence(t *testing.T) {
 	t.Parallel()
 	s, srvs, proxies := slowNodes(t)
 	ctx := backendtest.Ctx(t)
-	ahead := strconv.FormatInt(time.Now().Add(3*time.Second).UnixMicro(), 10) + ":"
-	for _, srv := range srvs[3:] {
-		require.NoError(t, srv.Client().Set(ctx, "lockgw:{sem#k}:fence", ahead, time.Minute).Err())
-	}
 	req := lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Minute, Limit: 2}
-	first, err := s.SemAcquire(ctx, "k", req)
-	require.NoError(t, err, "0-2 are a majority")
-	// 3 and 4 ran the round's acquire: permits of the token above F.
-	for _, srv := range srvs[3:] {
-		require.NoError(t, srv.Client().HGet(ctx, "lockgw:{sem#k}:permits", "t:"+digest(req.Token)).Err(), "the acquire ran on %s", srv.Addr())
-	}
+	var first lockstore.Permit
+	k := stagedAhead(t, srvs, func(k string) (err error) {
+		ahead := strconv.FormatInt(time.Now().Add(3*time.Second).UnixMicro(), 10) + ":"
+		for _, srv := range srvs[3:] {
+			require.NoError(t, srv.Client().Set(ctx, "lockgw:{sem#"+k+"}:fence", ahead, time.Minute).Err())
+		}
+		first, err = s.SemAcquire(ctx, k, req)
+		return err
+	}, func(srv *redistest.Server, k string) bool {
+		// 3 and 4 ran the round's acquire: permits of the token above F.
+		return srv.Client().HGet(ctx, "lockgw:{sem#"+k+"}:permits", "t:"+digest(req.Token)).Err() == nil
+	})
 	for _, p := range proxies {
 		p.SetReplyDelay(0)
 	}
 	time.Sleep(2 * backendtest.Roomy) // the late replies are read and dropped
 
-	again, err := s.SemAcquire(ctx, "k", req)
+	again, err := s.SemAcquire(ctx, k, req)
 	require.NoError(t, err)
 	assert.True(t, again.Renewed, "re-granted on a majority")
 	assert.Equal(t, first.Fence, again.Fence, "a retry after the answer keeps the fence (%d ahead of it)", again.Fence-first.Fence)
-	st, err := s.SemInspect(ctx, "k")
+	st, err := s.SemInspect(ctx, k)
 	require.NoError(t, err)
 	require.Len(t, st.Holders, 1)
 	assert.Equal(t, first.Fence, st.Holders[0].Fence, "the permit carries it")
