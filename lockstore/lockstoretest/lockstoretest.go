@@ -67,17 +67,19 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// acquire takes key with a fresh token, retrying with it a few times when
-// the store answers unavailable, as a client retries a 503 (a Redlock
-// round on a loaded machine may confirm too slowly for a short TTL).
+// acquire takes key with a fresh token, retrying with it while the store
+// answers unavailable, as a client retries a 503 (a Redlock round on a
+// loaded machine may confirm too slowly for a short TTL; five retries at
+// once met the nodes a missed round had marked down, "3 of 3 Redlock
+// nodes did not answer", before their prober heard them again).
 func acquire(t *testing.T, s lockstore.Store, key string, ttl time.Duration) lockstore.Lease {
 	t.Helper()
 	req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: ttl}
-	l, err := s.Acquire(ctx(t), key, req)
-	for i := 0; i < 5 && errors.Is(err, lockstore.ErrUnavailable); i++ {
+	var l lockstore.Lease
+	require.NoError(t, whileUnavailable(func() (err error) {
 		l, err = s.Acquire(ctx(t), key, req)
-	}
-	require.NoError(t, err)
+		return err
+	}))
 	return l
 }
 
