@@ -21,14 +21,6 @@ func TestReleaseWithTheRememberedPair(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	s, other := backendtest.NewRedis(t, srv), backendtest.NewRedis(t, srv)
-	// Load the scripts on the server (a first EVALSHA is answered NOSCRIPT
-	// and sent again as EVAL), so that the counts below are the calls'.
-	warm := lockstore.NewToken()
-	_, err := other.Acquire(ctx, "known/warm", lockstore.AcquireRequest{Token: warm, TTL: time.Second})
-	require.NoError(t, err)
-	_, err = other.Extend(ctx, "known/warm", warm, time.Second)
-	require.NoError(t, err)
-	require.NoError(t, other.Release(ctx, "known/warm", warm))
 
 	t.Run("granted here: one script", func(t *testing.T) {
 		token := lockstore.NewToken()
