@@ -142,7 +142,7 @@ func extendChunk[V any](ctx context.Context, r *Store, k valueKind[V], c extendC
 		return
 	}
 	start := time.Now()
-	nodes := fanOut(ctx, r, nil, func(ctx context.Context, i int, n *redlockNode) ([]batchAnswer[V], error) {
+	nodes := fanOutWithin(ctx, r, r.renewalTimeout(exts), nil, func(ctx context.Context, i int, n *redlockNode) ([]batchAnswer[V], error) {
 		return extendOnNode(ctx, r, c, i, n, exts, digests, sent)
 	})
 	votes := make([]nodeResult[V], len(nodes))
@@ -162,6 +162,29 @@ func extendChunk[V any](ctx context.Context, r *Store, k valueKind[V], c extendC
 	}
 }
 
+// renewalTimeout is how long a batch's pipelines may wait for their nodes:
+// a tenth of the shortest lease's TTL, at least NodeTimeout and at most
+// renewalWaitMax (docs/safety.md, "G3 for many leases at once": nothing in
+// G3 bounds a delay, and the validity counts it). Renewals have time that
+// an acquire does not: a hold renews a third of its TTL in. Under load,
+// answers came a little past a NodeTimeout of 50 ms; each miss closed its
+// connection (go-redis cannot tell a late reply from the next) and failed
+// the renewal of every lease in the pipeline, and enough of them marked
+// the node down for every request (observe). They go on the node's
+// renewals client, whose reads wait that long.
+func (r *Store) renewalTimeout(exts []lockstore.Extension) time.Duration {
+	shortest := time.Duration(0)
+	for _, e := range exts {
+		if ttl := e.TTL; ttl > 0 && (shortest == 0 || ttl < shortest) {
+			shortest = ttl
+		}
+	}
+	return max(r.nodeTimeout, min(shortest/10, renewalWaitMax))
+}
+
+// renewalWaitMax is the longest a batch of renewals waits for a node.
+const renewalWaitMax = time.Second
+
 // extendOnNode sends node n (index ni) the E scripts of exts[sent[j]] in
 // one pipeline, each guarded as a single extend's is, and answers each in
 // sent's order. A script the node refused with an error reply (the node
@@ -172,7 +195,7 @@ func extendChunk[V any](ctx context.Context, r *Store, k valueKind[V], c extendC
 func extendOnNode[V any](ctx context.Context, r *Store, c extendCall[V], ni int, n *redlockNode,
 	exts []lockstore.Extension, digests []string, sent []int,
 ) ([]batchAnswer[V], error) {
-	pipe := n.client.Pipeline()
+	pipe := n.renewals.Pipeline()
 	guard := setGuard{Scripter: pipe, set: r.set, i: ni}
 	cmds := make([]*redis.Cmd, len(sent))
 	for j, i := range sent {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -167,6 +168,11 @@ func unheld(n int) []time.Duration {
 // round; err is then what to answer if there is none.
 func (r *Store) acquireOnce(ctx context.Context, c *acquireCall) (_ lockstore.Lease, retry bool, _ error) {
 	key, digest, req := c.key, c.digest, c.req
+	if err := r.admit.enter(); err != nil {
+		return lockstore.Lease{}, false, err
+	}
+	var votes []nodeResult[script.AcquireResult]
+	defer func() { r.admit.leave(congested(r, votes), time.Now()) }()
 	start := time.Now()
 	a := script.AcquireArgs{
 		Digest: digest, Ttl: req.TTL, Owner: req.Owner,
@@ -177,7 +183,7 @@ func (r *Store) acquireOnce(ctx context.Context, c *acquireCall) (_ lockstore.Le
 		HoldAtLeast: req.HoldAtLeast,
 	}
 	c.rounds = append(c.rounds, a.Attempt)
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.AcquireResult, error) {
+	votes = fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.AcquireResult, error) {
 		return script.Acquire(ctx, n.writes, key, a)
 	})
 
@@ -259,7 +265,9 @@ func (r *Store) confirmGrant(ctx context.Context, c *acquireCall, a script.Acqui
 // "timeout", "refused" (the node refuses writes) or "failed".
 func failedVote(err error) string {
 	switch {
-	case errors.Is(err, context.DeadlineExceeded):
+	// The call's context ended, or the socket's deadline (ReadTimeout)
+	// did first.
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return "timeout"
 	case errors.Is(err, lockstore.ErrRefused):
 		return "refused"

@@ -27,6 +27,9 @@ type redlockNode struct {
 	// its dials neither wait for client's pool nor count towards the
 	// failed dials after which go-redis stops dialing client for a second.
 	probe *redis.Client
+	// renewals is a client of its own for batches of renewals, whose
+	// calls may wait past NodeTimeout (renewalTimeout).
+	renewals *redis.Client
 
 	// writes and semWrites are batch and client for the scripts that
 	// write: with the node list check in front of those that grant or

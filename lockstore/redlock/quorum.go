@@ -126,8 +126,14 @@ var errSkipped = errors.New("lockstore: node not asked")
 // goroutine started per node call grew its stack at every call, a tenth
 // of a Redlock gateway's CPU in issue #30's profile.
 func fanOut[T any](ctx context.Context, r *Store, only []bool, call func(context.Context, int, *redlockNode) (T, error)) []nodeResult[T] {
+	return fanOutWithin(ctx, r, r.nodeTimeout, only, call)
+}
+
+// fanOutWithin is fanOut with the calls' time bounded by timeout instead
+// of NodeTimeout.
+func fanOutWithin[T any](ctx context.Context, r *Store, timeout time.Duration, only []bool, call func(context.Context, int, *redlockNode) (T, error)) []nodeResult[T] {
 	res := make([]nodeResult[T], len(r.nodes))
-	nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
+	nctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	one := func(i int) {
 		n := r.nodes[i]

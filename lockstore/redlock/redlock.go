@@ -222,6 +222,7 @@ type Store struct {
 	stopped context.Context
 	stop    context.CancelFunc
 	spawn   func(func()) // Options.spawn
+	admit   *admission   // bounds the acquire rounds in flight (admit.go)
 }
 
 var _ lockstore.Store = (*Store)(nil)
@@ -296,6 +297,7 @@ func New(nodes []*redis.Options, opts Options) (*Store, error) {
 		onVote:      opts.OnVote,
 		spawn:       opts.spawn,
 	}
+	r.admit = newAdmission(r.nodeTimeout)
 	r.stopped, r.stop = context.WithCancel(context.Background())
 	if r.spawn == nil {
 		r.spawn = aside.Go
@@ -385,6 +387,14 @@ func New(nodes []*redis.Options, opts Options) (*Store, error) {
 		// PoolSize failed dials) shut for minutes of probing.
 		probe.PoolSize, probe.MinIdleConns, probe.MaxIdleConns = 4096, 0, 1
 		n.probe = redis.NewClient(&probe)
+		// Renewals have a client whose reads wait up to renewalWaitMax
+		// (extend_batch.go); their context bounds each call to its
+		// batch's wait. The restart guard runs on its connections too.
+		renew := o
+		renew.ReadTimeout, renew.WriteTimeout = renewalWaitMax, renewalWaitMax
+		renew.DialTimeout = max(renew.DialTimeout, renewalWaitMax)
+		n.renewals = redis.NewClient(&renew)
+		n.batch.Trace.Hook(n.renewals)
 		r.nodes = append(r.nodes, n)
 	}
 	for _, n := range r.nodes {
@@ -418,7 +428,7 @@ func (r *Store) Close() error {
 	var errs []error
 	for _, n := range r.nodes {
 		n.notifier.Close()
-		errs = append(errs, n.client.Close(), n.probe.Close())
+		errs = append(errs, n.client.Close(), n.probe.Close(), n.renewals.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -93,11 +93,16 @@ func firstSlot(digest string, limit int) int {
 // not 0, is the slot to try in another round; err is then what to answer
 // if there is none.
 func (r *Store) semOnce(ctx context.Context, key, digest string, req lockstore.PermitRequest, slot int, rounds *[]string) (_ lockstore.Permit, next int, _ error) {
+	if err := r.admit.enter(); err != nil {
+		return lockstore.Permit{}, 0, err
+	}
+	var votes []nodeResult[script.SemResult]
+	defer func() { r.admit.leave(congested(r, votes), time.Now()) }()
 	start := time.Now()
 	a := script.SemArgs{Digest: digest, Ttl: req.TTL, Owner: req.Owner, Limit: req.Limit, Slot: slot,
 		Seed: start.UnixMicro(), Attempt: lockstore.NewToken(), Publish: script.PublishAll, Provisional: r.provisional(req.TTL)}
 	*rounds = append(*rounds, a.Attempt)
-	votes := fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemResult, error) {
+	votes = fanOut(ctx, r, nil, func(ctx context.Context, _ int, n *redlockNode) (script.SemResult, error) {
 		return script.SemAcquire(ctx, n.semWrites, key, a)
 	})
 
