@@ -14,8 +14,11 @@ import (
 // (at most once per NodeTimeout, so that one stall cuts it once), and
 // grown by one per limit's worth of rounds that could, and doubled for
 // each second without a cut, so that a limit cut in one burst does not
-// refuse the next burst long after the nodes caught up. A round over the
-// limit is refused before it sends anything (errOverloaded, a 503).
+// refuse the next burst long after the nodes caught up; back at admitMax
+// there is no limit. A round over the limit is refused before it sends
+// anything (errOverloaded, a 503); an earlier round of the same request
+// (a split vote's, a waiter's earlier try) may have sent, so the answer is
+// a 503's: retry with the same token.
 //
 // Why: on a host whose CPU the nodes share (or a gateway past what its
 // cores serve), a burst of acquires slowed every node call past
@@ -35,8 +38,9 @@ type admission struct {
 }
 
 const (
-	// admitMax is the limit a store starts with and grows back to: far
-	// above what a gateway sends at once while its nodes keep up.
+	// admitMax is where a store starts and what it grows back to: there,
+	// nothing is refused (the nodes have kept up), however many rounds a
+	// burst sends.
 	admitMax = 1024
 	// admitMin is the floor of the cuts: a few rounds always go, and
 	// their answers say when the nodes have caught up.
@@ -51,14 +55,14 @@ func newAdmission(every time.Duration) *admission {
 }
 
 // errOverloaded is an acquire round refused by the admission.
-var errOverloaded = fmt.Errorf("%w: the Redlock nodes are not keeping up (acquire rounds lately reached no majority in time), so this gateway takes fewer acquires at once until they do; nothing was sent, retry after Retry-After", lockstore.ErrUnavailable)
+var errOverloaded = fmt.Errorf("%w: the Redlock nodes are not keeping up (acquire rounds lately reached no majority in time), so this gateway runs fewer acquire rounds at once until they do, and did not send this one; retry with the same token after Retry-After", lockstore.ErrUnavailable)
 
 // enter admits a round, or refuses it with errOverloaded. An admitted
 // round calls leave once its votes are in.
 func (a *admission) enter() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.inflight >= int(a.limit) {
+	if a.limit < admitMax && a.inflight >= int(a.limit) {
 		return errOverloaded
 	}
 	a.inflight++

@@ -14,7 +14,7 @@ import (
 )
 
 // TestAdmission: rounds are admitted up to the limit and refused beyond it
-// with a 503 that says nothing was sent; a congested round halves the
+// with a 503 (none refused at admitMax); a congested round halves the
 // limit, at most once per NodeTimeout and never below admitMin; rounds
 // that heard their majority grow it back by one per limit's worth, and
 // each second without a cut doubles it.
@@ -26,7 +26,13 @@ func TestAdmission(t *testing.T) {
 	}
 	err := a.enter()
 	require.ErrorIs(t, err, lockstore.ErrUnavailable)
-	assert.Contains(t, err.Error(), "nothing was sent")
+	assert.Contains(t, err.Error(), "did not send this one; retry with the same token")
+	a.inflight = 0
+	a.limit = admitMax
+	for range 2 * admitMax {
+		require.NoError(t, a.enter(), "never cut: no limit")
+	}
+	a.inflight = 3
 
 	now := time.Now()
 	a.limit = 64

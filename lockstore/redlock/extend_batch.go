@@ -142,7 +142,7 @@ func extendChunk[V any](ctx context.Context, r *Store, k valueKind[V], c extendC
 		return
 	}
 	start := time.Now()
-	nodes := fanOutWithin(ctx, r, r.renewalTimeout(exts), nil, func(ctx context.Context, i int, n *redlockNode) ([]batchAnswer[V], error) {
+	nodes := fanOutWithin(ctx, r, r.renewalTimeout(ctx, exts), nil, func(ctx context.Context, i int, n *redlockNode) ([]batchAnswer[V], error) {
 		return extendOnNode(ctx, r, c, i, n, exts, digests, sent)
 	})
 	votes := make([]nodeResult[V], len(nodes))
@@ -172,14 +172,24 @@ func extendChunk[V any](ctx context.Context, r *Store, k valueKind[V], c extendC
 // the renewal of every lease in the pipeline, and enough of them marked
 // the node down for every request (observe). They go on the node's
 // renewals client, whose reads wait that long.
-func (r *Store) renewalTimeout(exts []lockstore.Extension) time.Duration {
+//
+// The wait ends a NodeTimeout before the caller's deadline: a node that
+// does not answer (paused, not yet marked down) must fail its calls while
+// the batch may still be judged on the others' answers. Waiting up to the
+// deadline itself, the batch's context ended with that node's call, and
+// every lease a majority had extended was answered 503 (review).
+func (r *Store) renewalTimeout(ctx context.Context, exts []lockstore.Extension) time.Duration {
 	shortest := time.Duration(0)
 	for _, e := range exts {
 		if ttl := e.TTL; ttl > 0 && (shortest == 0 || ttl < shortest) {
 			shortest = ttl
 		}
 	}
-	return max(r.nodeTimeout, min(shortest/10, renewalWaitMax))
+	wait := min(shortest/10, renewalWaitMax)
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)-r.nodeTimeout)
+	}
+	return max(r.nodeTimeout, wait)
 }
 
 // renewalWaitMax is the longest a batch of renewals waits for a node.

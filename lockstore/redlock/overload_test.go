@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -92,5 +93,32 @@ func TestRedlockAdmissionCutAndRegrown(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestRedlockRenewalsJudgedBeforeTheirDeadline: a batch of renewals under
+// a deadline shorter than its wait (10 s leases: a wait of 1 s; the hold
+// renewer's deadline, LOCKGW_BACKEND_TIMEOUT, is 1 s) with one node of
+// three stalled: the stalled node's calls end a NodeTimeout before the
+// deadline, and every lease the other two extended is answered extended.
+// Found by review: waiting up to the deadline, the batch's context had
+// ended by the time it was judged, in 4 of 8 runs, and every lease was
+// answered 503.
+func TestRedlockRenewalsJudgedBeforeTheirDeadline(t *testing.T) {
+	t.Parallel()
+	srvs := backendtest.StartNodes(t, 3)
+	s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: 50 * time.Millisecond})
+	ready(t, s)
+	var exts []lockstore.Extension
+	for _, e := range leasesToExtend(t, s, "deadline", 5) {
+		e.TTL = 10 * time.Second
+		exts = append(exts, e)
+	}
+	srvs[0].Pause()
+	t.Cleanup(srvs[0].Resume)
+	ctx, cancel := context.WithTimeout(backendtest.Ctx(t), time.Second)
+	defer cancel()
+	for i, o := range s.ExtendBatch(ctx, exts) {
+		assert.NoError(t, o.Err, exts[i].Key)
 	}
 }
