@@ -191,7 +191,7 @@ func semContend(t *testing.T, gateways ...*apitest.Gateway) {
 					time.Sleep(50 * time.Millisecond)
 				}
 				if !retried || (r.Status != http.StatusNotFound && r.Status != http.StatusPreconditionFailed) {
-					assert.Equal(t, http.StatusNoContent, r.Status, "%s", r.Body)
+					assert.Equal(t, http.StatusNoContent, r.Status, "retried after a 503: %v; %s", retried, r.Body)
 				}
 			}
 		})
