@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -110,14 +111,28 @@ func TestQuotaPerClientAcrossGateways(t *testing.T) {
 	client1 := []string{"X-Forwarded-For", "203.0.113.7"}
 	client2 := []string{"X-Forwarded-For", "203.0.113.8"}
 
-	require.Equal(t, http.StatusCreated, put(t, a, key+"/1", 300, client1...).Status)
+	// The first lock lives 2 s: long enough that the two requests after
+	// it are answered before it ends on a loaded machine (300 ms was not,
+	// and the third was granted in its place).
+	require.Equal(t, http.StatusCreated, put(t, a, key+"/1", 2000, client1...).Status)
+	sent2 := time.Now()
 	require.Equal(t, http.StatusCreated, put(t, b, key+"/2", 20000, client1...).Status)
-	requireQuotaExceeded(t, put(t, b, key+"/3", 20000, client1...), 1)
+	answered2 := time.Now()
+	requireQuotaExceeded(t, put(t, b, key+"/3", 20000, client1...), 1, 2)
 	require.Equal(t, http.StatusCreated, put(t, a, key+"/other", 20000, client2...).Status, "another client")
 
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(2100 * time.Millisecond)
 	require.Equal(t, http.StatusCreated, put(t, a, key+"/3", 20000, client1...).Status, "the expired lock freed its place")
-	requireQuotaExceeded(t, put(t, a, key+"/4", 20000, client1...), 20)
+	// Retry-After: until the user's earliest lock, /2, ends, which lies
+	// 20 s after a moment between its PUT's send and its answer.
+	sent4 := time.Now()
+	r4 := put(t, a, key+"/4", 20000, client1...)
+	answered4 := time.Now()
+	var until2 []int
+	for s := int(math.Ceil((sent2.Sub(answered4) + 20*time.Second).Seconds())); s <= int(math.Ceil((answered2.Sub(sent4) + 20*time.Second).Seconds())); s++ {
+		until2 = append(until2, s)
+	}
+	requireQuotaExceeded(t, r4, until2...)
 
 	r := put(t, a, key+"/5", 1000, "X-Forwarded-For", "not-an-address")
 	require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)

@@ -25,7 +25,9 @@ func TestRedisSemExtendBatch(t *testing.T) {
 			ctx := context.Background()
 			var exts []lockstore.Extension
 			for i := range 30 {
-				p, err := s.SemAcquire(ctx, "sembatch/"+string(rune('a'+i%3)), lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: time.Second, Limit: 10})
+				// 3 s: the thirty grants and the batch fit in it on a
+				// loaded machine (1 s did not: a permit ended first).
+				p, err := s.SemAcquire(ctx, "sembatch/"+string(rune('a'+i%3)), lockstore.PermitRequest{Token: lockstore.NewToken(), TTL: 3 * time.Second, Limit: 10})
 				require.NoError(t, err)
 				exts = append(exts, lockstore.Extension{Key: p.Key, Token: p.Token, TTL: time.Minute})
 			}
@@ -46,7 +48,7 @@ func TestRedisSemExtendBatch(t *testing.T) {
 			assert.ErrorIs(t, out[30].Err, lockstore.ErrNotHeld)
 			assert.ErrorIs(t, out[31].Err, lockstore.ErrTokenMismatch)
 			require.NoError(t, out[32].Err)
-			time.Sleep(1200 * time.Millisecond) // past the permits' first TTL
+			time.Sleep(3200 * time.Millisecond) // past the permits' first TTL
 			st, err := s.SemInspect(ctx, "sembatch/a")
 			require.NoError(t, err)
 			assert.Len(t, st.Holders, 10, "every permit extended, none shortened")

@@ -162,9 +162,17 @@ func leasesToExtend(t *testing.T, s *redlock.Store, prefix string, n int) []lock
 	return exts
 }
 
+// mustAcquire takes key, retrying with its token while the nodes do not
+// answer, as a client would (under make test's load a 50 ms NodeTimeout
+// is missed now and then).
 func mustAcquire(t *testing.T, s *redlock.Store, key string, ttl time.Duration) lockstore.Lease {
 	t.Helper()
-	l, err := s.Acquire(backendtest.Ctx(t), key, lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: ttl})
+	req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: ttl}
+	var l lockstore.Lease
+	_, err := retryUnavailable(func() (err error) {
+		l, err = s.Acquire(backendtest.Ctx(t), key, req)
+		return err
+	})
 	require.NoError(t, err, key)
 	return l
 }
