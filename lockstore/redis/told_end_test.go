@@ -64,8 +64,11 @@ func TestRedisToldEndAllowsForTheNodeClock(t *testing.T) {
 	held := lockstore.NewToken()
 	_, err := s.Acquire(ctx, "told/waited", lockstore.AcquireRequest{Token: held, TTL: ttl})
 	require.NoError(t, err)
-	time.AfterFunc(100*time.Millisecond, func() { _ = s.Release(context.Background(), "told/waited", held) })
+	// began before the timer is set: the release comes at least 100 ms
+	// after it (measured after, under load it was later than the timer's
+	// start by more than the margin the check leaves).
 	began := time.Now()
+	time.AfterFunc(100*time.Millisecond, func() { _ = s.Release(context.Background(), "told/waited", held) })
 	l, err := s.Acquire(ctx, "told/waited", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: ttl, Wait: 5 * time.Second})
 	require.NoError(t, err)
 	assert.False(t, l.ExpiresAt.After(time.Now().Add(ttl-allowance)), "waited acquire: told %v", l.ExpiresAt)
