@@ -173,7 +173,11 @@ func (r *Store) probeUntilUp(n *redlockNode) {
 func (r *Store) refill(stopped context.Context, n *redlockNode) error {
 	ctx, cancel := context.WithTimeout(stopped, r.warmTimeout())
 	defer cancel()
-	return r.fill(ctx, n, refillConns)
+	if err := fill(ctx, n.client, refillConns); err != nil {
+		return err
+	}
+	_ = fill(ctx, n.renewals, refillConns) // best effort: renewals dial what they lack
+	return nil
 }
 
 func (n *redlockNode) quarantined(now time.Time) bool {
@@ -244,16 +248,20 @@ func (r *Store) warm(ctx context.Context, n *redlockNode) error {
 		}
 	}
 	n.functions.LoadAside() // the warm-up does not wait: calls go as scripts meanwhile
-	if err := r.fill(ctx, n, n.client.Options().PoolSize-16); err != nil {
+	if err := fill(ctx, n.client, n.client.Options().PoolSize-16); err != nil {
 		return err
 	}
+	// The renewals' own pool too, a few connections: a cold one made the
+	// first renewals of holds dial and check the node inside their wait,
+	// which a loaded machine missed (TestHold lost its hold).
+	_ = fill(ctx, n.renewals, refillConns)
 	n.mu.Lock()
 	n.warm, n.up, n.lastOK = true, true, time.Now()
 	n.mu.Unlock()
 	return nil
 }
 
-// fill opens connections in n's client pool until it holds want (the
+// fill opens connections in client's pool until it holds want (the
 // warm-up: most of a full pool, so that a burst of requests waits for no
 // dial and no handshake inside its NodeTimeout; each connection goes
 // through OnConnect, so the restart guard knows the node's run_id before
@@ -265,7 +273,7 @@ func (r *Store) warm(ctx context.Context, n *redlockNode) error {
 // which go-redis drops when it takes them, are replaced. Opening
 // connections is best effort: fill fails only when no connection
 // answered.
-func (r *Store) fill(ctx context.Context, n *redlockNode, want int) error {
+func fill(ctx context.Context, client *redis.Client, want int) error {
 	want = max(want, 1)
 	conns := make([]*redis.Conn, 0, want)
 	defer func() {
@@ -274,8 +282,8 @@ func (r *Store) fill(ctx context.Context, n *redlockNode, want int) error {
 		}
 	}()
 	var errs []error
-	for len(conns) == 0 || len(conns)+int(n.client.PoolStats().IdleConns) < want {
-		c := n.client.Conn()
+	for len(conns) == 0 || len(conns)+int(client.PoolStats().IdleConns) < want {
+		c := client.Conn()
 		if err := c.Ping(ctx).Err(); err != nil {
 			_ = c.Close()
 			errs = append(errs, err)

@@ -9,8 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockgateway/lockgateway/internal/redistest"
 	"github.com/lockgateway/lockgateway/lockstore"
 	"github.com/lockgateway/lockgateway/lockstore/internal/backendtest"
+	"github.com/lockgateway/lockgateway/lockstore/internal/script"
 	"github.com/lockgateway/lockgateway/lockstore/redlock"
 )
 
@@ -26,7 +28,7 @@ func TestRedlockRenewalsWaitPastNodeTimeout(t *testing.T) {
 	ready(t, s)
 	ctx := backendtest.Ctx(t)
 	var exts []lockstore.Extension
-	for _, e := range leasesToExtend(t, s, "slow", 10) {
+	for _, e := range leasesOnEveryNode(t, srvs, s, "slow", 10) {
 		e.TTL = 10 * time.Second // a wait of up to 1 s
 		exts = append(exts, e)
 	}
@@ -110,7 +112,7 @@ func TestRedlockRenewalsJudgedBeforeTheirDeadline(t *testing.T) {
 	s := backendtest.OpenRedlock(t, backendtest.URLs(srvs), redlock.Options{NodeTimeout: 50 * time.Millisecond})
 	ready(t, s)
 	var exts []lockstore.Extension
-	for _, e := range leasesToExtend(t, s, "deadline", 5) {
+	for _, e := range leasesOnEveryNode(t, srvs, s, "deadline", 5) {
 		e.TTL = 10 * time.Second
 		exts = append(exts, e)
 	}
@@ -121,4 +123,31 @@ func TestRedlockRenewalsJudgedBeforeTheirDeadline(t *testing.T) {
 	for i, o := range s.ExtendBatch(ctx, exts) {
 		assert.NoError(t, o.Err, exts[i].Key)
 	}
+}
+
+// leasesOnEveryNode is leasesToExtend with each lease on every node: a
+// grant needs a majority only, and under load one node's vote came too
+// late, so that with another node stalled no majority carried the lease.
+// A lease found missing on a node is renewed (the same token's acquire)
+// until every node has it.
+func leasesOnEveryNode(t *testing.T, srvs []*redistest.Server, s *redlock.Store, prefix string, n int) []lockstore.Extension {
+	t.Helper()
+	exts := leasesToExtend(t, s, prefix, n)
+	for _, e := range exts {
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			missing := 0
+			for _, srv := range srvs {
+				if srv.Client().PTTL(context.Background(), script.LockKey(e.Key)).Val() <= 0 {
+					missing++
+				}
+			}
+			if missing == 0 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "%s: on every node", e.Key)
+			_, _ = s.Acquire(backendtest.Ctx(t), e.Key, lockstore.AcquireRequest{Token: e.Token, TTL: 10 * time.Second})
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return exts
 }
