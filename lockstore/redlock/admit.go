@@ -23,18 +23,18 @@ import (
 // Why: on a host whose CPU the nodes share (or a gateway past what its
 // cores serve), a burst of acquires slowed every node call past
 // NodeTimeout. Each miss closed its connection, renewals failed beside
-// the acquires, and holds that had been granted were lost: 1,345 to 1,533
-// of about 4,500 in three runs of 6,000 holds opened at 500 a second on
-// five local masters, against 0 to 45 with this and the renewals' longer
-// wait (renewalTimeout). New acquires are what can wait; held leases
-// cannot. Liveness only: a refused round wrote nothing.
+// the acquires, and holds that had been granted were lost; with this and
+// the renewals' longer wait (renewalTimeout) none were
+// (docs/performance-history.md, the eleventh round). New acquires are
+// what can wait; held leases cannot. Liveness only: a refused round wrote
+// nothing.
 type admission struct {
 	every time.Duration // at most one cut per this: NodeTimeout
 
-	mu       sync.Mutex
-	limit    float64
-	inflight int
-	lastCut  time.Time // or the last doubling
+	mu         sync.Mutex
+	limit      float64
+	inflight   int
+	lastChange time.Time // the last cut or doubling
 }
 
 const (
@@ -76,14 +76,14 @@ func (a *admission) leave(congested bool, now time.Time) {
 	defer a.mu.Unlock()
 	a.inflight--
 	switch {
-	case congested && now.Sub(a.lastCut) >= a.every:
+	case congested && now.Sub(a.lastChange) >= a.every:
 		a.limit = max(a.limit/2, admitMin)
-		a.lastCut = now
+		a.lastChange = now
 	case !congested:
 		a.limit += 1 / a.limit
-		if now.Sub(a.lastCut) >= admitCalm {
+		if now.Sub(a.lastChange) >= admitCalm {
 			a.limit *= 2
-			a.lastCut = now
+			a.lastChange = now
 		}
 		a.limit = min(a.limit, admitMax)
 	}

@@ -59,11 +59,11 @@ func TestAdmission(t *testing.T) {
 	before := a.limit
 	for range 1000 {
 		a.inflight++
-		a.leave(false, a.lastCut.Add(time.Millisecond))
+		a.leave(false, a.lastChange.Add(time.Millisecond))
 	}
 	// +1/L per round: L² grows by about 2 per round.
 	assert.InDelta(t, math.Sqrt(before*before+2*1000), a.limit, 1, "grown by one per limit's worth of rounds")
-	calm := a.lastCut
+	calm := a.lastChange
 	for i := range 12 {
 		a.inflight++
 		a.leave(false, calm.Add(time.Duration(i+1)*admitCalm))
