@@ -77,13 +77,19 @@ func testWaitExpiry(t *testing.T, s lockstore.Store, key string) {
 }
 
 func testWaitTimeout(t *testing.T, s lockstore.Store, key string) {
-	acquire(t, s, key, 10*time.Second)
+	holder := acquire(t, s, key, 10*time.Second)
 	start := time.Now()
 	_, err := waitFor(t, s, key, 300*time.Millisecond)
-	took := time.Since(start)
+	end := time.Now()
+	took := end.Sub(start)
 	held, ok := err.(*lockstore.HeldError)
 	require.True(t, ok, "a wait that runs out is a HeldError, got %v", err)
-	assert.Greater(t, held.Remaining, 9*time.Second)
+	// Remaining is the holder's time left as last seen, so no less than
+	// what its lease had left when the wait ended (holder.ExpiresAt is a
+	// lower bound of the lease's end; a store reads whole milliseconds),
+	// and no more than its TTL: not the waiter's, not zero.
+	assert.GreaterOrEqual(t, held.Remaining, holder.ExpiresAt.Sub(end)-time.Millisecond)
+	assert.LessOrEqual(t, held.Remaining, 10*time.Second)
 	assert.GreaterOrEqual(t, took, 300*time.Millisecond)
 	t.Logf("a 300ms wait ended after %v", took)
 }
