@@ -50,3 +50,36 @@ func bool01(b bool) float64 {
 	}
 	return 0
 }
+
+// RedlockAdmission exports the Redlock admission of acquire rounds, read
+// from read when /metrics is scraped (redlock.Store.Admission): the limit
+// on rounds in flight (0: none, the nodes keep up), the rounds in flight,
+// and the rounds refused (each a 503 that sent nothing). A limit above 0
+// or a growing refused count says the nodes, or this gateway, are short of
+// CPU or network for the acquires asked of them.
+func (m *Metrics) RedlockAdmission(read func() (limit, inFlight int, refused uint64)) {
+	m.reg.MustRegister(redlockAdmission{
+		read:     read,
+		limit:    prometheus.NewDesc("lockgw_redlock_admission_limit", "How many Redlock acquire rounds this gateway runs at once while its nodes are not keeping up; 0 when it runs all (no limit).", nil, nil),
+		inFlight: prometheus.NewDesc("lockgw_redlock_admission_inflight", "Redlock acquire rounds in flight.", nil, nil),
+		refused:  prometheus.NewDesc("lockgw_redlock_admission_refused_total", "Redlock acquire rounds refused, answered 503 before anything was sent, because the nodes were not keeping up.", nil, nil),
+	})
+}
+
+type redlockAdmission struct {
+	read                     func() (limit, inFlight int, refused uint64)
+	limit, inFlight, refused *prometheus.Desc
+}
+
+func (c redlockAdmission) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.limit
+	ch <- c.inFlight
+	ch <- c.refused
+}
+
+func (c redlockAdmission) Collect(ch chan<- prometheus.Metric) {
+	limit, inFlight, refused := c.read()
+	ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(limit))
+	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(inFlight))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(refused))
+}

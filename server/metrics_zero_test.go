@@ -74,6 +74,7 @@ func TestCountersExportedFromTheStart(t *testing.T) {
 						`lockgw_redlock_node_quarantined{node="`+n.Addr()+`"} 0`,
 					)
 				}
+				want = append(want, `lockgw_redlock_admission_limit 0`, `lockgw_redlock_admission_refused_total 0`)
 				assert.Regexp(t, regexp.MustCompile(`(?m)^lockgw_redlock_node_up\{node="[^"]+"\} [01]$`), body)
 			}
 			for _, w := range want {

@@ -415,6 +415,10 @@ func openStore(cfg Config, b bounds, logger zerolog.Logger, m *metrics.Metrics, 
 			return nil, nil, fmt.Errorf("--redlock-urls: %w", err)
 		}
 		m.RedlockNodes(rl.Nodes)
+		m.RedlockAdmission(func() (int, int, uint64) {
+			a := rl.Admission()
+			return a.Limit, a.InFlight, a.Refused
+		})
 		return rl, rl.Nodes, nil
 	}
 	return memory.NewWith(memory.Options{MaxLocks: b.maxLocks}), nil, nil

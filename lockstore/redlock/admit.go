@@ -35,6 +35,30 @@ type admission struct {
 	limit      float64
 	inflight   int
 	lastChange time.Time // the last cut or doubling
+	refused    uint64    // rounds refused since the store opened
+}
+
+// Admission is what the admission of acquire rounds is doing, for
+// operators (lockgw_redlock_admission_*): Limit is how many rounds may be
+// in flight at once, 0 when nothing is refused (the nodes keep up);
+// InFlight how many are; Refused how many rounds were refused since the
+// store opened, each answered 503 without sending anything.
+type Admission struct {
+	Limit    int
+	InFlight int
+	Refused  uint64
+}
+
+// Admission reports the admission of acquire rounds.
+func (r *Store) Admission() Admission {
+	a := r.admit
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := Admission{InFlight: a.inflight, Refused: a.refused}
+	if a.limit < admitMax {
+		st.Limit = int(a.limit)
+	}
+	return st
 }
 
 const (
@@ -63,6 +87,7 @@ func (a *admission) enter() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.limit < admitMax && a.inflight >= int(a.limit) {
+		a.refused++
 		return errOverloaded
 	}
 	a.inflight++

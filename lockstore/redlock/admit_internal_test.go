@@ -27,6 +27,7 @@ func TestAdmission(t *testing.T) {
 	err := a.enter()
 	require.ErrorIs(t, err, lockstore.ErrUnavailable)
 	assert.Contains(t, err.Error(), "did not send this one; retry with the same token")
+	assert.EqualValues(t, 1, a.refused, "a refusal is counted, for lockgw_redlock_admission_refused_total")
 	a.inflight = 0
 	a.limit = admitMax
 	for range 2 * admitMax {
@@ -53,6 +54,7 @@ func TestAdmission(t *testing.T) {
 		require.NoError(t, a.enter())
 	}
 	require.ErrorIs(t, a.enter(), lockstore.ErrUnavailable)
+	assert.EqualValues(t, 2, a.refused)
 	for range admitMin {
 		a.leave(false, now)
 	}

@@ -85,6 +85,7 @@ func TestRedlockAdmissionCutAndRegrown(t *testing.T) {
 			srvs[1].Resume()
 			require.ErrorIs(t, err, lockstore.ErrUnavailable)
 			assert.Equal(t, full/2, s.AdmissionLimit(), "a round that timed out without its majority halves the limit")
+			assert.Equal(t, redlock.Admission{Limit: int(full / 2)}, s.Admission(), "what operators see: the limit, nothing in flight or refused")
 
 			deadline := time.Now().Add(20 * time.Second)
 			for i := 0; s.AdmissionLimit() < full; i++ {
@@ -94,6 +95,7 @@ func TestRedlockAdmissionCutAndRegrown(t *testing.T) {
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
+			assert.Zero(t, s.Admission().Limit, "grown back: no limit, reported as 0")
 		})
 	}
 }
