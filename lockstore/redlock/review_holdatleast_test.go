@@ -21,8 +21,9 @@ import (
 //  1. d is granted with HoldAtLeast 6 s, TTL 2 s, through gateway B, which
 //     cannot reach node 2: the lease (with its end T) is on nodes 0 and 1.
 //  2. d renews (same token, no hold_at_least_ms) through gateway A: nodes 0
-//     and 1 renew, node 2 gets a new value confirmed with the grant's
-//     fence, without T.
+//     and 1 renew, node 2 gets a new value of its own, without T (its vote,
+//     seeded from the later round's start, is above the lease's fence, so
+//     the round's C answers "above" and leaves it unconfirmed).
 //  3. d releases through gateway C, which cannot reach node 1: node 0
 //     lingers until T, node 2 deletes: 204 (q nodes released).
 //  4. Node 1's copy runs out at its TTL (2 s); a newcomer is granted on
