@@ -42,6 +42,10 @@ import (
 //   - no-linger: release.lua deletes before the hold-at-least end T as
 //     after it (rule L undone): another token is granted the key before
 //     the end its first grant asked for.
+//   - linger-capped: release.lua's lingering value ends with the lease it
+//     replaces: the key is freed before T only when the hold-at-least is
+//     longer than the lease, which the check judges once the holder
+//     released.
 //   - no-drift: the client is told s + ttl, as the redis backend told
 //     before rule E, not s + ttl − (1% + 2 ms): with its node's clock
 //     running fast (A3), a second holder is granted the key before that
@@ -94,6 +98,9 @@ func init() {
 	simControls["no-linger"] = simControl{want: "at-least", scripts: map[string]sim.Script{
 		"release.lua": {Src: sim.NoLinger()},
 	}}
+	simControls["linger-capped"] = simControl{want: "at-least", scripts: map[string]sim.Script{
+		"release.lua": {Src: sim.LingerCapped()},
+	}}
 	simControls["no-drift"] = simControl{want: "one-holder|limit", noDrift: true}
 	simControls["grant-held"] = simControl{want: "one-holder", scripts: map[string]sim.Script{
 		"acquire.lua": {Src: sim.MustReplace(script.AcquireLua, "if cur then\n  return {0, redis.call('PTTL', KEYS[1]), is_head}",
@@ -116,7 +123,7 @@ func init() {
 // TestSimRedisControls runs each control within the short budget and
 // requires the simulator to find it, by the check it is for.
 func TestSimRedisControls(t *testing.T) {
-	for _, name := range []string{"old-ttl", "old-release", "grant-held", "fence-flat", "over-limit", "renew-refence", "stale-permit", "no-deadline", "no-linger", "no-drift"} {
+	for _, name := range []string{"old-ttl", "old-release", "grant-held", "fence-flat", "over-limit", "renew-refence", "stale-permit", "no-deadline", "no-linger", "linger-capped", "no-drift"} {
 		ctl := simControls[name]
 		t.Run(name, func(t *testing.T) {
 			cfg := defaultsimConfig()

@@ -140,6 +140,12 @@ func init() {
 	rlControls["no-linger"] = rlControl{want: "at-least", scripts: map[string]string{
 		"release.lua": sim.NoLinger(),
 	}}
+	// linger-capped: a release's lingering value ends with the lease it
+	// replaces, not at the hold-at-least end: the key is freed early only
+	// when the hold-at-least is longer than the lease.
+	rlControls["linger-capped"] = rlControl{want: "at-least", scripts: map[string]string{
+		"release.lua": sim.LingerCapped(),
+	}}
 	// extend-other: extend.lua lengthens the key whatever token holds it,
 	// and answers it extended; every extend goes as a batch (ExtendBatch,
 	// SemExtendBatch), so the checks must find it in the batch's answers.
@@ -746,7 +752,7 @@ func TestSimRedlock(t *testing.T) {
 // within 20,000 once in a make test on a clean clone: each control gets
 // three times the short budget.
 func TestSimRedlockControls(t *testing.T) {
-	for _, name := range []string{"restart-guard", "nodeset", "grant-held", "transition-early", "no-linger", "extend-other"} {
+	for _, name := range []string{"restart-guard", "nodeset", "grant-held", "transition-early", "no-linger", "linger-capped", "extend-other"} {
 		ctl := rlControls[name]
 		t.Run(name, func(t *testing.T) {
 			began := time.Now()

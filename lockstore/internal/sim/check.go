@@ -105,13 +105,16 @@ type Violation struct {
 //     answered after a release was sent is a new holding, which a late
 //     delete that removed it would leave open to a second holder;
 //   - hold at least (rule L): a new grant (201) of an acquire with
-//     hold_at_least_ms = M and a TTL of at least M, whose token asked the
-//     same M on every PUT of the key sent before that answer, keeps the
-//     key from every other token until M after the grant, whatever
-//     released it sooner: no other token's
-//     acquire sent after that answer is granted before then (less Grace
-//     and the 1% the nodes' clocks may run fast, A3; the grant's start is
-//     taken as its send, before any of its writes).
+//     hold_at_least_ms = M, whose token asked the same M on every PUT of
+//     the key sent before that answer, keeps the key from every other
+//     token until M after the grant, whatever released it sooner: no other
+//     token's acquire sent after that answer is granted before then (less
+//     Grace and the 1% the nodes' clocks may run fast, A3; the grant's
+//     start is taken as its send, before any of its writes). With a TTL
+//     shorter than M that is promised only once its holder let go: a
+//     release of its token answered 204 before any new grant (201) to the
+//     token (a holder that lets its lease run out keeps the key only until
+//     it ends).
 //
 // Clients send a release only when nothing else of theirs is outstanding,
 // so every answer after a release's send is to a request sent after it.
@@ -413,7 +416,7 @@ func (h *History) checkAtLeast() {
 			// PUT of its token on the key sent before its answer asked the
 			// same (the workload draws each PUT's apart, twins' and
 			// retries' too).
-			if g.Answer != "201" || g.AtLeast <= 0 || g.TTL < g.AtLeast {
+			if g.Answer != "201" || g.AtLeast <= 0 || g.TTL < g.AtLeast && !h.releasedFirst(g) {
 				continue
 			}
 			mixed := false
@@ -435,6 +438,29 @@ func (h *History) checkAtLeast() {
 			}
 		}
 	}
+}
+
+// releasedFirst says whether g's token released the key with a 204 after
+// g's answer, before any new grant (201) to the token on the key: the
+// release let go of g's lease (renewals, 200, keep it).
+func (h *History) releasedFirst(g *Request) bool {
+	var first *Request // the token's first 204 release after g's answer
+	for _, r := range h.Reqs {
+		if r.Kind == "release" && !r.Sem && r.Key == g.Key && r.Token == g.Token && r.Answer == "204" &&
+			r.Sent > g.answered && (first == nil || r.Sent < first.Sent) {
+			first = r
+		}
+	}
+	if first == nil {
+		return false
+	}
+	for _, r := range h.Reqs {
+		if r.Kind == "acquire" && !r.Sem && r.Key == g.Key && r.Token == g.Token && r.Answer == "201" &&
+			r != g && r.answered > g.answered && r.answered < first.Sent {
+			return false
+		}
+	}
+	return true
 }
 
 // First is the earliest violation.

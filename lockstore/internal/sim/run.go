@@ -35,6 +35,16 @@ func NoLinger() string {
 		"if until_ms > now_ms then\n  redis.call('SET', KEYS[1], 'L'", "if false then\n  redis.call('SET', KEYS[1], 'L'")
 }
 
+// LingerCapped is release.lua whose lingering value ends with the lease
+// it replaces, not at its hold-at-least end T: the same as rule L while
+// the lease outlives T, and a key freed early when the hold-at-least is
+// longer than the lease (a control of the at-least check's second half).
+func LingerCapped() string {
+	return script.DeadlineLua + MustReplace(script.ReleaseLua,
+		"if until_ms > now_ms then\n  redis.call('SET', KEYS[1], 'L'",
+		"until_ms = math.min(until_ms, redis.call('PEXPIRETIME', KEYS[1]))\nif until_ms > now_ms then\n  redis.call('SET', KEYS[1], 'L'")
+}
+
 // Seed, First, Ops, Duration and Control are the flags -sim.seed,
 // -sim.first, -sim.ops, -sim.duration and -sim.control of both models'
 // tests (the package doc shows them in use).
@@ -229,10 +239,17 @@ func Batched(r *rand.Rand, kind string) bool {
 
 // HoldAtLeast is a lock acquire's HoldAtLeast: one in ten asks the key to
 // stay held at least the lease's length after the grant, so that its
-// releases leave lingering values (docs/safety.md, rule L).
+// releases leave lingering values (docs/safety.md, rule L); those with an
+// odd number of milliseconds (about half) twice the lease's length, so
+// that a copy neither released nor lingering can run out before the end.
+// (By the TTL, not another draw: the rest of a seed's run stays as it
+// was, and with it where the controls are found.)
 func HoldAtLeast(r *rand.Rand, kind string, sem bool, ttl time.Duration) time.Duration {
 	if kind != "acquire" || sem || r.Float64() >= 0.1 {
 		return 0
+	}
+	if ttl/time.Millisecond%2 == 1 {
+		return 2 * ttl
 	}
 	return ttl
 }
