@@ -96,7 +96,7 @@ func (r *Report) Table() string {
 		verdict := "pass"
 		switch {
 		case row.Failed && len(row.Expect) > 0:
-			verdict = "**FAIL** (a checker missed it)"
+			verdict = "**FAIL** (not caught in every run: a checker missed it, or a run ended before its checkers; see the test log)"
 		case row.Failed:
 			verdict = "**FAIL**"
 		case len(row.Expect) > 0:
