@@ -246,7 +246,11 @@ func (st *Sentinels) Rejoin(n *Server) {
 	master := st.Master()
 	n.opts.Args = []string{"--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", master.portString()}
 	n.Start()
-	st.waitSettled(master, n, 30*time.Second)
+	// The sentinels may fail over once more while the node rejoins: a
+	// chaos run saw them promote the rejoined node back, with the other as
+	// its replica. Either way round is a settled pair; the rest of the run
+	// needs one, not a particular master.
+	master = st.waitSettledEither(30 * time.Second)
 	// In sync is not yet acknowledging: the sentinels may still reconfigure
 	// the node they knew as a master, which restarts its replication, and
 	// after a full sync the master streams writes to the replica only once
@@ -304,16 +308,39 @@ func (st *Sentinels) waitMaster(want *Server, within time.Duration) {
 	}
 }
 
-// waitSettled waits until replica is in sync with master, and every
-// sentinel names master, lists replica as a healthy replica and knows both
-// other sentinels.
-func (st *Sentinels) waitSettled(master, replica *Server, within time.Duration) {
+// waitSettledEither waits until the set-up is settled with either node as
+// master (the one the sentinels name), and returns that master.
+func (st *Sentinels) waitSettledEither(within time.Duration) *Server {
 	st.helper()
-	if err := st.settled(master, replica, within); err != nil {
-		st.fatalf("%v", err)
+	deadline := time.Now().Add(within)
+	var why string
+	for time.Now().Before(deadline) {
+		addr, err := st.masterAddr(st.Watchers[0])
+		switch {
+		case err != nil:
+			why = fmt.Sprintf("sentinel %s: %v", st.Watchers[0].Addr(), err)
+		case addr == st.Nodes[0].Addr():
+			why = st.unsettled(context.Background(), st.Nodes[0], st.Nodes[1])
+		case addr == st.Nodes[1].Addr():
+			why = st.unsettled(context.Background(), st.Nodes[1], st.Nodes[0])
+		default:
+			why = fmt.Sprintf("sentinel %s names %s as master, none of ours", st.Watchers[0].Addr(), addr)
+		}
+		if why == "" {
+			if addr == st.Nodes[0].Addr() {
+				return st.Nodes[0]
+			}
+			return st.Nodes[1]
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
+	st.fatalf("redistest: Sentinel set-up not ready within %v: %s", within, why)
+	return nil
 }
 
+// settled waits until replica is in sync with master, and every sentinel
+// names master, lists replica as a healthy replica and knows both other
+// sentinels; it says why not after within.
 func (st *Sentinels) settled(master, replica *Server, within time.Duration) error {
 	ctx := context.Background()
 	deadline := time.Now().Add(within)
