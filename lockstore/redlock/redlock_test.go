@@ -164,17 +164,39 @@ func TestRedlockSlowNodeCostsNodeTimeout(t *testing.T) {
 	ready(t, s)
 	ctx := backendtest.Ctx(t)
 
+	// Four cycles are measured, after a first that pays for loading
+	// scripts on the fast nodes. Under make test's load the fast nodes can
+	// miss a 50 ms NodeTimeout too (once all five): a call answered 503 is
+	// retried with its token, as a client would, and its cycle, which then
+	// includes the retry's pause, is not measured.
 	var worst time.Duration
-	for i := range 5 {
+	measured, retried := 0, 0
+	for i := 0; measured < 4; i++ {
+		require.Less(t, i, 40, "only %d of %d cycles went without a 503", measured, i)
 		start := time.Now()
-		l, err := s.Acquire(ctx, "k", lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute})
+		req := lockstore.AcquireRequest{Token: lockstore.NewToken(), TTL: time.Minute}
+		var l lockstore.Lease
+		again, err := retryUnavailable(func() (err error) {
+			l, err = s.Acquire(ctx, "k", req)
+			return err
+		})
 		require.NoError(t, err)
-		require.NoError(t, s.Release(ctx, "k", l.Token))
-		if i > 0 { // the first pays for loading scripts on the fast nodes
+		againRelease, err := retryUnavailable(func() error { return s.Release(ctx, "k", l.Token) })
+		if againRelease {
+			// A release retried after a 503 may find its first try's work done.
+			require.True(t, err == nil || errors.Is(err, lockstore.ErrNotHeld), "%v", err)
+		} else {
+			require.NoError(t, err)
+		}
+		switch {
+		case again || againRelease:
+			retried++
+		case i > 0:
 			worst = max(worst, time.Since(start))
+			measured++
 		}
 	}
-	t.Logf("acquire+release with one node %v away: worst %v (NodeTimeout %v per call)", slow, worst, nodeTimeout)
+	t.Logf("acquire+release with one node %v away: worst %v of %d cycles, %d retried after a 503 (NodeTimeout %v per call)", slow, worst, measured, retried, nodeTimeout)
 	// Three rounds of NodeTimeout is 150ms; waiting for the slow node even
 	// once would take a second.
 	assert.Less(t, worst, slow/2)
