@@ -316,21 +316,19 @@ func (st *Sentinels) waitSettledEither(within time.Duration) *Server {
 	var why string
 	for time.Now().Before(deadline) {
 		addr, err := st.masterAddr(st.Watchers[0])
+		master, replica := st.Nodes[0], st.Nodes[1]
+		if addr == replica.Addr() {
+			master, replica = replica, master
+		}
 		switch {
 		case err != nil:
 			why = fmt.Sprintf("sentinel %s: %v", st.Watchers[0].Addr(), err)
-		case addr == st.Nodes[0].Addr():
-			why = st.unsettled(context.Background(), st.Nodes[0], st.Nodes[1])
-		case addr == st.Nodes[1].Addr():
-			why = st.unsettled(context.Background(), st.Nodes[1], st.Nodes[0])
-		default:
+		case addr != master.Addr():
 			why = fmt.Sprintf("sentinel %s names %s as master, none of ours", st.Watchers[0].Addr(), addr)
-		}
-		if why == "" {
-			if addr == st.Nodes[0].Addr() {
-				return st.Nodes[0]
+		default:
+			if why = st.unsettled(context.Background(), master, replica); why == "" {
+				return master
 			}
-			return st.Nodes[1]
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -394,9 +392,7 @@ func (st *Sentinels) unsettled(ctx context.Context, master, replica *Server) str
 // replicationInfo is s's INFO replication on one line, or why it has none
 // (the process gone, paused, or not answering).
 func replicationInfo(s *Server) string {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, MaintNotificationsConfig: noMaint(), DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second})
-	defer c.Close()
-	raw, err := c.Info(context.Background(), "replication").Result()
+	raw, err := info(s, "replication")
 	if err != nil {
 		return fmt.Sprintf("none (%v)", err)
 	}
@@ -419,9 +415,7 @@ func role(s *Server) string { return infoFields(s, "replication")["role"] }
 // infoFields reads one INFO section of s as a map; empty when s does not
 // answer.
 func infoFields(s *Server, section string) map[string]string {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, MaintNotificationsConfig: noMaint(), DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second})
-	defer c.Close()
-	text, err := c.Info(context.Background(), section).Result()
+	text, err := info(s, section)
 	fields := map[string]string{}
 	if err != nil {
 		return fields
@@ -432,6 +426,13 @@ func infoFields(s *Server, section string) map[string]string {
 		}
 	}
 	return fields
+}
+
+// info is one INFO section of s, as it answers it.
+func info(s *Server, section string) (string, error) {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, MaintNotificationsConfig: noMaint(), DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second})
+	defer c.Close()
+	return c.Info(context.Background(), section).Result()
 }
 
 func (s *Server) portString() string { return strconv.Itoa(s.port) }
