@@ -62,6 +62,17 @@ type rlNet struct {
 	downMax    int64   // how long a crashed node stays down at most
 	pGWRestart float64 // per client request, a gateway process is replaced
 	offsetMax  int64   // node clock offsets: uniform in ±offsetMax
+	// pCut: per command sent, the link between its gateway and its node
+	// is cut for up to cutMax (a partition of that one link: the gateway
+	// reaches the other nodes, other gateways reach this one). What is
+	// sent either way meanwhile arrives once the link heals, as TCP
+	// retransmits it, unless its connection is gone by then. So one
+	// gateway misses the same node in every phase of a round and round
+	// after round, where a slow message (PSlow) misses it once: a lease
+	// on some nodes, its renewal or release through another gateway on
+	// others. At three times this rate the rounds mostly failed (503).
+	pCut   float64
+	cutMax int64
 }
 
 var defaultRLNet = rlNet{
@@ -76,6 +87,7 @@ var defaultRLNet = rlNet{
 	},
 	pCrash: 0.0015, downMax: 400_000, pGWRestart: 0.001,
 	offsetMax: 3_000_000,
+	pCut:      0.003, cutMax: 400_000,
 }
 
 type rlWorld struct {
@@ -115,6 +127,8 @@ type rlWorld struct {
 	// begun is, by node of the previous list, when a transition first
 	// made it stop serving that list (rule T).
 	begun map[int]int64
+	// cutUntil is, by link (gateway, node), when a cut of it ends (pCut).
+	cutUntil map[[2]int]int64
 }
 
 type rlNode struct {
@@ -261,7 +275,15 @@ func (w *rlWorld) send(m *rlMsg) {
 		c.silent = true
 		return
 	}
-	at := max(w.now()+w.delay(c.gw), c.lastReqAt)
+	link := [2]int{c.gw, c.node.id}
+	if w.chance(w.net.pCut) {
+		until := w.now() + w.r.Int64N(w.net.cutMax)
+		if until > w.cutUntil[link] {
+			w.cutUntil[link] = until
+			w.hist.Note(w.now(), "", "link gateway %d - node %d cut until +%s", c.gw, c.node.id, sim.Dur(until-w.now()))
+		}
+	}
+	at := max(max(w.now(), w.cutUntil[link])+w.delay(c.gw), c.lastReqAt)
 	c.lastReqAt = at
 	w.at(at, func() { w.deliver(m) })
 	if w.chance(w.net.PPause) {
@@ -303,7 +325,7 @@ func (w *rlWorld) deliver(m *rlMsg) {
 	}
 	var b bytes.Buffer
 	respWrite(&b, val, err)
-	at := max(w.now()+w.delay(c.gw), c.lastRepAt)
+	at := max(max(w.now(), w.cutUntil[[2]int{c.gw, n.id}])+w.delay(c.gw), c.lastRepAt)
 	c.lastRepAt = at
 	w.at(at, func() {
 		if c.epoch != n.epoch || c.silent {
