@@ -159,6 +159,16 @@ func init() {
 	rlControls["linger-unread"] = rlControl{want: "at-least", scripts: map[string]string{
 		"release.lua": sim.LingerUnread(),
 	}}
+	// pair-blind: release.lua deletes the token's value whatever pair its
+	// read found (rule V2's compare undone). Found: a twin PUT's failed
+	// round, cleaning up, deleted on two of five nodes the value its other
+	// twin's round had confirmed since the read and been answered 201
+	// for; a newcomer was granted 13 ms later. Rarer than the short
+	// budget: found at seed 416 (-sim.first 300, after 72,825 requests)
+	// and at seed 708 (-sim.first 659, after 31,114).
+	rlControls["pair-blind"] = rlControl{want: "one-holder|fence-order", scripts: map[string]string{
+		"release.lua": script.DeadlineLua + sim.MustReplace(script.ReleaseLua, "if cur ~= ARGV[5] or redis.call('PEXPIRETIME', KEYS[1]) ~= tonumber(ARGV[6]) then", "if false then"),
+	}}
 	// extend-other: extend.lua lengthens the key whatever token holds it,
 	// and answers it extended; every extend goes as a batch (ExtendBatch,
 	// SemExtendBatch), so the checks must find it in the batch's answers.
