@@ -155,7 +155,9 @@ func init() {
 	// another gateway that reaches it, a release that misses another node)
 	// did not come up in 60,000 requests, with link cuts three times as
 	// likely and hold-at-least drawn five times as often either.
-	// TestReviewRedlockRenewalDropsHoldAtLeast stages it on real nodes.
+	// TestSimRedlockRenewalCopyWithoutT stages it in the simulator
+	// (sim_scenario_test.go), TestReviewRedlockRenewalDropsHoldAtLeast on
+	// real nodes.
 	rlControls["linger-unread"] = rlControl{want: "at-least", scripts: map[string]string{
 		"release.lua": sim.LingerUnread(),
 	}}
