@@ -141,22 +141,75 @@ func stageRenewalCopyWithoutT(control string) (newcomer *sim.Request, h *sim.His
 	return newcomer, s.finish(), nil
 }
 
-// TestSimRedlockRenewalCopyWithoutT runs the staging with the real scripts
-// (the newcomer is refused, no check fails) and with control linger-unread,
-// which the random sweep does not reach: the at-least check must fail.
+// stageEarlierLeaseCopy is the second hole the review of G2' found
+// (docs/performance-history.md, twelfth round), on today's release, 3
+// nodes, q = 2:
+//
+//  1. d is granted a lease of 1 s through gateway 0 (every node) and
+//     releases it through gateway 1, cut from node 2: node 2 keeps that
+//     lease's copy, confirmed, without T.
+//  2. d is granted again (TTL 200 ms, hold-at-least 600 ms) through gateway
+//     1, still cut from node 2: the new lease, with T, is on nodes 0 and 1.
+//  3. d releases through gateway 2, cut from node 1: node 0 lingers until
+//     T, node 2 (the earlier lease's copy) must linger too.
+//  4. Once node 1's copy ran out, another token asks through gateway 0,
+//     before T: it must be refused.
+func stageEarlierLeaseCopy(control string) (newcomer *sim.Request, h *sim.History, err error) {
+	s := newStaged(control, 3, 3)
+	s.w.hist.Key("k0", false, 1)
+	d := sim.Request{Client: 0, Kind: "acquire", Key: "k0", Token: "c0.t1"}
+	first := d
+	first.TTL = time.Second
+	if r := s.send(0, first); r.Answer != "201" {
+		return nil, s.finish(), fmt.Errorf("step 1: the first grant was answered %s, want 201", r.Answer)
+	}
+	s.cut(1, 2, 2*time.Second)
+	rel := d
+	rel.Kind = "release"
+	if r := s.send(1, rel); r.Answer != "204" {
+		return nil, s.finish(), fmt.Errorf("step 1: the first release was answered %s, want 204", r.Answer)
+	}
+	g := d
+	g.TTL, g.AtLeast = 200*time.Millisecond, 600*time.Millisecond
+	if r := s.send(1, g); r.Answer != "201" {
+		return nil, s.finish(), fmt.Errorf("step 2: the grant was answered %s, want 201", r.Answer)
+	}
+	for i, wantT := range []bool{true, true, false} {
+		v, ok := s.w.nodes[i].srv.Peek("lockgw:{k0}:lock")
+		if !ok || strings.Contains(v.Str, "\x01") != wantT {
+			return nil, s.finish(), fmt.Errorf("step 2: node %d holds %q (found %v), want a copy of a lease of d with T %v", i, v.Str, ok, wantT)
+		}
+	}
+	s.cut(2, 1, time.Second)
+	if r := s.send(2, rel); r.Answer != "204" {
+		return nil, s.finish(), fmt.Errorf("step 3: the release was answered %s, want 204", r.Answer)
+	}
+	s.wait(250 * time.Millisecond)
+	newcomer = s.send(0, sim.Request{Client: 1, Kind: "acquire", Key: "k0", Token: "c1.t1", TTL: 100 * time.Millisecond})
+	return newcomer, s.finish(), nil
+}
+
+// TestSimRedlockRenewalCopyWithoutT runs both stagings of a copy without T
+// with the real scripts (the newcomer is refused, no check fails) and with
+// control linger-unread, which the random sweep does not reach: the
+// at-least check must fail.
 func TestSimRedlockRenewalCopyWithoutT(t *testing.T) {
 	redis.SetLogger(rlQuiet{})
 	for _, tc := range []struct {
+		staging string
+		stage   func(control string) (*sim.Request, *sim.History, error)
 		control string
 		answer  string
 		check   string
 	}{
-		{"", "409 held", ""},
-		{"linger-unread", "201", "at-least"},
+		{"renewal", stageRenewalCopyWithoutT, "", "409 held", ""},
+		{"renewal", stageRenewalCopyWithoutT, "linger-unread", "201", "at-least"},
+		{"earlier-lease", stageEarlierLeaseCopy, "", "409 held", ""},
+		{"earlier-lease", stageEarlierLeaseCopy, "linger-unread", "201", "at-least"},
 	} {
-		t.Run(fmt.Sprintf("control=%q", tc.control), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/control=%q", tc.staging, tc.control), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				newcomer, h, err := stageRenewalCopyWithoutT(tc.control)
+				newcomer, h, err := tc.stage(tc.control)
 				if err != nil {
 					t.Fatalf("the staging did not go as planned: %v", err)
 				}

@@ -106,15 +106,18 @@ type Violation struct {
 //     delete that removed it would leave open to a second holder;
 //   - hold at least (rule L): a new grant (201) of an acquire with
 //     hold_at_least_ms = M, whose token asked the same M on every PUT of
-//     the key sent before that answer, keeps the key from every other
+//     the key sent before that answer (but PUTs whose leases a 204
+//     release of the token let go before the grant was sent, letGo),
+//     keeps the key from every other
 //     token until M after the grant, whatever released it sooner: no other
 //     token's acquire sent after that answer is granted before then (less
 //     Grace and the 1% the nodes' clocks may run fast, A3; the grant's
 //     start is taken as its send, before any of its writes). With a TTL
 //     shorter than M that is promised only once its holder let go: a
-//     release of its token answered 204 before any new grant (201) to the
-//     token (a holder that lets its lease run out keeps the key only until
-//     it ends).
+//     release of its token answered 204, sent while the lease was live as
+//     the token had been told, with no other lease of the token in between
+//     (releasedFirst; a holder that lets its lease run out keeps the key
+//     only until it ends).
 //
 // Clients send a release only when nothing else of theirs is outstanding,
 // so every answer after a release's send is to a request sent after it.
@@ -415,13 +418,19 @@ func (h *History) checkAtLeast() {
 			// lease's end, so the promise is a 201's own only where every
 			// PUT of its token on the key sent before its answer asked the
 			// same (the workload draws each PUT's apart, twins' and
-			// retries' too).
+			// retries' too), leaving out PUTs whose leases the token let
+			// go before g was sent: a 204 release sent after such a PUT's
+			// answer and answered before g's send. What that release left
+			// on a minority of nodes is no lease, and g's 201 is its own
+			// (docs/safety.md, rule L: a release passes on the longest
+			// time to T that its reads found, so a copy without T that g
+			// renewed lingers as g's others do).
 			if g.Answer != "201" || g.AtLeast <= 0 || g.TTL < g.AtLeast && !h.releasedFirst(g) {
 				continue
 			}
 			mixed := false
 			for _, r := range asked[key][g.Token] {
-				mixed = mixed || r.Sent < g.answered && r.AtLeast != g.AtLeast
+				mixed = mixed || r.Sent < g.answered && r.AtLeast != g.AtLeast && !h.letGo(r, g)
 			}
 			if mixed {
 				continue
@@ -440,27 +449,71 @@ func (h *History) checkAtLeast() {
 	}
 }
 
-// releasedFirst says whether g's token released the key with a 204 after
-// g's answer, before any new grant (201) to the token on the key: the
-// release let go of g's lease (renewals, 200, keep it).
-func (h *History) releasedFirst(g *Request) bool {
-	var first *Request // the token's first 204 release after g's answer
-	for _, r := range h.Reqs {
-		if r.Kind == "release" && !r.Sem && r.Key == g.Key && r.Token == g.Token && r.Answer == "204" &&
-			r.Sent > g.answered && (first == nil || r.Sent < first.Sent) {
-			first = r
+// letGo says whether r's token released the key with a 204 sent after r
+// was answered and answered before g was sent. A token is one client's,
+// which sends after it heard an answer, at the same instant or later: an
+// equal time is after.
+func (h *History) letGo(r, g *Request) bool {
+	if r.answered == 0 {
+		return false // never answered: it may still be writing
+	}
+	for _, x := range h.Reqs {
+		if x.Kind == "release" && !x.Sem && x.Key == r.Key && x.Token == r.Token && x.Answer == "204" &&
+			x.Sent >= r.answered && x.answered > 0 && x.answered <= g.Sent {
+			return true
 		}
 	}
-	if first == nil {
+	return false
+}
+
+// releasedFirst says whether g's holder let go of g's lease: its token
+// sent a release, answered 204, while the lease was live as the token had
+// been told (g's expiry, moved on by renewals and extends answered with
+// g's fence), with no other lease of the token in between (a 201, or a 200
+// with another fence: a twin's or a retry's lease). A release sent after
+// the lease ran out is of another lease, if any: the holder let g run out,
+// and g keeps the key only until it ended. (Seed 2031 of the redis model,
+// -sim.first 2000: a lease run out, then a twin's new lease, answered 503
+// to one twin and 200 to the other, released with a 204.)
+func (h *History) releasedFirst(g *Request) bool {
+	var rel *Request // the token's first 204 release sent after g's answer
+	for _, r := range h.Reqs {
+		if r.Kind == "release" && !r.Sem && r.Key == g.Key && r.Token == g.Token && r.Answer == "204" && r.Sent >= g.answered {
+			rel = r
+			break // h.Reqs is in the order sent
+		}
+	}
+	if rel == nil {
 		return false
 	}
+	until := g.Expires
 	for _, r := range h.Reqs {
-		if r.Kind == "acquire" && !r.Sem && r.Key == g.Key && r.Token == g.Token && r.Answer == "201" &&
-			r != g && r.answered > g.answered && r.answered < first.Sent {
+		if r == g || r.Sem || r.Key != g.Key || r.Token != g.Token || r.Kind == "release" {
+			continue
+		}
+		granted := r.Answer == "201" || r.Answer == "200"
+		if r.Sent < g.answered {
+			// A twin or retry sent with g: a new lease of its own answered
+			// before the release was sent.
+			if granted && r.Fence != g.Fence && r.answered > g.answered && r.answered < rel.Sent {
+				return false
+			}
+			continue
+		}
+		if r.Sent >= rel.Sent {
+			break
+		}
+		if r.Sent > until {
+			return false // g had run out: what came after is another lease
+		}
+		if r.Answer == "201" || r.Answer == "200" && r.Fence != g.Fence {
 			return false
 		}
+		if granted {
+			until = max(until, r.Expires)
+		}
 	}
-	return true
+	return rel.Sent <= until
 }
 
 // First is the earliest violation.
