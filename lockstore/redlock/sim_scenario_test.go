@@ -66,11 +66,7 @@ func (s *rlStaged) send(gw int, r sim.Request) *sim.Request {
 	w.hist.Sent(w.now(), req, 1)
 	answered := false
 	w.start(&rlOp{req: req, gw: w.gws[gw], call: sim.CallFor(w.gws[gw].store, req, 1), done: func(op *rlOp) {
-		req.Answer = sim.AnswerOf(req.Kind, op.ans, op.err)
-		if req.Answer == "201" || req.Answer == "200" {
-			req.Fence = op.ans.Fence
-			req.Expires = req.Sent + op.ans.Granted.Microseconds()
-		}
+		op.record()
 		w.hist.Answered(w.now(), req)
 		answered = true
 	}})
@@ -83,19 +79,21 @@ func (s *rlStaged) wait(d time.Duration) { s.w.runFor(d.Microseconds()) }
 
 // finish closes the stores and runs the checkers.
 func (s *rlStaged) finish() *sim.History {
-	w := s.w
-	w.closing = true
-	for _, st := range w.stores {
-		w.closeStore(st)
+	s.w.closeAll()
+	s.w.hist.Check()
+	return s.w.hist
+}
+
+// copiesWithT checks which nodes hold a copy of the lock's lease of k0
+// with its end T (the "\x01<T>:" field), as the staging needs.
+func (s *rlStaged) copiesWithT(step string, want ...bool) error {
+	for i, wantT := range want {
+		v, ok := s.w.nodes[i].srv.Peek("lockgw:{k0}:lock")
+		if !ok || strings.Contains(v.Str, "\x01") != wantT {
+			return fmt.Errorf("%s: node %d holds %q (found %v), want a copy of a lease of the token with T %v", step, i, v.Str, ok, wantT)
+		}
 	}
-	w.loop(func() bool {
-		w.takeReady()
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.bg == 0
-	})
-	w.hist.Check()
-	return w.hist
+	return nil
 }
 
 // stageRenewalCopyWithoutT is TestReviewRedlockRenewalDropsHoldAtLeast's
@@ -124,11 +122,8 @@ func stageRenewalCopyWithoutT(control string) (newcomer *sim.Request, h *sim.His
 	if r := s.send(0, renew); r.Answer != "200" {
 		return nil, s.finish(), fmt.Errorf("step 2: the renewal was answered %s, want 200", r.Answer)
 	}
-	for i, wantT := range []bool{true, true, false} {
-		v, ok := s.w.nodes[i].srv.Peek("lockgw:{k0}:lock")
-		if !ok || strings.Contains(v.Str, "\x01") != wantT {
-			return nil, s.finish(), fmt.Errorf("step 2: node %d holds %q (found %v), want a copy of the lease with T %v", i, v.Str, ok, wantT)
-		}
+	if err := s.copiesWithT("step 2", true, true, false); err != nil {
+		return nil, s.finish(), err
 	}
 	s.cut(2, 1, time.Second)
 	rel := d
@@ -174,11 +169,8 @@ func stageEarlierLeaseCopy(control string) (newcomer *sim.Request, h *sim.Histor
 	if r := s.send(1, g); r.Answer != "201" {
 		return nil, s.finish(), fmt.Errorf("step 2: the grant was answered %s, want 201", r.Answer)
 	}
-	for i, wantT := range []bool{true, true, false} {
-		v, ok := s.w.nodes[i].srv.Peek("lockgw:{k0}:lock")
-		if !ok || strings.Contains(v.Str, "\x01") != wantT {
-			return nil, s.finish(), fmt.Errorf("step 2: node %d holds %q (found %v), want a copy of a lease of d with T %v", i, v.Str, ok, wantT)
-		}
+	if err := s.copiesWithT("step 2", true, true, false); err != nil {
+		return nil, s.finish(), err
 	}
 	s.cut(2, 1, time.Second)
 	if r := s.send(2, rel); r.Answer != "204" {

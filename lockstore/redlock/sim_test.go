@@ -449,16 +449,7 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) sim.Run {
 	if len(hist.Violations) == 0 {
 		w.checkLive(cfg)
 	}
-	w.closing = true
-	for _, s := range w.stores {
-		w.closeStore(s)
-	}
-	w.loop(func() bool {
-		w.takeReady()
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.bg == 0
-	})
+	w.closeAll()
 	hist.Check()
 	run := sim.Run{Seed: seed, Ops: w.ops, Calls: w.calls, Late: w.late, Virtual: w.now() - start, Answers: map[string]int{}}
 	for _, r := range hist.Reqs {
@@ -489,6 +480,21 @@ func allStarted(gws []*rlGateway) bool {
 		}
 	}
 	return true
+}
+
+// closeAll closes every store, those still starting too, and runs the
+// world until their goroutines are done.
+func (w *rlWorld) closeAll() {
+	w.closing = true
+	for _, s := range w.stores {
+		w.closeStore(s)
+	}
+	w.loop(func() bool {
+		w.takeReady()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.bg == 0
+	})
 }
 
 // takeReady hands the stores that finished starting to their gateways.
@@ -683,13 +689,22 @@ func (c *rlClient) step() {
 	}
 }
 
-func (c *rlClient) answered(op *rlOp) {
-	w, r := c.w, op.req
-	now := w.now()
+// record writes op's answer into its request: the answer, and for a
+// grant its fence and when its holder was told it ends.
+func (op *rlOp) record() {
+	r := op.req
 	r.Answer = sim.AnswerOf(r.Kind, op.ans, op.err)
 	if r.Answer == "201" || r.Answer == "200" {
 		r.Fence = op.ans.Fence
 		r.Expires = r.Sent + op.ans.Granted.Microseconds()
+	}
+}
+
+func (c *rlClient) answered(op *rlOp) {
+	w, r := c.w, op.req
+	now := w.now()
+	op.record()
+	if r.Answer == "201" || r.Answer == "200" {
 		if c.holds[r.Key] < now {
 			c.holds[r.Key] = 0
 		}
