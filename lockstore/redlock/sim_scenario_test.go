@@ -21,11 +21,10 @@ import (
 // staging is too rare for the sweep to reach within its budget, this still
 // lets the simulator judge it, and its control shows the check would fail.
 
-// rlStaged is a quiet world of n nodes (clocks agree) and gateways gateways.
+// rlStaged is a quiet world: nodes whose clocks agree, gateways that
+// reach every node but through the links a scenario cuts.
 type rlStaged struct {
-	w      *rlWorld
-	ctl    rlControl
-	client int
+	w *rlWorld
 }
 
 func newStaged(control string, nodes, gateways int) *rlStaged {
@@ -48,7 +47,7 @@ func newStaged(control string, nodes, gateways int) *rlStaged {
 		w.newStore(g, ctl, nil)
 	}
 	w.loop(func() bool { return w.takeReady() && allStarted(w.gws) })
-	return &rlStaged{w: w, ctl: ctl}
+	return &rlStaged{w: w}
 }
 
 // cut cuts the link between gateway gw and node n for d.
