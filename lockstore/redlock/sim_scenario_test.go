@@ -4,7 +4,6 @@ package redlock
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -30,9 +29,7 @@ type rlStaged struct {
 func newStaged(control string, nodes, gateways int) *rlStaged {
 	ctl := rlControls[control]
 	net := rlNet{Net: sim.Net{Timeout: 20_000, DelayMin: 50, DelayMax: 1_500}}
-	w := &rlWorld{seed: 1, r: rand.New(rand.NewPCG(1, 0x7ed1)), net: net, t0: time.Now(), hist: sim.NewHistory(),
-		scripts: rlScripts(ctl.scripts), conns: map[string]int{}, cutUntil: map[[2]int]int64{}, closed: map[*Store]bool{},
-		wake: make(chan struct{}, 1), pending: map[*rlOp]bool{}}
+	w := newRLWorld(1, net, ctl, sim.NewHistory())
 	w.hist.OwnFences = true
 	for i := range nodes {
 		w.nodes = append(w.nodes, &rlNode{id: i, addr: nodeAddr(i), srv: luaredis.New(), runID: fmt.Sprintf("%040x", i+1), loaded: map[string]bool{}})

@@ -159,7 +159,8 @@ func init() {
 	// (sim_scenario_test.go), TestReviewRedlockRenewalDropsHoldAtLeast on
 	// real nodes.
 	rlControls["linger-unread"] = rlControl{want: "at-least", scripts: map[string]string{
-		"release.lua": sim.LingerUnread(),
+		"release.lua": script.DeadlineLua + sim.MustReplace(script.ReleaseLua,
+			"if ARGV[7] == '1' and (tonumber(ARGV[8] or '0') or 0) > 0 then", "if false then"),
 	}}
 	// pair-blind: release.lua deletes the token's value whatever pair its
 	// read found (rule V2's compare undone). Found: a twin PUT's failed
@@ -318,6 +319,14 @@ func (w *rlWorld) start(op *rlOp) {
 	}()
 }
 
+// newRLWorld is a world with no nodes or gateways yet, running ctl's
+// scripts.
+func newRLWorld(seed uint64, net rlNet, ctl rlControl, hist *sim.History) *rlWorld {
+	return &rlWorld{seed: seed, r: rand.New(rand.NewPCG(seed, 0x7ed1)), net: net, t0: time.Now(), hist: hist,
+		scripts: rlScripts(ctl.scripts), batchAll: ctl.batchAll, conns: map[string]int{}, cutUntil: map[[2]int]int64{},
+		closed: map[*Store]bool{}, wake: make(chan struct{}, 1), pending: map[*rlOp]bool{}}
+}
+
 // runSimRedlock runs one seed in a bubble of its own.
 func runSimRedlock(t *testing.T, seed uint64, cfg rlConfig) sim.Run {
 	redis.SetLogger(rlQuiet{}) // dials refused by crashed nodes are the point
@@ -332,8 +341,7 @@ func runSimRedlockIn(seed uint64, cfg rlConfig) sim.Run {
 	ctl := rlControls[cfg.control]
 	hist := sim.NewHistory()
 	hist.OwnFences = !cfg.strictRetry
-	w := &rlWorld{seed: seed, r: rand.New(rand.NewPCG(seed, 0x7ed1)), net: cfg.net, t0: time.Now(), hist: hist,
-		scripts: rlScripts(ctl.scripts), batchAll: ctl.batchAll, conns: map[string]int{}, cutUntil: map[[2]int]int64{}, closed: map[*Store]bool{}, wake: make(chan struct{}, 1), pending: map[*rlOp]bool{}}
+	w := newRLWorld(seed, cfg.net, ctl, hist)
 	total := cfg.nodes
 	shift := cfg.nodes / 2
 	if cfg.altList || cfg.transition {

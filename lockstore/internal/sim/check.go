@@ -457,13 +457,20 @@ func (h *History) letGo(r, g *Request) bool {
 	if r.answered == 0 {
 		return false // never answered: it may still be writing
 	}
-	for _, x := range h.Reqs {
-		if x.Kind == "release" && !x.Sem && x.Key == r.Key && x.Token == r.Token && x.Answer == "204" &&
-			x.Sent >= r.answered && x.answered > 0 && x.answered <= g.Sent {
-			return true
+	rel := h.firstRelease(r.Key, r.Token, r.answered)
+	return rel != nil && rel.answered <= g.Sent
+}
+
+// firstRelease is the first release of token on key (a lock's) answered
+// 204 and sent at or after from, or nil. h.Reqs is in the order sent, and
+// a token's requests follow one another (twins aside, never releases).
+func (h *History) firstRelease(key, token string, from int64) *Request {
+	for _, r := range h.Reqs {
+		if r.Kind == "release" && !r.Sem && r.Key == key && r.Token == token && r.Answer == "204" && r.Sent >= from {
+			return r
 		}
 	}
-	return false
+	return nil
 }
 
 // releasedFirst says whether g's holder let go of g's lease: its token
@@ -476,13 +483,7 @@ func (h *History) letGo(r, g *Request) bool {
 // -sim.first 2000: a lease run out, then a twin's new lease, answered 503
 // to one twin and 200 to the other, released with a 204.)
 func (h *History) releasedFirst(g *Request) bool {
-	var rel *Request // the token's first 204 release sent after g's answer
-	for _, r := range h.Reqs {
-		if r.Kind == "release" && !r.Sem && r.Key == g.Key && r.Token == g.Token && r.Answer == "204" && r.Sent >= g.answered {
-			rel = r
-			break // h.Reqs is in the order sent
-		}
-	}
+	rel := h.firstRelease(g.Key, g.Token, g.answered)
 	if rel == nil {
 		return false
 	}

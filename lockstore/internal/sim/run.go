@@ -45,14 +45,6 @@ func LingerCapped() string {
 		"until_ms = math.min(until_ms, redis.call('PEXPIRETIME', KEYS[1]))\nif until_ms > now_ms then\n  redis.call('SET', KEYS[1], 'L'")
 }
 
-// LingerUnread is release.lua that ignores ARGV[8], the time to T that a
-// Redlock release's reads found on other nodes: a node lingers only on the
-// T its own copy carries (a control of rule L's propagation in G2).
-func LingerUnread() string {
-	return script.DeadlineLua + MustReplace(script.ReleaseLua,
-		"if ARGV[7] == '1' and (tonumber(ARGV[8] or '0') or 0) > 0 then", "if false then")
-}
-
 // Seed, First, Ops, Duration and Control are the flags -sim.seed,
 // -sim.first, -sim.ops, -sim.duration and -sim.control of both models'
 // tests (the package doc shows them in use).
